@@ -1,0 +1,100 @@
+#pragma once
+// The MPI implementation of Communicator, over an RAII MPI_Comm; async through MPI's nonblocking collectives.
+// bf16 and f16 travel as 2-byte MPI types with user-defined sum ops (f32 accumulation).
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hsdp/comm/communicator.hpp"
+#include "hsdp/core/log.hpp"
+
+namespace hsdp::comm {
+
+// MPI_Init_thread on construction (MPI_THREAD_FUNNELED), MPI_Finalize on destruction.
+class MpiEnvironment {
+ public:
+  MpiEnvironment(int* argc, char*** argv);
+  ~MpiEnvironment();
+  MpiEnvironment(const MpiEnvironment&) = delete;
+  MpiEnvironment& operator=(const MpiEnvironment&) = delete;
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  // Ends every rank of the job now with `exit_code` (MPI_Abort on MPI_COMM_WORLD). Never returns.
+  [[noreturn]] static void abort_job(int exit_code);
+
+ private:
+  int world_rank_ = 0;
+  int world_size_ = 1;
+};
+
+// Owns an MPI_Comm (freed on destruction unless it is MPI_COMM_WORLD/MPI_COMM_SELF).
+class MpiComm {
+ public:
+  MpiComm() = default;
+  explicit MpiComm(MPI_Comm comm) : comm_(comm) {}
+  ~MpiComm();
+  MpiComm(MpiComm&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
+  MpiComm& operator=(MpiComm&& o) noexcept;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+  MPI_Comm get() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm`. `node_of_world_rank` is the Topology's node map (indexed by world rank);
+  // the communicator learns each member's world rank once, at construction.
+  MpiCommunicator(MpiComm comm, std::string name, const std::vector<int>& node_of_world_rank,
+                  const CommOptions& options, const Logger& logger);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  std::span<const int> node_of_rank() const override { return node_of_rank_; }
+  MPI_Comm raw() const { return comm_.get(); }
+
+  CommHandle all_reduce_async(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) override;
+  CommHandle reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType t,
+                                  ReduceOp op) override;
+  CommHandle all_gather_async(const void* send, void* recv, std::size_t send_count, DType t) override;
+  CommHandle all_to_all_async(const void* send, void* recv, std::size_t count_per_peer, DType t) override;
+  CommHandle broadcast_async(void* buffer, std::size_t count, DType t, int root) override;
+  CommHandle barrier_async() override;
+
+  const ByteCounters& counters() const override { return counters_; }
+  void reset_counters() override { counters_ = {}; }
+  std::uint64_t sequence() const override { return sequence_; }
+
+  // Splits this communicator (MPI_Comm_split) into a new named one; collective over this communicator.
+  std::unique_ptr<MpiCommunicator> split(int color, int key, std::string name) const;
+  const std::vector<int>& node_of_world_rank() const { return node_of_world_rank_; }
+  const CommOptions& options() const { return options_; }
+  const Logger& logger() const { return logger_; }
+
+ private:
+  // Counts an issued collective (sequence number, bytes by the traffic model) and wraps its request for waiting;
+  // avg_data/avg_count: the result to divide by size() once it has arrived (avg), nullptr otherwise.
+  CommHandle issued(MPI_Request request, Collective c, std::size_t count, DType t, void* avg_data,
+                    std::size_t avg_count, int root = 0);
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  MpiComm comm_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> node_of_world_rank_;
+  std::vector<int> node_of_rank_;
+  CommOptions options_;
+  const Logger& logger_;
+  ByteCounters counters_;
+  std::uint64_t sequence_ = 0;
+};
+
+}  // namespace hsdp::comm

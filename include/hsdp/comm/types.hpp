@@ -1,0 +1,72 @@
+#pragma once
+// Vocabulary of the comm layer: collectives, reduce ops, link classes, byte counters, options.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "hsdp/core/dtype.hpp"
+
+namespace hsdp::comm {
+
+enum class ReduceOp { sum, avg };
+enum class LinkClass { intra_node, inter_node };
+enum class Collective { all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, barrier };
+inline constexpr std::size_t kCollectiveCount = 6;
+inline constexpr std::array<Collective, kCollectiveCount> kAllCollectives = {
+    Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather,
+    Collective::all_to_all, Collective::broadcast,      Collective::barrier};
+
+std::string_view to_string(Collective c);
+std::string_view to_string(ReduceOp op);
+
+// Bytes one rank sends over each link class.
+struct LinkBytes {
+  std::uint64_t intra = 0;
+  std::uint64_t inter = 0;
+  std::uint64_t total() const { return intra + inter; }
+  LinkBytes& operator+=(const LinkBytes& o) {
+    intra += o.intra;
+    inter += o.inter;
+    return *this;
+  }
+  friend bool operator==(const LinkBytes&, const LinkBytes&) = default;
+};
+
+struct CollectiveStats {
+  std::uint64_t calls = 0;
+  LinkBytes bytes;
+  friend bool operator==(const CollectiveStats&, const CollectiveStats&) = default;
+};
+
+// Counters of one communicator (or a sum over several): bytes this rank sent, by collective and link class.
+struct ByteCounters {
+  std::array<CollectiveStats, kCollectiveCount> by_collective{};
+
+  void record(Collective c, const LinkBytes& bytes) {
+    auto& s = by_collective[static_cast<std::size_t>(c)];
+    s.calls += 1;
+    s.bytes += bytes;
+  }
+  const CollectiveStats& of(Collective c) const { return by_collective[static_cast<std::size_t>(c)]; }
+  LinkBytes total() const {
+    LinkBytes t;
+    for (const auto& s : by_collective) t += s.bytes;
+    return t;
+  }
+  ByteCounters& operator+=(const ByteCounters& o) {
+    for (std::size_t i = 0; i < kCollectiveCount; ++i) {
+      by_collective[i].calls += o.by_collective[i].calls;
+      by_collective[i].bytes += o.by_collective[i].bytes;
+    }
+    return *this;
+  }
+  friend bool operator==(const ByteCounters&, const ByteCounters&) = default;
+};
+
+struct CommOptions {
+  // A collective that has not completed after this many seconds aborts the whole job (the watchdog).
+  double timeout_s = 300.0;
+};
+
+}  // namespace hsdp::comm

@@ -1,0 +1,18 @@
+#pragma once
+// Byte-level text encoding: each byte of the input is one token, so the vocabulary is exactly 256 and
+// any file (UTF-8 or not) encodes losslessly.
+#include <cstdint>
+#include <filesystem>
+#include <string_view>
+#include <vector>
+
+namespace hsdp::data {
+
+inline constexpr int kByteVocab = 256;
+
+std::vector<std::uint16_t> encode_bytes(std::string_view text);
+
+// Reads `input` whole and encodes it; a data Error names the file when it cannot be read or is empty.
+std::vector<std::uint16_t> encode_text_file(const std::filesystem::path& input);
+
+}  // namespace hsdp::data

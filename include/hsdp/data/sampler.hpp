@@ -1,0 +1,86 @@
+#pragma once
+// Distributed, resumable sampling of training windows from a TokenFile.
+//
+// A window is seq_len + 1 consecutive tokens starting at a multiple of seq_len (window w starts at token
+// w*seq_len; they overlap by the one token that is the last target of w and the first input of w+1), so a
+// file of T tokens holds (T-1)/seq_len windows. Each epoch visits the windows in a seeded permutation that
+// depends only on (seed, epoch), so every rank computes the same one. A step consumes dp_size*batch
+// windows of the permutation; rank r takes the slice [r*batch, (r+1)*batch) of it. When fewer than
+// dp_size*batch windows are left, the epoch ends (those last windows of this epoch's order are skipped;
+// the next permutation puts different ones last) and the next epoch begins.
+//
+// The state is (epoch, position = windows of the permutation consumed), independent of dp_rank and, for the
+// same global batch, of dp_size: a restored sampler continues bit for bit.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hsdp/data/token_file.hpp"
+
+namespace hsdp::data {
+
+struct SamplerState {
+  std::uint64_t epoch = 0;
+  std::uint64_t position = 0;
+  bool operator==(const SamplerState&) const = default;
+};
+
+class Sampler {
+ public:
+  // `file` must outlive the sampler. Throws a config Error for a non-positive batch/seq_len or a rank out
+  // of range, and a data Error naming the file and sizes when it holds fewer windows than one global batch.
+  Sampler(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed);
+
+  // Fills this rank's batch*seq_len inputs and targets (targets = inputs shifted by one token).
+  void next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
+
+  SamplerState state() const { return state_; }
+  // Throws a data Error when `state` does not fit this file (position beyond its window count).
+  void restore(const SamplerState& state);
+
+  std::uint64_t window_count() const { return window_count_; }
+  std::uint64_t steps_per_epoch() const { return window_count_ / global_batch_; }
+  // The window indices (start token / seq_len) this rank's next call to next() will read, in order.
+  std::vector<std::uint64_t> peek_windows() const;
+
+ private:
+  void start_epoch(std::uint64_t epoch);
+
+  const TokenFile& file_;
+  std::size_t batch_;
+  std::size_t seq_len_;
+  std::size_t dp_rank_;
+  std::uint64_t global_batch_;
+  std::uint64_t seed_;
+  std::uint64_t window_count_;
+  SamplerState state_;
+  std::uint64_t permutation_epoch_ = UINT64_MAX;  // the epoch `permutation_` was built for
+  std::vector<std::uint32_t> permutation_;
+};
+
+// The permutation of [0, count) for (seed, epoch): Fisher-Yates driven by SplitMix64.
+std::vector<std::uint32_t> epoch_permutation(std::uint64_t count, std::uint64_t seed, std::uint64_t epoch);
+
+// Deterministic evaluation over a (validation) file: batch b of the pass reads windows
+// [b*G + r*batch, b*G + (r+1)*batch) in file order (G = dp_size*batch). A pass has batch_count() batches;
+// reset() starts a pass again, and next() wraps to the first batch after the last.
+class EvalLoader {
+ public:
+  EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size);
+
+  void next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
+  void reset() { batch_index_ = 0; }
+  std::uint64_t batch_count() const { return batch_count_; }
+
+ private:
+  const TokenFile& file_;
+  std::size_t batch_;
+  std::size_t seq_len_;
+  std::size_t dp_rank_;
+  std::uint64_t global_batch_;
+  std::uint64_t batch_count_;
+  std::uint64_t batch_index_ = 0;
+};
+
+}  // namespace hsdp::data

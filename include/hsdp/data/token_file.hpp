@@ -1,0 +1,52 @@
+#pragma once
+// Token files in llm.c's .bin format: a header of 256 int32 (magic 20240520, version 1, token count),
+// then the tokens as little-endian uint16. TokenFile maps a file read-only and validates it on opening.
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+
+namespace hsdp::data {
+
+inline constexpr std::int32_t kTokenFileMagic = 20240520;
+inline constexpr std::int32_t kTokenFileVersion = 1;
+inline constexpr std::size_t kTokenFileHeaderInts = 256;
+inline constexpr std::size_t kTokenFileHeaderBytes = kTokenFileHeaderInts * sizeof(std::int32_t);
+
+class TokenFile {
+ public:
+  // Opens and validates `path`: readable regular file, full header, magic, version, and a size equal to
+  // header + 2 bytes per token. `what` names the file's role in messages (e.g. "data.train"); every
+  // failure is a data Error naming `what`, the path and what was found.
+  explicit TokenFile(const std::filesystem::path& path, std::string what = "data");
+  ~TokenFile();
+  TokenFile(TokenFile&& other) noexcept;
+  TokenFile& operator=(TokenFile&& other) noexcept;
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  // Throws a data Error naming the file, the position and the id of the first token >= vocab_size.
+  void validate_vocab(int vocab_size) const;
+
+  std::span<const std::uint16_t> tokens() const { return {tokens_, token_count_}; }
+  std::size_t size() const { return token_count_; }
+  const std::filesystem::path& path() const { return path_; }
+  const std::string& what() const { return what_; }
+
+ private:
+  void unmap() noexcept;
+
+  std::filesystem::path path_;
+  std::string what_;
+  void* mapping_ = nullptr;
+  std::size_t mapping_bytes_ = 0;
+  const std::uint16_t* tokens_ = nullptr;
+  std::size_t token_count_ = 0;
+};
+
+// Writes `tokens` to `path` in the format above: to "<path>.tmp" first, then renamed over `path`, so a
+// reader never sees a partial file. Throws a data Error naming the path on any I/O failure.
+void write_token_file(const std::filesystem::path& path, std::span<const std::uint16_t> tokens);
+
+}  // namespace hsdp::data

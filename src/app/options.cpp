@@ -1,0 +1,279 @@
+#include "hsdp/app/options.hpp"
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "hsdp/core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace hsdp::app {
+
+namespace {
+
+// "--train.lr=1" (as Boost reports an unknown command-line option) -> "train.lr".
+std::string strip_dashes(std::string name) {
+  while (!name.empty() && name.front() == '-') name.erase(name.begin());
+  return name.substr(0, name.find('='));
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_key_message(const std::string& raw_name) {
+  const std::string key = strip_dashes(raw_name);
+  std::string message = "unknown option '" + key + "'";
+  const std::string hint = closest_key(key);
+  if (!hint.empty()) message += "; did you mean '" + hint + "'?";
+  return message + " (hsdp-train --help lists every key)";
+}
+
+bool parse_bool(const std::string& value, bool& out) {
+  std::string v = value;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "true" || v == "1" || v == "yes" || v == "on") {
+    out = true;
+    return true;
+  }
+  if (v == "false" || v == "0" || v == "no" || v == "off") {
+    out = false;
+    return true;
+  }
+  return false;
+}
+
+std::string format_bound(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+std::string range_text(const OptionSpec& spec) {
+  const bool has_min = spec.min > -1e299;
+  const bool has_max = spec.max < 1e17;
+  if (has_min && has_max) return "between " + format_bound(spec.min) + " and " + format_bound(spec.max);
+  if (has_min) return ">= " + format_bound(spec.min);
+  if (has_max) return "<= " + format_bound(spec.max);
+  return "any";
+}
+
+po::options_description deck_description() {
+  po::options_description desc("deck");
+  for (const auto& spec : option_table()) {
+    desc.add_options()(spec.key.c_str(), po::value<std::string>()->default_value(spec.default_value), "");
+  }
+  return desc;
+}
+
+// Boost.Program_options throws its own exceptions; hsdp reports them as config Errors naming the key.
+[[noreturn]] void rethrow_as_config(const po::error& e, const std::string& origin) {
+  if (const auto* unknown = dynamic_cast<const po::unknown_option*>(&e)) {
+    throw_config(origin + unknown_key_message(unknown->get_option_name()));
+  }
+  if (const auto* multiple = dynamic_cast<const po::multiple_occurrences*>(&e)) {
+    throw_config(origin + "option '" + strip_dashes(multiple->get_option_name()) + "' is given more than once");
+  }
+  throw_config(origin + e.what());
+}
+
+}  // namespace
+
+const OptionSpec* find_option(const std::string& key) {
+  for (const auto& spec : option_table()) {
+    if (spec.key == key) return &spec;
+  }
+  return nullptr;
+}
+
+std::string closest_key(const std::string& key) {
+  std::string best;
+  std::size_t best_distance = 4;  // farther than this is not a typo
+  for (const auto& spec : option_table()) {
+    const std::string& candidate = spec.key;
+    // A bare name ("sharding") matches its section's key.
+    const std::string name = candidate.substr(candidate.find('.') + 1);
+    const std::size_t d = std::min(edit_distance(key, candidate), edit_distance(key, name));
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+void validate_value(const OptionSpec& spec, const std::string& value) {
+  const std::string where = spec.key + ": ";
+  switch (spec.kind) {
+    case OptionKind::text:
+    case OptionKind::path: return;
+    case OptionKind::boolean: {
+      bool ignored;
+      if (!parse_bool(value, ignored)) throw_config(where + "'" + value + "' is not a boolean (allowed: true|false)");
+      return;
+    }
+    case OptionKind::choice: {
+      std::stringstream choices(spec.choices);
+      for (std::string c; std::getline(choices, c, '|');) {
+        if (c == value) return;
+      }
+      throw_config(where + "unknown value '" + value + "' (allowed: " + spec.choices + ")");
+    }
+    case OptionKind::integer:
+    case OptionKind::real: {
+      errno = 0;
+      char* end = nullptr;
+      const double x = spec.kind == OptionKind::integer ? static_cast<double>(std::strtoll(value.c_str(), &end, 10))
+                                                        : std::strtod(value.c_str(), &end);
+      if (value.empty() || end == nullptr || *end != '\0' || errno == ERANGE || !std::isfinite(x)) {
+        throw_config(where + "'" + value + "' is not " +
+                     (spec.kind == OptionKind::integer ? "an integer" : "a number") + " (allowed: " +
+                     range_text(spec) + ")");
+      }
+      if (x < spec.min || x > spec.max) {
+        throw_config(where + value + " is out of range (allowed: " + range_text(spec) + ")");
+      }
+      return;
+    }
+  }
+}
+
+ConfigDeck ConfigDeck::defaults() {
+  ConfigDeck deck;
+  for (const auto& spec : option_table()) deck.values_[spec.key] = spec.default_value;
+  return deck;
+}
+
+ConfigDeck ConfigDeck::from_text(const std::string& ini_text, const std::string& origin) {
+  ConfigDeck deck = defaults();
+  po::variables_map vm;
+  try {
+    std::istringstream in(ini_text);
+    po::store(po::parse_config_file(in, deck_description(), false), vm);
+  } catch (const po::error& e) {
+    rethrow_as_config(e, origin + ": ");
+  }
+  for (const auto& [key, value] : vm) deck.set(key, value.as<std::string>());
+  return deck;
+}
+
+ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli) {
+  po::options_description flags("program");
+  flags.add_options()("help,h", "")("version", "")("print-config", "")("print-mesh", "")(
+      "config,c", po::value<std::string>(), "");
+  po::options_description all;
+  all.add(flags).add(deck_description());
+
+  po::variables_map vm;
+  try {
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(argc, argv).options(all).style(style).run(), vm);
+  } catch (const po::error& e) {
+    rethrow_as_config(e, "");
+  }
+  cli.help = vm.count("help") > 0;
+  cli.version = vm.count("version") > 0;
+  cli.print_config = vm.count("print-config") > 0;
+  cli.print_mesh = vm.count("print-mesh") > 0;
+  if (vm.count("config")) cli.config_path = vm["config"].as<std::string>();
+
+  ConfigDeck deck = defaults();
+  if (cli.config_path) {
+    std::ifstream file(*cli.config_path);
+    if (!file) throw_config("--config: cannot open deck '" + *cli.config_path + "' (no such file or not readable)");
+    std::stringstream text;
+    text << file.rdbuf();
+    deck = from_text(text.str(), "deck '" + *cli.config_path + "'");
+  }
+  // Explicit command-line values override the deck; defaulted ones do not.
+  for (const auto& [key, value] : vm) {
+    if (!value.defaulted() && find_option(key) != nullptr) deck.set(key, value.as<std::string>());
+  }
+  return deck;
+}
+
+const std::string& ConfigDeck::get(const std::string& key) const {
+  const auto it = values_.find(key);
+  if (it == values_.end()) throw_internal("config key '" + key + "' is not in the option table");
+  return it->second;
+}
+
+long long ConfigDeck::get_int(const std::string& key) const { return std::strtoll(get(key).c_str(), nullptr, 10); }
+
+double ConfigDeck::get_real(const std::string& key) const { return std::strtod(get(key).c_str(), nullptr); }
+
+bool ConfigDeck::get_bool(const std::string& key) const {
+  bool out = false;
+  parse_bool(get(key), out);
+  return out;
+}
+
+void ConfigDeck::set(const std::string& key, const std::string& value) {
+  const OptionSpec* spec = find_option(key);
+  if (spec == nullptr) throw_config(unknown_key_message(key));
+  validate_value(*spec, value);
+  values_[key] = value;
+}
+
+std::string ConfigDeck::to_ini(bool with_comments) const {
+  std::ostringstream out;
+  for (const auto& section : section_order()) {
+    out << "[" << section << "]\n";
+    for (const auto& spec : option_table()) {
+      if (spec.key.compare(0, section.size() + 1, section + ".") != 0) continue;
+      if (with_comments) out << "# " << spec.help << "\n";
+      out << spec.key.substr(section.size() + 1) << " = " << get(spec.key) << "\n";
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+std::string help_text(const std::string& program) {
+  std::ostringstream out;
+  out << "usage: " << program << " [--config deck.ini] [--section.key=value ...] [flags]\n\n"
+      << "Trains a GPT model on every rank of an MPI job (launch with `srun --mpi=pmix` or `mpirun`).\n"
+      << "Settings come from the deck (an INI file with the sections below), overridden by --section.key=value.\n\n"
+      << "flags:\n"
+      << "  -c, --config FILE   read the deck from FILE\n"
+      << "  --print-config      print the resolved deck (a valid deck) and exit\n"
+      << "  --print-mesh        build the process mesh for parallel.sharding, print its groups, and exit\n"
+      << "  --version           print the version and exit\n"
+      << "  -h, --help          this text\n\n"
+      << "exit codes: 0 done; 1 internal error; 2 bad input (config, data or checkpoint: the message names it);\n"
+      << "            4 communication failure (e.g. the watchdog fired on a stuck collective)\n\n"
+      << "deck keys (default in brackets):\n";
+  for (const auto& section : section_order()) {
+    out << "\n  [" << section << "]\n";
+    for (const auto& spec : option_table()) {
+      if (spec.key.compare(0, section.size() + 1, section + ".") != 0) continue;
+      out << "  --" << spec.key << " [" << spec.default_value << "]\n      " << spec.help;
+      if (spec.kind == OptionKind::choice) out << "\n      allowed: " << spec.choices;
+      if (spec.kind == OptionKind::integer || spec.kind == OptionKind::real) {
+        const std::string range = range_text(spec);
+        if (range != "any") out << "\n      allowed: " << range;
+      }
+      if (spec.kind == OptionKind::boolean) out << "\n      allowed: true|false";
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace hsdp::app

@@ -1,0 +1,104 @@
+// Every deck key hsdp-train understands. Adding a key here makes it parse, validate, print in --help and
+// --print-config; the code that reads it says what it does.
+#include "hsdp/app/options.hpp"
+
+namespace hsdp::app {
+
+namespace {
+OptionSpec integer(std::string key, std::string def, std::string help, double min, double max = 1e18) {
+  return {std::move(key), std::move(def), std::move(help), OptionKind::integer, "", min, max};
+}
+OptionSpec real(std::string key, std::string def, std::string help, double min, double max = 1e300) {
+  return {std::move(key), std::move(def), std::move(help), OptionKind::real, "", min, max};
+}
+OptionSpec boolean(std::string key, std::string def, std::string help) {
+  return {std::move(key), std::move(def), std::move(help), OptionKind::boolean, "", 0, 1};
+}
+OptionSpec choice(std::string key, std::string def, std::string help, std::string choices) {
+  return {std::move(key), std::move(def), std::move(help), OptionKind::choice, std::move(choices), 0, 0};
+}
+OptionSpec path(std::string key, std::string def, std::string help) {
+  return {std::move(key), std::move(def), std::move(help), OptionKind::path, "", 0, 0};
+}
+}  // namespace
+
+const std::vector<std::string>& section_order() {
+  static const std::vector<std::string> order = {"model", "data",     "train", "parallel", "topology",
+                                                 "comm",  "device",   "log"};
+  return order;
+}
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = {
+      // [model] GPT-2 as nanoGPT defines it; the defaults are GPT-2 124M.
+      integer("model.n_layer", "12", "transformer blocks", 1, 1024),
+      integer("model.n_head", "12", "attention heads per block; must divide model.n_embd", 1, 1024),
+      integer("model.n_embd", "768", "embedding width C", 1, 65536),
+      integer("model.block_size", "1024", "maximum sequence length (rows of the position embedding)", 1, 1 << 20),
+      integer("model.vocab_size", "50257", "vocabulary size V; every token id in the data must be < V", 1,
+              1 << 24),
+      integer("model.padded_vocab_size", "0",
+              "rows of the token embedding (>= V; padded rows never enter the loss); 0 = V rounded up to a "
+              "multiple of 128, as llm.c does",
+              0, 1 << 24),
+      integer("model.seed", "1337", "seed of the parameter initialisation", 0),
+
+      // [data] token files in llm.c's format (hsdp-data writes them).
+      path("data.train", "data/train.bin", "training tokens (llm.c .bin: 256-int32 header, uint16 tokens)"),
+      path("data.val", "data/val.bin", "validation tokens, same format"),
+      path("data.entropy_json", "",
+           "optional source.json from `hsdp-data synth`: its entropy rate is logged next to the val loss"),
+
+      // [train]
+      integer("train.steps", "1000", "optimizer steps to run", 1),
+      integer("train.micro_batch", "4", "sequences per micro-batch per data-parallel rank", 1, 1 << 20),
+      integer("train.seq_len", "64", "tokens per sequence (<= model.block_size)", 1, 1 << 20),
+      integer("train.grad_accum", "1", "micro-batches accumulated per optimizer step", 1, 1 << 20),
+      real("train.lr", "6e-4", "peak learning rate", 0),
+      real("train.min_lr", "6e-5", "learning rate at the end of the cosine decay", 0),
+      integer("train.warmup_steps", "100", "linear warm-up steps before the cosine decay", 0),
+      real("train.weight_decay", "0.1", "AdamW decoupled weight decay (matrices and embeddings only)", 0),
+      real("train.beta1", "0.9", "AdamW beta1", 0, 1),
+      real("train.beta2", "0.95", "AdamW beta2", 0, 1),
+      real("train.eps", "1e-8", "AdamW epsilon", 0),
+      real("train.grad_clip", "1.0", "clip the global gradient norm to this; 0 = no clipping", 0),
+      integer("train.seed", "1337", "seed of the data order (all other randomness comes from model.seed)", 0),
+      integer("train.eval_every", "100", "evaluate on data.val every N steps (and at the end); 0 = never", 0),
+      integer("train.eval_batches", "8", "micro-batches per evaluation", 1),
+      boolean("train.activation_checkpointing", "false",
+              "keep only each block's input and recompute the block in backward (less memory, ~1/3 more compute)"),
+
+      // [parallel]
+      choice("parallel.sharding", "no_shard",
+             "how model state is split over ranks: no_shard (DDP), zero1, shard_grad_op (ZeRO-2), full_shard "
+             "(ZeRO-3), hybrid_shard (full_shard inside a node, replicas across nodes), hybrid_shard_zero2",
+             "no_shard|zero1|shard_grad_op|full_shard|hybrid_shard|hybrid_shard_zero2"),
+
+      // [topology]
+      integer("topology.ranks_per_node", "0",
+              "0 = nodes are the ranks that share memory (MPI_COMM_TYPE_SHARED); N > 0 = emulate nodes of N ranks "
+              "(tests, one machine)",
+              0, 1 << 20),
+      choice("topology.placement", "block",
+             "with emulated nodes: block = consecutive ranks share a node (mpirun --map-by core); cyclic = rank r "
+             "on node r % nodes (mpirun --map-by node)",
+             "block|cyclic"),
+
+      // [comm]
+      real("comm.timeout_s", "300",
+           "watchdog: a collective unfinished after this many seconds aborts the job, naming the collective, its "
+           "group and its sequence number",
+           0.001),
+
+      // [device]
+      integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0,
+              4096),
+
+      // [log]
+      path("log.dir", "runs/hsdp", "directory for metrics.jsonl and summary.json (created if missing)"),
+      integer("log.every", "10", "print the progress line every N steps (and the first and last step)", 1),
+  };
+  return table;
+}
+
+}  // namespace hsdp::app

@@ -1,0 +1,75 @@
+#include "hsdp/comm/communicator.hpp"
+
+#include <string>
+
+#include "hsdp/core/error.hpp"
+
+namespace hsdp::comm {
+
+std::string_view to_string(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::all_gather: return "all_gather";
+    case Collective::all_to_all: return "all_to_all";
+    case Collective::broadcast: return "broadcast";
+    case Collective::barrier: return "barrier";
+  }
+  return "?";
+}
+
+std::string_view to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+  }
+  return "?";
+}
+
+// A pending op is waited for before it is replaced or dropped: its buffers must outlive it. wait() aborts the
+// job itself when the collective fails or times out, so these never throw in practice; if one ever did, the
+// noexcept below turns it into std::terminate, which also ends the job instead of leaving peers hanging.
+CommHandle& CommHandle::operator=(CommHandle&& other) noexcept {
+  if (this != &other) {
+    if (op_) op_->wait();
+    op_ = std::move(other.op_);
+  }
+  return *this;
+}
+
+CommHandle::~CommHandle() {
+  if (op_) op_->wait();
+}
+
+void CommHandle::wait() {
+  if (!op_) return;
+  op_->wait();
+  op_.reset();
+}
+
+bool CommHandle::done() {
+  if (!op_) return true;
+  if (!op_->test()) return false;
+  op_.reset();
+  return true;
+}
+
+void Communicator::check_blocks(std::size_t whole, std::size_t block, const char* what) const {
+  const auto n = static_cast<std::size_t>(size());
+  if (whole != block * n) {
+    throw_internal(std::string(what) + " on group '" + name() + "': the full buffer has " + std::to_string(whole) +
+                   " elements but must hold " + std::to_string(n) + " blocks of " + std::to_string(block) +
+                   " (pad it with shard_count/padded_count)");
+  }
+}
+
+void Communicator::check_all_to_all(std::size_t send, std::size_t recv) const {
+  const auto n = static_cast<std::size_t>(size());
+  if (send != recv || send % n != 0) {
+    throw_internal("all_to_all on group '" + name() + "': send has " + std::to_string(send) + " and recv has " +
+                   std::to_string(recv) + " elements; both must be equal and divisible by the group size " +
+                   std::to_string(n));
+  }
+}
+
+}  // namespace hsdp::comm

@@ -1,0 +1,202 @@
+#include "hsdp/comm/mesh.hpp"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/log.hpp"
+
+namespace hsdp::comm {
+namespace {
+
+constexpr std::array<Sharding, 6> kAllShardings = {Sharding::no_shard,     Sharding::zero1,
+                                                   Sharding::shard_grad_op, Sharding::full_shard,
+                                                   Sharding::hybrid_shard, Sharding::hybrid_shard_zero2};
+
+std::string node_sizes_text(const Topology& t) {
+  std::string text;
+  for (int id = 0; id < t.num_nodes(); ++id) {
+    if (id > 0) text += ", ";
+    text += "node " + std::to_string(id) + ": " + std::to_string(t.node_size(id));
+  }
+  return text;
+}
+
+// Each rank's place in one group, gathered to rank 0 to list the groups.
+struct Membership {
+  int leader = -1;  // lowest world rank of the group: names it
+  int rank = 0;
+  int size = 0;
+};
+
+Membership membership_of(const MpiCommunicator* group, int world_rank) {
+  if (group == nullptr) return {};
+  Membership m{world_rank, group->rank(), group->size()};
+  // Raw MPI: describing the mesh is not traffic the counters should see.
+  MPI_Allreduce(&world_rank, &m.leader, 1, MPI_INT, MPI_MIN, group->raw());
+  return m;
+}
+
+}  // namespace
+
+Sharding parse_sharding(const std::string& text) {
+  for (const Sharding s : kAllShardings) {
+    if (text == to_string(s)) return s;
+  }
+  throw_config("parallel.sharding: unknown value '" + text + "' (allowed: " + kShardingChoices() + ")");
+}
+
+const char* to_string(Sharding s) {
+  switch (s) {
+    case Sharding::no_shard: return "no_shard";
+    case Sharding::zero1: return "zero1";
+    case Sharding::shard_grad_op: return "shard_grad_op";
+    case Sharding::full_shard: return "full_shard";
+    case Sharding::hybrid_shard: return "hybrid_shard";
+    case Sharding::hybrid_shard_zero2: return "hybrid_shard_zero2";
+  }
+  return "?";
+}
+
+const char* kShardingChoices() { return "no_shard|zero1|shard_grad_op|full_shard|hybrid_shard|hybrid_shard_zero2"; }
+
+bool is_hybrid(Sharding s) { return s == Sharding::hybrid_shard || s == Sharding::hybrid_shard_zero2; }
+
+ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, Sharding sharding, int hpz_size)
+    : world_(world), topology_(topology), sharding_(sharding) {
+  // Every check comes before the first split, and the topology is the same on every rank, so all ranks throw
+  // together and none is left in a collective.
+  if (is_hybrid(sharding) && !topology.nodes_equal_size()) {
+    throw_config(std::string("parallel.sharding=") + to_string(sharding) +
+                 " needs nodes with equal numbers of ranks, but the " + std::to_string(topology.num_nodes()) +
+                 " nodes have (" + node_sizes_text(topology) + ") ranks; use full_shard or change the placement");
+  }
+  if (hpz_size > 1) {
+    for (int id = 0; id < topology.num_nodes(); ++id) {
+      if (topology.node_size(id) % hpz_size != 0) {
+        throw_config("zeropp.hpz_partition_size=" + std::to_string(hpz_size) +
+                     " must divide the ranks of every node (" + node_sizes_text(topology) + ")");
+      }
+    }
+  }
+  const int me = topology.world_rank;
+  const int node_id = topology.node();
+  const int local = topology.local_rank();
+  node_ = world.split(node_id, me, "node");
+  cross_node_ = world.split(local, node_id, "cross_node");
+  switch (sharding) {
+    case Sharding::zero1:
+    case Sharding::shard_grad_op:
+    case Sharding::full_shard:
+      shard_ = world.split(0, me, "shard");
+      replicate_ = world.split(me, 0, "replicate");
+      break;
+    case Sharding::hybrid_shard:
+    case Sharding::hybrid_shard_zero2:
+      shard_ = world.split(node_id, me, "shard");
+      replicate_ = world.split(local, node_id, "replicate");
+      break;
+    case Sharding::no_shard:
+      shard_ = world.split(me, 0, "shard");
+      replicate_ = world.split(0, me, "replicate");
+      break;
+  }
+  if (hpz_size > 1) hpz_ = world.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
+}
+
+ByteCounters ProcessMesh::total_counters() const {
+  ByteCounters total;
+  for (const auto* c : {node_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
+    if (c != nullptr) total += c->counters();
+  }
+  return total;
+}
+
+void ProcessMesh::reset_counters() {
+  for (auto* c : {node_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
+    if (c != nullptr) c->reset_counters();
+  }
+}
+
+std::string ProcessMesh::describe() {
+  const int me = topology_.world_rank;
+  const int world_size = topology_.world_size;
+  const MPI_Comm world = world_.raw();
+
+  const std::array<Membership, 3> mine = {membership_of(shard_.get(), me), membership_of(replicate_.get(), me),
+                                          membership_of(hpz_.get(), me)};
+  std::vector<int> row;
+  for (const auto& m : mine) row.insert(row.end(), {m.leader, m.rank, m.size});
+  constexpr int kRow = 9;
+  constexpr int kHostChars = 64;
+  std::array<char, kHostChars> host{};
+  const std::string my_host = host_name();
+  std::copy_n(my_host.begin(), std::min<std::size_t>(my_host.size(), kHostChars - 1), host.begin());
+
+  std::vector<int> rows(me == 0 ? static_cast<std::size_t>(world_size * kRow) : 0);
+  std::vector<char> hosts(me == 0 ? static_cast<std::size_t>(world_size * kHostChars) : 0);
+  MPI_Gather(row.data(), kRow, MPI_INT, rows.data(), kRow, MPI_INT, 0, world);
+  MPI_Gather(host.data(), kHostChars, MPI_CHAR, hosts.data(), kHostChars, MPI_CHAR, 0, world);
+  if (me != 0) return "";
+
+  const auto at = [&](int r, int role) {
+    const auto base = static_cast<std::size_t>(r * kRow + role * 3);
+    return Membership{rows[base], rows[base + 1], rows[base + 2]};
+  };
+  const auto host_of = [&](int r) { return std::string(&hosts[static_cast<std::size_t>(r * kHostChars)]); };
+  // Each distinct group once, members in group-rank order, groups ordered by their lowest rank.
+  const auto groups_text = [&](int role) {
+    std::map<int, std::vector<std::pair<int, int>>> groups;
+    for (int r = 0; r < world_size; ++r) groups[at(r, role).leader].emplace_back(at(r, role).rank, r);
+    std::string text;
+    for (auto& [leader, members] : groups) {
+      std::sort(members.begin(), members.end());
+      text += text.empty() ? "{" : " {";
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        if (i > 0) text += ' ';
+        text += std::to_string(members[i].second);
+      }
+      text += "}";
+    }
+    return text;
+  };
+
+  std::ostringstream out;
+  const int nodes = topology_.num_nodes();
+  out << "mesh: " << world_size << " ranks on " << nodes << " node" << (nodes == 1 ? "" : "s");
+  if (topology_.nodes_equal_size()) out << " x " << topology_.node_size(0) << " ranks";
+  else out << " of unequal size (" << node_sizes_text(topology_) << ")";
+  if (topology_.emulated) {
+    out << " (emulated with --topology.ranks_per_node=" << topology_.ranks_per_node << ", placement "
+        << to_string(topology_.placement) << ")";
+  } else {
+    out << " (real nodes from MPI_COMM_TYPE_SHARED)";
+  }
+  out << "; strategy " << to_string(sharding_) << "\n";
+  for (int id = 0; id < nodes; ++id) {
+    const auto ranks = topology_.ranks_on_node(id);
+    out << "  node " << id;
+    if (!topology_.emulated) out << " (" << host_of(ranks.front()) << ")";
+    out << ": ranks";
+    for (const int r : ranks) out << " " << r;
+    out << "\n";
+  }
+  out << "  shard groups (a unit's parameters are split over):  " << groups_text(0) << "\n";
+  out << "  replicate groups (hold the same shard):             " << groups_text(1) << "\n";
+  if (hpz_) out << "  hpz groups (secondary copy of the weights):         " << groups_text(2) << "\n";
+  for (int r = 0; r < world_size; ++r) {
+    out << "  rank " << r << ": host " << host_of(r) << "  node " << topology_.node_of_rank[static_cast<std::size_t>(r)]
+        << "  local " << topology_.local_rank_of(r) << "  shard " << at(r, 0).rank << "/" << at(r, 0).size
+        << "  replicate " << at(r, 1).rank << "/" << at(r, 1).size;
+    if (hpz_) out << "  hpz " << at(r, 2).rank << "/" << at(r, 2).size;
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace hsdp::comm

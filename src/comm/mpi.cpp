@@ -1,0 +1,364 @@
+#include "hsdp/comm/mpi.hpp"
+
+#include <sched.h>
+
+#include <climits>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <thread>
+
+#include "hsdp/comm/traffic.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
+
+namespace hsdp::comm {
+namespace {
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+void check_mpi(int code, const std::string& what) {
+  if (code != MPI_SUCCESS) throw Error(ErrorKind::comm, what + " failed: " + mpi_error_text(code));
+}
+
+int to_mpi_count(std::size_t count, std::string_view what) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw_internal(std::string(what) + ": " + std::to_string(count) + " elements exceed MPI's int count limit");
+  }
+  return static_cast<int>(count);
+}
+
+// User reduction ops for the 2-byte float types: each element is summed in f32 and rounded back.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16_t*>(in);
+  auto* b = static_cast<bf16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
+void f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const f16_t*>(in);
+  auto* b = static_cast<f16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_f16(f16_to_float(a[i]) + f16_to_float(b[i]));
+}
+
+// avg = sum / n in the element type (through f32 for bf16 and f16).
+void divide_in_place(void* data, std::size_t count, DType t, int n) {
+  switch (t) {
+    case DType::f32: {
+      auto* x = static_cast<float*>(data);
+      for (std::size_t i = 0; i < count; ++i) x[i] /= static_cast<float>(n);
+      break;
+    }
+    case DType::f64: {
+      auto* x = static_cast<double*>(data);
+      for (std::size_t i = 0; i < count; ++i) x[i] /= static_cast<double>(n);
+      break;
+    }
+    case DType::bf16: {
+      auto* x = static_cast<bf16_t*>(data);
+      for (std::size_t i = 0; i < count; ++i) x[i] = float_to_bf16(bf16_to_float(x[i]) / static_cast<float>(n));
+      break;
+    }
+    case DType::f16: {
+      auto* x = static_cast<f16_t*>(data);
+      for (std::size_t i = 0; i < count; ++i) x[i] = float_to_f16(f16_to_float(x[i]) / static_cast<float>(n));
+      break;
+    }
+    case DType::i8:
+    case DType::u8: throw_internal("avg on an integer type reached the division step");
+  }
+}
+
+void pause_briefly(double waited_s) {
+  // 4 ranks share 2 cores in tests, and a real job may oversubscribe too: never spin hot.
+  if (waited_s < 1e-3) {
+    sched_yield();
+  } else {
+    const timespec pause{0, 50'000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+// What the watchdog message and the post-completion step need to know about one collective.
+struct OpInfo {
+  Collective collective;
+  std::string group;
+  std::uint64_t sequence;
+  int size;
+  int rank;
+  double timeout_s;
+  const Logger* logger;
+  // For avg: the result to divide by size once the sum has arrived (nullptr when there is nothing to do).
+  void* avg_data = nullptr;
+  std::size_t avg_count = 0;
+  DType dtype = DType::f32;
+};
+
+class MpiPendingOp final : public PendingOp {
+ public:
+  MpiPendingOp(MPI_Request request, OpInfo info) : request_(request), info_(std::move(info)) {}
+  ~MpiPendingOp() override {
+    if (!done_) wait();
+  }
+  MpiPendingOp(const MpiPendingOp&) = delete;
+  MpiPendingOp& operator=(const MpiPendingOp&) = delete;
+
+  void wait() override {
+    const Stopwatch watch;
+    while (!test()) {
+      const double waited = watch.seconds();
+      if (waited > info_.timeout_s) fire_watchdog();
+      pause_briefly(waited);
+    }
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    const int code = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    if (code != MPI_SUCCESS) fail(mpi_error_text(code));
+    if (flag == 0) return false;
+    done_ = true;
+    if (info_.avg_data != nullptr) divide_in_place(info_.avg_data, info_.avg_count, info_.dtype, info_.size);
+    return true;
+  }
+
+ private:
+  std::string describe() const {
+    return Logger::concat(to_string(info_.collective), " #", info_.sequence, " on group '", info_.group, "' (",
+                          info_.size, " ranks, this is rank ", info_.rank, ")");
+  }
+
+  [[noreturn]] void fire_watchdog() const {
+    info_.logger->any_rank("comm watchdog: ", describe(), " did not complete within ", info_.timeout_s,
+                           " s; aborting the job (exit ", kExitComm, ")");
+    // Give the other ranks' watchdogs a moment to print their own line before the job goes down.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    MpiEnvironment::abort_job(kExitComm);
+  }
+
+  [[noreturn]] void fail(const std::string& reason) const {
+    info_.logger->any_rank("comm error: ", describe(), " failed: ", reason, "; aborting the job (exit ", kExitComm,
+                           ")");
+    MpiEnvironment::abort_job(kExitComm);
+  }
+
+  MPI_Request request_;
+  OpInfo info_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+// ---- MpiEnvironment ----
+
+MpiEnvironment::MpiEnvironment(int* argc, char*** argv) {
+  int provided = 0;
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+}
+
+MpiEnvironment::~MpiEnvironment() {
+  if (!mpi_finalized()) MPI_Finalize();
+}
+
+void MpiEnvironment::abort_job(int exit_code) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized != 0 && !mpi_finalized()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
+}
+
+// ---- MpiComm ----
+
+MpiComm::~MpiComm() {
+  if (comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF && !mpi_finalized()) {
+    MPI_Comm_free(&comm_);
+  }
+}
+
+MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
+  if (this != &o) {
+    MpiComm old(comm_);  // frees the current one
+    comm_ = o.comm_;
+    o.comm_ = MPI_COMM_NULL;
+  }
+  return *this;
+}
+
+// ---- MpiCommunicator ----
+
+// MPI types and ops of one communicator: a 2-byte contiguous type for bf16/f16 and their f32-accumulating sums.
+struct MpiCommunicator::Impl {
+  MPI_Datatype half = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum_op = MPI_OP_NULL;
+  MPI_Op f16_sum_op = MPI_OP_NULL;
+
+  Impl() {
+    check_mpi(MPI_Type_contiguous(2, MPI_BYTE, &half), "MPI_Type_contiguous");
+    check_mpi(MPI_Type_commit(&half), "MPI_Type_commit");
+    check_mpi(MPI_Op_create(&bf16_sum, 1, &bf16_sum_op), "MPI_Op_create");
+    check_mpi(MPI_Op_create(&f16_sum, 1, &f16_sum_op), "MPI_Op_create");
+  }
+  ~Impl() {
+    if (mpi_finalized()) return;
+    if (f16_sum_op != MPI_OP_NULL) MPI_Op_free(&f16_sum_op);
+    if (bf16_sum_op != MPI_OP_NULL) MPI_Op_free(&bf16_sum_op);
+    if (half != MPI_DATATYPE_NULL) MPI_Type_free(&half);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  MPI_Datatype type_of(DType t) const {
+    switch (t) {
+      case DType::f32: return MPI_FLOAT;
+      case DType::f64: return MPI_DOUBLE;
+      case DType::bf16:
+      case DType::f16: return half;
+      case DType::i8: return MPI_INT8_T;
+      case DType::u8: return MPI_UINT8_T;
+    }
+    return MPI_DATATYPE_NULL;
+  }
+  // The MPI op for a reduction; avg is a sum followed by a division once the collective completes.
+  MPI_Op sum_op_of(DType t) const {
+    if (t == DType::bf16) return bf16_sum_op;
+    if (t == DType::f16) return f16_sum_op;
+    return MPI_SUM;
+  }
+};
+
+MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name, const std::vector<int>& node_of_world_rank,
+                                 const CommOptions& options, const Logger& logger)
+    : impl_(std::make_unique<Impl>()),
+      comm_(std::move(comm)),
+      name_(std::move(name)),
+      node_of_world_rank_(node_of_world_rank),
+      options_(options),
+      logger_(logger) {
+  if (comm_.get() == MPI_COMM_NULL) throw_internal("communicator '" + name_ + "' was given MPI_COMM_NULL");
+  check_mpi(MPI_Comm_rank(comm_.get(), &rank_), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(comm_.get(), &size_), "MPI_Comm_size");
+  int world_rank = 0;
+  check_mpi(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+  // Set-up traffic, not counted: every member's world rank, to know which node it is on.
+  std::vector<int> world_ranks(static_cast<std::size_t>(size_));
+  check_mpi(MPI_Allgather(&world_rank, 1, MPI_INT, world_ranks.data(), 1, MPI_INT, comm_.get()), "MPI_Allgather");
+  node_of_rank_.reserve(world_ranks.size());
+  for (const int w : world_ranks) {
+    if (w < 0 || static_cast<std::size_t>(w) >= node_of_world_rank_.size()) {
+      throw_internal("communicator '" + name_ + "': world rank " + std::to_string(w) +
+                     " is outside the topology's node map of " + std::to_string(node_of_world_rank_.size()) +
+                     " ranks");
+    }
+    node_of_rank_.push_back(node_of_world_rank_[static_cast<std::size_t>(w)]);
+  }
+}
+
+MpiCommunicator::~MpiCommunicator() = default;
+
+namespace {
+
+void check_reduction(DType t, ReduceOp op, const std::string& group, Collective c) {
+  if (t == DType::u8) {
+    throw_internal(std::string(to_string(c)) + " on group '" + group +
+                   "': uint8 carries packed int4 and cannot be reduced (gather or all_to_all it, then dequantize)");
+  }
+  if (op == ReduceOp::avg && !is_floating(t)) {
+    throw_internal(std::string(to_string(c)) + " on group '" + group + "': avg is not defined for " +
+                   std::string(to_string(t)) + " (use sum and scale)");
+  }
+}
+
+}  // namespace
+
+CommHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) {
+  check_reduction(t, op, name_, Collective::all_reduce);
+  const int n = to_mpi_count(count, "all_reduce");
+  const void* send_arg = send == recv ? MPI_IN_PLACE : send;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallreduce(send_arg, recv, n, impl_->type_of(t), impl_->sum_op_of(t), comm_.get(), &request),
+            "MPI_Iallreduce on '" + name_ + "'");
+  return issued(request, Collective::all_reduce, count, t, op == ReduceOp::avg ? recv : nullptr, count);
+}
+
+CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType t,
+                                                 ReduceOp op) {
+  check_reduction(t, op, name_, Collective::reduce_scatter);
+  const int n = to_mpi_count(recv_count, "reduce_scatter");
+  to_mpi_count(recv_count * static_cast<std::size_t>(size_), "reduce_scatter");
+  // In place (send == recv): the full input is read from recv and this rank's block lands at its start.
+  const void* send_arg = send == recv ? MPI_IN_PLACE : send;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ireduce_scatter_block(send_arg, recv, n, impl_->type_of(t), impl_->sum_op_of(t), comm_.get(),
+                                      &request),
+            "MPI_Ireduce_scatter_block on '" + name_ + "'");
+  return issued(request, Collective::reduce_scatter, recv_count, t, op == ReduceOp::avg ? recv : nullptr,
+                recv_count);
+}
+
+CommHandle MpiCommunicator::all_gather_async(const void* send, void* recv, std::size_t send_count, DType t) {
+  const int n = to_mpi_count(send_count, "all_gather");
+  to_mpi_count(send_count * static_cast<std::size_t>(size_), "all_gather");
+  const auto* own_block = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * send_count * size_of(t);
+  const void* send_arg = send == own_block ? MPI_IN_PLACE : send;
+  const MPI_Datatype type = impl_->type_of(t);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallgather(send_arg, n, type, recv, n, type, comm_.get(), &request),
+            "MPI_Iallgather on '" + name_ + "'");
+  return issued(request, Collective::all_gather, send_count, t, nullptr, 0);
+}
+
+CommHandle MpiCommunicator::all_to_all_async(const void* send, void* recv, std::size_t count_per_peer, DType t) {
+  const int n = to_mpi_count(count_per_peer, "all_to_all");
+  to_mpi_count(count_per_peer * static_cast<std::size_t>(size_), "all_to_all");
+  const MPI_Datatype type = impl_->type_of(t);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ialltoall(send, n, type, recv, n, type, comm_.get(), &request), "MPI_Ialltoall on '" + name_ + "'");
+  return issued(request, Collective::all_to_all, count_per_peer, t, nullptr, 0);
+}
+
+CommHandle MpiCommunicator::broadcast_async(void* buffer, std::size_t count, DType t, int root) {
+  if (root < 0 || root >= size_) {
+    throw_internal("broadcast on group '" + name_ + "': root " + std::to_string(root) + " is not a rank of a group of " +
+                   std::to_string(size_));
+  }
+  const int n = to_mpi_count(count, "broadcast");
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibcast(buffer, n, impl_->type_of(t), root, comm_.get(), &request), "MPI_Ibcast on '" + name_ + "'");
+  return issued(request, Collective::broadcast, count, t, nullptr, 0, root);
+}
+
+CommHandle MpiCommunicator::barrier_async() {
+  MPI_Request request = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibarrier(comm_.get(), &request), "MPI_Ibarrier on '" + name_ + "'");
+  return issued(request, Collective::barrier, 0, DType::u8, nullptr, 0);
+}
+
+CommHandle MpiCommunicator::issued(MPI_Request request, Collective c, std::size_t count, DType t, void* avg_data,
+                                   std::size_t avg_count, int root) {
+  ++sequence_;
+  counters_.record(c, traffic_bytes(c, count, size_of(t), rank_, node_of_rank_, root));
+  OpInfo info{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, avg_data, avg_count, t};
+  return CommHandle(std::make_unique<MpiPendingOp>(request, std::move(info)));
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std::string name) const {
+  MPI_Comm part = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_.get(), color, key, &part), "MPI_Comm_split of '" + name_ + "' into '" + name + "'");
+  return std::make_unique<MpiCommunicator>(MpiComm(part), std::move(name), node_of_world_rank_, options_, logger_);
+}
+
+}  // namespace hsdp::comm

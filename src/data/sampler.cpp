@@ -1,0 +1,139 @@
+#include "hsdp/data/sampler.hpp"
+
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/data/random.hpp"
+
+namespace hsdp::data {
+
+namespace {
+
+void check_shape(const char* who, int batch, int seq_len, int dp_rank, int dp_size) {
+  const std::string name = who;
+  if (batch < 1) throw_config(name + ": batch must be >= 1, got " + std::to_string(batch));
+  if (seq_len < 1) throw_config(name + ": seq_len must be >= 1, got " + std::to_string(seq_len));
+  if (dp_size < 1) throw_config(name + ": dp_size must be >= 1, got " + std::to_string(dp_size));
+  if (dp_rank < 0 || dp_rank >= dp_size) {
+    throw_config(name + ": dp_rank " + std::to_string(dp_rank) + " is outside [0, " + std::to_string(dp_size) + ")");
+  }
+}
+
+std::uint64_t windows_in(const TokenFile& file, std::size_t seq_len) {
+  return file.size() == 0 ? 0 : (file.size() - 1) / seq_len;
+}
+
+void require_windows(const TokenFile& file, std::uint64_t windows, std::size_t seq_len, std::uint64_t global_batch,
+                     int batch, int dp_size) {
+  if (windows >= global_batch) return;
+  throw_data(file.what() + ": '" + file.path().string() + "' has " + std::to_string(file.size()) + " tokens = " +
+             std::to_string(windows) + " windows of seq_len+1 = " + std::to_string(seq_len + 1) +
+             " tokens, fewer than one global batch of dp_size x batch = " + std::to_string(dp_size) + " x " +
+             std::to_string(batch) + " = " + std::to_string(global_batch) + " windows");
+}
+
+void check_spans(std::span<std::int32_t> inputs, std::span<std::int32_t> targets, std::size_t expected) {
+  if (inputs.size() != expected || targets.size() != expected) {
+    throw_internal("sampler: inputs/targets hold " + std::to_string(inputs.size()) + "/" +
+                   std::to_string(targets.size()) + " tokens, expected batch*seq_len = " + std::to_string(expected));
+  }
+}
+
+void copy_window(const TokenFile& file, std::uint64_t window, std::size_t seq_len, std::int32_t* inputs,
+                 std::int32_t* targets) {
+  const std::uint16_t* tokens = file.tokens().data() + window * seq_len;
+  for (std::size_t i = 0; i < seq_len; ++i) {
+    inputs[i] = tokens[i];
+    targets[i] = tokens[i + 1];
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> epoch_permutation(std::uint64_t count, std::uint64_t seed, std::uint64_t epoch) {
+  std::vector<std::uint32_t> order(count);
+  std::iota(order.begin(), order.end(), 0u);
+  SplitMix64 rng(derive_seed(seed, epoch));
+  for (std::uint64_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+  return order;
+}
+
+Sampler::Sampler(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed)
+    : file_(file), seed_(seed) {
+  check_shape("sampler", batch, seq_len, dp_rank, dp_size);
+  batch_ = static_cast<std::size_t>(batch);
+  seq_len_ = static_cast<std::size_t>(seq_len);
+  dp_rank_ = static_cast<std::size_t>(dp_rank);
+  global_batch_ = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(dp_size);
+  window_count_ = windows_in(file, seq_len_);
+  require_windows(file, window_count_, seq_len_, global_batch_, batch, dp_size);
+  if (window_count_ > std::numeric_limits<std::uint32_t>::max()) {
+    throw_data(file.what() + ": '" + file.path().string() + "' has more than 2^32 windows; raise seq_len");
+  }
+}
+
+void Sampler::start_epoch(std::uint64_t epoch) {
+  if (permutation_epoch_ == epoch) return;
+  permutation_ = epoch_permutation(window_count_, seed_, epoch);
+  permutation_epoch_ = epoch;
+}
+
+std::vector<std::uint64_t> Sampler::peek_windows() const {
+  SamplerState at = state_;
+  if (at.position + global_batch_ > window_count_) at = SamplerState{at.epoch + 1, 0};
+  std::vector<std::uint32_t> fresh;
+  const std::vector<std::uint32_t>* order = &permutation_;
+  if (at.epoch != permutation_epoch_) {
+    fresh = epoch_permutation(window_count_, seed_, at.epoch);
+    order = &fresh;
+  }
+  std::vector<std::uint64_t> windows(batch_);
+  for (std::size_t b = 0; b < batch_; ++b) windows[b] = (*order)[at.position + dp_rank_ * batch_ + b];
+  return windows;
+}
+
+void Sampler::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+  check_spans(inputs, targets, batch_ * seq_len_);
+  if (state_.position + global_batch_ > window_count_) state_ = SamplerState{state_.epoch + 1, 0};
+  start_epoch(state_.epoch);
+  for (std::size_t b = 0; b < batch_; ++b) {
+    const std::uint64_t window = permutation_[state_.position + dp_rank_ * batch_ + b];
+    copy_window(file_, window, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
+  }
+  state_.position += global_batch_;
+}
+
+void Sampler::restore(const SamplerState& state) {
+  if (state.position > window_count_) {
+    throw_data(file_.what() + ": sampler state position " + std::to_string(state.position) + " is beyond the " +
+               std::to_string(window_count_) + " windows of '" + file_.path().string() +
+               "' at this seq_len: was the checkpoint written for another data file or seq_len?");
+  }
+  state_ = state;
+}
+
+EvalLoader::EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size) : file_(file) {
+  check_shape("eval loader", batch, seq_len, dp_rank, dp_size);
+  batch_ = static_cast<std::size_t>(batch);
+  seq_len_ = static_cast<std::size_t>(seq_len);
+  dp_rank_ = static_cast<std::size_t>(dp_rank);
+  global_batch_ = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(dp_size);
+  const std::uint64_t windows = windows_in(file, seq_len_);
+  require_windows(file, windows, seq_len_, global_batch_, batch, dp_size);
+  batch_count_ = windows / global_batch_;
+}
+
+void EvalLoader::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+  check_spans(inputs, targets, batch_ * seq_len_);
+  if (batch_index_ == batch_count_) batch_index_ = 0;
+  const std::uint64_t first = batch_index_ * global_batch_ + dp_rank_ * batch_;
+  for (std::size_t b = 0; b < batch_; ++b) {
+    copy_window(file_, first + b, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
+  }
+  ++batch_index_;
+}
+
+}  // namespace hsdp::data

@@ -1,0 +1,78 @@
+#include "hsdp/data/synth_dataset.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/json.hpp"
+#include "hsdp/data/token_file.hpp"
+
+namespace hsdp::data {
+
+namespace {
+
+std::string precise(double value) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::path temporary = path;
+  temporary += ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << text << '\n';
+    out.flush();
+    if (!out) throw_data("synth: cannot write '" + temporary.string() + "'");
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) throw_data("synth: cannot rename '" + temporary.string() + "' to '" + path.string() + "': " + error.message());
+}
+
+}  // namespace
+
+std::string synth_source_json(const SynthSpec& spec, const EntropyRate& entropy) {
+  JsonLine json;
+  json.add("vocab", spec.source.vocab)
+      .add("order", spec.source.order)
+      .add("branching", spec.source.branching)
+      .add_raw("entropy_nats_per_token", precise(entropy.nats_per_token))
+      .add("seed", spec.source.seed)
+      .add("train_tokens", static_cast<std::uint64_t>(spec.train_tokens))
+      .add("val_tokens", static_cast<std::uint64_t>(spec.val_tokens))
+      .add_raw("uniform_mix", precise(spec.source.uniform_mix))
+      .add("stationary_iterations", entropy.iterations)
+      .add_raw("stationary_l1_change", precise(entropy.final_l1_change))
+      .add("generator", "hsdp-data synth: p(x|c) = (1-uniform_mix) Dirichlet(1) over branching successors + uniform_mix/vocab");
+  return json.str();
+}
+
+SynthSummary write_synth_dataset(const SynthSpec& spec, const std::filesystem::path& out_dir) {
+  if (spec.train_tokens == 0) throw_config("synth: --train-tokens must be > 0");
+  if (spec.val_tokens == 0) throw_config("synth: --val-tokens must be > 0");
+  const MarkovSource source = MarkovSource::from_spec(spec.source);
+  SynthSummary summary;
+  summary.entropy = source.entropy_rate();
+
+  std::error_code error;
+  std::filesystem::create_directories(out_dir, error);
+  if (error) throw_data("synth: cannot create directory '" + out_dir.string() + "': " + error.message());
+  summary.train_path = out_dir / "train.bin";
+  summary.val_path = out_dir / "val.bin";
+  summary.json_path = out_dir / "source.json";
+
+  MarkovStream stream(source, spec.source.seed);
+  std::vector<std::uint16_t> tokens(spec.train_tokens);
+  stream.fill(tokens);
+  write_token_file(summary.train_path, tokens);
+  tokens.assign(spec.val_tokens, 0);
+  stream.fill(tokens);
+  write_token_file(summary.val_path, tokens);
+  write_text_atomically(summary.json_path, synth_source_json(spec, summary.entropy));
+  return summary;
+}
+
+}  // namespace hsdp::data

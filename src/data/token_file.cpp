@@ -1,0 +1,162 @@
+#include "hsdp/data/token_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <utility>
+
+#include "hsdp/core/error.hpp"
+
+namespace hsdp::data {
+
+static_assert(std::endian::native == std::endian::little, "token files are little-endian");
+
+namespace {
+
+std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
+
+// Closes a POSIX descriptor on scope exit; the mapping outlives it.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+TokenFile::TokenFile(const std::filesystem::path& path, std::string what)
+    : path_(path), what_(std::move(what)) {
+  const std::string where = what_ + ": " + quoted(path_);
+  const FileDescriptor fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw_data(what_ + ": cannot open " + quoted(path_) + ": " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd.get(), &info) != 0) throw_data(where + ": cannot stat: " + std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) throw_data(where + " is not a regular file");
+  const auto file_bytes = static_cast<std::size_t>(info.st_size);
+  if (file_bytes < kTokenFileHeaderBytes) {
+    throw_data(where + " is " + std::to_string(file_bytes) + " bytes, smaller than the " +
+               std::to_string(kTokenFileHeaderBytes) + "-byte header of a token file (llm.c .bin format)");
+  }
+
+  void* mapping = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (mapping == MAP_FAILED) throw_data(where + ": cannot map: " + std::strerror(errno));
+  mapping_ = mapping;
+  mapping_bytes_ = file_bytes;
+
+  std::array<std::int32_t, kTokenFileHeaderInts> header{};
+  std::memcpy(header.data(), mapping_, kTokenFileHeaderBytes);
+  try {
+    if (header[0] != kTokenFileMagic) {
+      throw_data(where + " is not a token file: header magic is " + std::to_string(header[0]) + ", expected " +
+                 std::to_string(kTokenFileMagic) + " (llm.c .bin format)");
+    }
+    if (header[1] != kTokenFileVersion) {
+      throw_data(where + " has token file version " + std::to_string(header[1]) + ", expected " +
+                 std::to_string(kTokenFileVersion) + " (uint16 tokens)");
+    }
+    if (header[2] < 0) throw_data(where + " has a negative token count " + std::to_string(header[2]) + " in its header");
+    const auto count = static_cast<std::size_t>(header[2]);
+    const std::size_t expected = kTokenFileHeaderBytes + count * sizeof(std::uint16_t);
+    if (file_bytes < expected) {
+      throw_data(where + " is truncated: its header says " + std::to_string(count) + " tokens, so " +
+                 std::to_string(expected) + " bytes are expected, found " + std::to_string(file_bytes));
+    }
+    if (file_bytes > expected) {
+      throw_data(where + " has " + std::to_string(file_bytes - expected) + " bytes after its " +
+                 std::to_string(count) + " tokens: expected " + std::to_string(expected) + " bytes, found " +
+                 std::to_string(file_bytes));
+    }
+    token_count_ = count;
+    tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(mapping_) + kTokenFileHeaderBytes);
+  } catch (...) {
+    unmap();
+    throw;
+  }
+}
+
+TokenFile::~TokenFile() { unmap(); }
+
+TokenFile::TokenFile(TokenFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      what_(std::move(other.what_)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapping_bytes_(std::exchange(other.mapping_bytes_, 0)),
+      tokens_(std::exchange(other.tokens_, nullptr)),
+      token_count_(std::exchange(other.token_count_, 0)) {}
+
+TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    what_ = std::move(other.what_);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+    token_count_ = std::exchange(other.token_count_, 0);
+  }
+  return *this;
+}
+
+void TokenFile::unmap() noexcept {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
+  mapping_ = nullptr;
+  mapping_bytes_ = 0;
+  tokens_ = nullptr;
+  token_count_ = 0;
+}
+
+void TokenFile::validate_vocab(int vocab_size) const {
+  if (vocab_size <= 0) throw_config("validate_vocab: vocab size must be positive, got " + std::to_string(vocab_size));
+  const auto tokens = this->tokens();
+  const auto limit = static_cast<unsigned>(vocab_size);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] >= limit) {
+      throw_data(what_ + ": " + quoted(path_) + ": token " + std::to_string(tokens[i]) + " at position " +
+                 std::to_string(i) + " is >= vocab size " + std::to_string(vocab_size));
+    }
+  }
+}
+
+void write_token_file(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
+  if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    throw_data("cannot write " + quoted(path) + ": " + std::to_string(tokens.size()) +
+               " tokens do not fit the int32 token count of the llm.c header; split the data");
+  }
+  std::array<std::int32_t, kTokenFileHeaderInts> header{};
+  header[0] = kTokenFileMagic;
+  header[1] = kTokenFileVersion;
+  header[2] = static_cast<std::int32_t>(tokens.size());
+
+  std::filesystem::path temporary = path;
+  temporary += ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw_data("cannot write " + quoted(temporary) + ": " + std::strerror(errno));
+    out.write(reinterpret_cast<const char*>(header.data()), kTokenFileHeaderBytes);
+    out.write(reinterpret_cast<const char*>(tokens.data()),
+              static_cast<std::streamsize>(tokens.size_bytes()));
+    out.flush();
+    if (!out) throw_data("cannot write " + quoted(temporary) + ": write failed (disk full?)");
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) throw_data("cannot rename " + quoted(temporary) + " to " + quoted(path) + ": " + error.message());
+}
+
+}  // namespace hsdp::data

@@ -1,0 +1,120 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "hsdp/app/options.hpp"
+#include "hsdp/core/error.hpp"
+
+namespace hsdp::app {
+namespace {
+
+ConfigDeck parse(std::vector<std::string> args, CommandLine& cli) {
+  std::vector<const char*> argv = {"hsdp-train"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return ConfigDeck::parse(static_cast<int>(argv.size()), argv.data(), cli);
+}
+
+std::string error_of(std::vector<std::string> args) {
+  CommandLine cli;
+  try {
+    parse(std::move(args), cli);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_EQ(e.exit_code(), 2);
+    return e.what();
+  }
+  return "";
+}
+
+std::string write_deck(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ConfigDeck, DefaultsComeFromTheOptionTable) {
+  CommandLine cli;
+  const ConfigDeck deck = parse({}, cli);
+  EXPECT_EQ(deck.get("parallel.sharding"), "no_shard");
+  EXPECT_EQ(deck.get_int("model.n_layer"), 12);
+  EXPECT_FALSE(cli.help);
+}
+
+TEST(ConfigDeck, CommandLineOverridesTheDeck) {
+  const std::string path = write_deck("a.ini", "[train]\nmicro_batch = 8\nseq_len = 32\n");
+  CommandLine cli;
+  const ConfigDeck deck = parse({"--config", path, "--train.micro_batch=2"}, cli);
+  EXPECT_EQ(deck.get_int("train.micro_batch"), 2);
+  EXPECT_EQ(deck.get_int("train.seq_len"), 32);
+  EXPECT_EQ(cli.config_path.value(), path);
+}
+
+TEST(ConfigDeck, UnknownKeyInTheDeckIsNamedWithASuggestion) {
+  const std::string path = write_deck("b.ini", "[parallel]\nshardng = full_shard\n");
+  const std::string message = error_of({"--config", path});
+  EXPECT_NE(message.find("unknown option 'parallel.shardng'"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean 'parallel.sharding'"), std::string::npos) << message;
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+}
+
+TEST(ConfigDeck, BadChoiceNamesTheKeyAndTheAllowedValues) {
+  const std::string message = error_of({"--parallel.sharding=bogus"});
+  EXPECT_EQ(message,
+            "parallel.sharding: unknown value 'bogus' (allowed: "
+            "no_shard|zero1|shard_grad_op|full_shard|hybrid_shard|hybrid_shard_zero2)");
+}
+
+TEST(ConfigDeck, OutOfRangeAndNonNumericValuesAreRejected) {
+  EXPECT_NE(error_of({"--train.micro_batch=0"}).find("train.micro_batch: 0 is out of range (allowed: between 1"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train.lr=fast"}).find("train.lr: 'fast' is not a number"), std::string::npos);
+  EXPECT_NE(error_of({"--train.steps=3.5"}).find("train.steps: '3.5' is not an integer"), std::string::npos);
+  EXPECT_NE(error_of({"--train.activation_checkpointing=maybe"}).find("is not a boolean"), std::string::npos);
+}
+
+TEST(ConfigDeck, MissingDeckFileIsNamed) {
+  EXPECT_EQ(error_of({"--config", "input/does-not-exist.ini"}),
+            "--config: cannot open deck 'input/does-not-exist.ini' (no such file or not readable)");
+}
+
+TEST(ConfigDeck, AbbreviatedKeysAreNotGuessed) {
+  EXPECT_NE(error_of({"--train.micro=4"}).find("unknown option"), std::string::npos);
+}
+
+TEST(ConfigDeck, PrintedDeckParsesBackToTheSameValues) {
+  CommandLine cli;
+  const ConfigDeck deck = parse({"--parallel.sharding=full_shard", "--train.lr=0.001", "--log.dir=/tmp/x y"}, cli);
+  const ConfigDeck again = ConfigDeck::from_text(deck.to_ini(), "printed deck");
+  for (const auto& spec : option_table()) EXPECT_EQ(again.get(spec.key), deck.get(spec.key)) << spec.key;
+}
+
+TEST(ConfigDeck, EveryDefaultIsValidAndEveryKeyIsInASection) {
+  for (const auto& spec : option_table()) {
+    EXPECT_NO_THROW(validate_value(spec, spec.default_value)) << spec.key;
+    const std::string section = spec.key.substr(0, spec.key.find('.'));
+    EXPECT_NE(std::find(section_order().begin(), section_order().end(), section), section_order().end()) << spec.key;
+    EXPECT_FALSE(spec.help.empty()) << spec.key;
+  }
+}
+
+TEST(ConfigDeck, ShippedDecksParse) {
+  for (const char* deck : {"input/quickstart.ini"}) {
+    const std::string path = std::string(HSDP_SOURCE_DIR) + "/" + deck;
+    std::ifstream file(path);
+    if (!file) continue;  // decks arrive with the features that use them
+    CommandLine cli;
+    EXPECT_NO_THROW(parse({"--config", path}, cli)) << deck;
+  }
+}
+
+TEST(HelpText, ListsEveryKeyWithItsDefault) {
+  const std::string help = help_text("hsdp-train");
+  for (const auto& spec : option_table()) {
+    EXPECT_NE(help.find("--" + spec.key + " [" + spec.default_value + "]"), std::string::npos) << spec.key;
+  }
+  EXPECT_NE(help.find("exit codes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hsdp::app

@@ -1,0 +1,17 @@
+# Runs PROG with ARGS; passes when the exit code is EXPECT_CODE, the output contains EXPECT_TEXT, and (for a
+# failure) the error is one line.
+execute_process(COMMAND ${PROG} ${ARGS} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT code EQUAL EXPECT_CODE)
+  message(FATAL_ERROR "exit code ${code}, expected ${EXPECT_CODE}\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+string(FIND "${out}${err}" "${EXPECT_TEXT}" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "output lacks '${EXPECT_TEXT}'\nstdout:\n${out}\nstderr:\n${err}")
+endif()
+if(NOT EXPECT_CODE EQUAL 0)
+  string(STRIP "${err}" stripped)
+  string(FIND "${stripped}" "\n" newline)
+  if(NOT newline EQUAL -1 OR NOT "${out}" STREQUAL "")
+    message(FATAL_ERROR "expected exactly one line on stderr and nothing on stdout\nstdout:\n${out}\nstderr:\n${err}")
+  endif()
+endif()

@@ -1,0 +1,110 @@
+// main of the MPI test suite: MPI, the emulated mesh from the command line, one ProcessMesh per strategy,
+// then GoogleTest on every rank. Rank 0 prints gtest's output; other ranks print only their own failures.
+// Every rank exits non-zero when any rank had a failure.
+//   comm_mpi_test --topology.ranks_per_node=N --topology.placement=block|cyclic [gtest flags]
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "hsdp/core/error.hpp"
+#include "mpi_test_context.hpp"
+
+namespace hsdp::comm::testing {
+namespace {
+
+MpiTestContext*& context_slot() {
+  static MpiTestContext* slot = nullptr;
+  return slot;
+}
+
+// Removes `--topology.<key>=value` arguments (gtest would reject them) and returns what they said.
+TopologyOptions take_topology_args(int& argc, char** argv) {
+  TopologyOptions options;
+  options.ranks_per_node = 4;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    constexpr std::string_view kRpn = "--topology.ranks_per_node=";
+    constexpr std::string_view kPlacement = "--topology.placement=";
+    if (arg.starts_with(kRpn)) {
+      options.ranks_per_node = std::stoi(std::string(arg.substr(kRpn.size())));
+    } else if (arg.starts_with(kPlacement)) {
+      options.placement = parse_placement(std::string(arg.substr(kPlacement.size())));
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+  return options;
+}
+
+// On ranks other than 0: one line per failed assertion, prefixed with the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(const Logger& logger) : logger_(logger) {}
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    logger_.any_rank("FAILED ", test ? std::string(test->test_suite_name()) + "." + test->name() : "", " at ",
+                     result.file_name() ? result.file_name() : "?", ":", result.line_number(), ": ",
+                     result.message());
+  }
+
+ private:
+  const Logger& logger_;
+};
+
+int run(int& argc, char** argv, const MpiEnvironment& mpi) {
+  const TopologyOptions options = take_topology_args(argc, argv);
+  Logger logger(mpi.world_rank(), host_name());
+  const Topology topology = detect_topology(MPI_COMM_WORLD, options);
+  // Generous: 4 ranks share 2 cores here, and a hang should still end the run long before ctest's timeout.
+  const CommOptions comm_options{60.0};
+  MpiCommunicator world(MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank, comm_options, logger);
+  MpiTestContext context{world, topology, MeshSpec{mpi.world_size(), options.ranks_per_node, options.placement},
+                         logger, {}};
+  for (const Sharding s : kStrategies) {
+    if (is_hybrid(s) && !topology.nodes_equal_size()) continue;
+    context.meshes.emplace(s, std::make_unique<ProcessMesh>(world, topology, s));
+  }
+  context_slot() = &context;
+
+  ::testing::InitGoogleTest(&argc, argv);
+  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+  if (mpi.world_rank() != 0) {
+    const std::unique_ptr<::testing::TestEventListener> silenced(listeners.Release(listeners.default_result_printer()));
+    listeners.Append(std::make_unique<RankFailurePrinter>(logger).release());  // gtest owns appended listeners
+  }
+  logger.info("comm_mpi_test: ", mpi.world_size(), " ranks, --topology.ranks_per_node=", options.ranks_per_node,
+              " --topology.placement=", to_string(options.placement));
+  const int status = RUN_ALL_TESTS();
+  int failures = ::testing::UnitTest::GetInstance()->failed_test_count() + (status != 0 ? 1 : 0);
+  MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  context_slot() = nullptr;
+  if (failures > 0) logger.error("comm_mpi_test: ", failures, " failure(s) summed over all ranks");
+  return failures > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+MpiTestContext& context() { return *context_slot(); }
+
+}  // namespace hsdp::comm::testing
+
+int main(int argc, char** argv) {
+  hsdp::comm::MpiEnvironment mpi(&argc, &argv);
+  try {
+    return hsdp::comm::testing::run(argc, argv, mpi);
+  } catch (const hsdp::Error& e) {
+    std::cerr << "[rank " << mpi.world_rank() << "] comm_mpi_test: " << e.what() << std::endl;
+    hsdp::comm::MpiEnvironment::abort_job(e.exit_code());
+  } catch (const std::exception& e) {
+    std::cerr << "[rank " << mpi.world_rank() << "] comm_mpi_test: " << e.what() << std::endl;
+    hsdp::comm::MpiEnvironment::abort_job(hsdp::kExitInternal);
+  }
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One command from a fresh clone to a running hsdp: installs what is missing, builds, and runs the main job on
+# the CPU with 4 MPI ranks emulating 2 nodes x 2 ranks.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${HSDP_BUILD_DIR:-build}
+
+tools/setup.sh
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j "$(nproc)"
+
+mpirun=(mpirun --oversubscribe -np 4)
+[[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
+
+echo
+echo "== the process mesh: 4 ranks as 2 emulated nodes x 2 ranks, hybrid_shard"
+"${mpirun[@]}" "$build/bin/hsdp-train" --print-mesh --parallel.sharding=hybrid_shard --topology.ranks_per_node=2
+
+echo
+echo "== hsdp-commbench: collectives over the world, intra-node and inter-node groups"
+"${mpirun[@]}" "$build/bin/hsdp-commbench" --topology.ranks_per_node=2 --factor=4 --min-bytes=16

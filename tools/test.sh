@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what is missing, configures, builds, and runs every test through ctest. Exit status: ctest's.
+#   tools/test.sh                 all tests
+#   tools/test.sh -L unit         arguments go to ctest (e.g. a label)
+# Environment: HSDP_BUILD_DIR (default build), HSDP_JOBS (default: all cores).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+build=${HSDP_BUILD_DIR:-build}
+jobs=${HSDP_JOBS:-$(nproc)}
+
+tools/setup.sh
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$build" -j "$jobs"
+cd "$build"
+status=0
+ctest --output-on-failure --timeout 900 "$@" || status=$?
+exit $status
