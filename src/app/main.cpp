@@ -1,12 +1,13 @@
 // hsdp-train: parse the deck, build the mesh, train. Every rank runs this.
 #include <iostream>
 
-#include "hsdp/app/agree.hpp"
+#include "hsdp/comm/agree.hpp"
 #include "hsdp/app/options.hpp"
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/comm/mpi.hpp"
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/core/log.hpp"
+#include "hsdp/train/trainer.hpp"
 
 namespace {
 
@@ -20,10 +21,62 @@ hsdp::comm::TopologyOptions topology_options(const ConfigDeck& deck) {
   return options;
 }
 
+hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
+  hsdp::train::TrainOptions o;
+  auto integer = [&](const char* key) { return static_cast<int>(deck.get_int(key)); };
+  o.model.n_layer = integer("model.n_layer");
+  o.model.n_head = integer("model.n_head");
+  o.model.n_embd = integer("model.n_embd");
+  o.model.block_size = integer("model.block_size");
+  o.model.vocab_size = integer("model.vocab_size");
+  o.model.padded_vocab_size = integer("model.padded_vocab_size");
+  if (o.model.padded_vocab_size == 0) o.model.padded_vocab_size = (o.model.vocab_size + 127) / 128 * 128;
+  if (o.model.padded_vocab_size < o.model.vocab_size) {
+    hsdp::throw_config("model.padded_vocab_size (" + std::to_string(o.model.padded_vocab_size) +
+                       ") must be 0 or >= model.vocab_size (" + std::to_string(o.model.vocab_size) + ")");
+  }
+  o.model.validate();
+  o.model_seed = static_cast<std::uint64_t>(deck.get_int("model.seed"));
+  o.train_path = deck.get("data.train");
+  o.val_path = deck.get("data.val");
+  o.entropy_json = deck.get("data.entropy_json");
+  o.steps = deck.get_int("train.steps");
+  o.micro_batch = integer("train.micro_batch");
+  o.seq_len = integer("train.seq_len");
+  if (o.seq_len > o.model.block_size) {
+    hsdp::throw_config("train.seq_len (" + std::to_string(o.seq_len) + ") exceeds model.block_size (" +
+                       std::to_string(o.model.block_size) + ")");
+  }
+  o.grad_accum = integer("train.grad_accum");
+  o.schedule.lr = deck.get_real("train.lr");
+  o.schedule.min_lr = deck.get_real("train.min_lr");
+  o.schedule.warmup_steps = deck.get_int("train.warmup_steps");
+  o.schedule.max_steps = o.steps;
+  if (o.schedule.min_lr > o.schedule.lr) {
+    hsdp::throw_config("train.min_lr (" + deck.get("train.min_lr") + ") must not exceed train.lr (" +
+                       deck.get("train.lr") + ")");
+  }
+  o.adamw.beta1 = static_cast<float>(deck.get_real("train.beta1"));
+  o.adamw.beta2 = static_cast<float>(deck.get_real("train.beta2"));
+  o.adamw.eps = static_cast<float>(deck.get_real("train.eps"));
+  o.adamw.weight_decay = static_cast<float>(deck.get_real("train.weight_decay"));
+  o.grad_clip = deck.get_real("train.grad_clip");
+  o.data_seed = static_cast<std::uint64_t>(deck.get_int("train.seed"));
+  o.eval_every = deck.get_int("train.eval_every");
+  o.eval_batches = integer("train.eval_batches");
+  o.activation_checkpointing = deck.get_bool("train.activation_checkpointing");
+  o.sharding = hsdp::comm::parse_sharding(deck.get("parallel.sharding"));
+  o.threads = integer("device.threads");
+  o.log_dir = deck.get("log.dir");
+  o.log_every = deck.get_int("log.every");
+  o.deck_text = deck.to_ini(false);
+  return o;
+}
+
 int run(int argc, char** argv, const hsdp::Logger& log) {
   CommandLine cli;
   ConfigDeck deck;
-  hsdp::app::agree(MPI_COMM_WORLD, [&] { deck = ConfigDeck::parse(argc, argv, cli); });
+  hsdp::comm::agree(MPI_COMM_WORLD, [&] { deck = ConfigDeck::parse(argc, argv, cli); });
   if (cli.help) {
     log.info(hsdp::app::help_text("hsdp-train"));
     return hsdp::kExitOk;
@@ -40,21 +93,23 @@ int run(int argc, char** argv, const hsdp::Logger& log) {
   hsdp::comm::CommOptions comm_options;
   comm_options.timeout_s = deck.get_real("comm.timeout_s");
   hsdp::comm::Topology topology;
-  hsdp::app::agree(MPI_COMM_WORLD,
+  hsdp::comm::agree(MPI_COMM_WORLD,
                    [&] { topology = hsdp::comm::detect_topology(MPI_COMM_WORLD, topology_options(deck)); });
   hsdp::comm::MpiCommunicator world(hsdp::comm::MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank,
                                     comm_options, log);
   const auto sharding = hsdp::comm::parse_sharding(deck.get("parallel.sharding"));
   std::unique_ptr<hsdp::comm::ProcessMesh> mesh;
-  hsdp::app::agree(MPI_COMM_WORLD,
+  hsdp::comm::agree(MPI_COMM_WORLD,
                    [&] { mesh = std::make_unique<hsdp::comm::ProcessMesh>(world, topology, sharding); });
   if (cli.print_mesh) {
     const std::string text = mesh->describe();
     log.info(text);
     return hsdp::kExitOk;
   }
-  log.info("hsdp-train: training is not built yet in this version (use --print-mesh or --print-config)");
-  return hsdp::kExitInternal;
+  hsdp::train::TrainOptions options;
+  hsdp::comm::agree(MPI_COMM_WORLD, [&] { options = train_options(deck); });
+  hsdp::train::train(options, *mesh, log);
+  return hsdp::kExitOk;
 }
 
 }  // namespace
@@ -64,7 +119,7 @@ int main(int argc, char** argv) {
   const hsdp::Logger log(mpi.world_rank(), hsdp::host_name());
   try {
     return run(argc, argv, log);
-  } catch (const hsdp::app::AgreedError& e) {
+  } catch (const hsdp::comm::AgreedError& e) {
     // Every rank has this error; rank 0 says it once.
     if (log.is_root()) std::cerr << "hsdp-train: " << hsdp::to_string(e.kind()) << " error: " << e.what() << "\n";
     return e.exit_code();

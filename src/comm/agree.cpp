@@ -1,9 +1,9 @@
-#include "hsdp/app/agree.hpp"
+#include "hsdp/comm/agree.hpp"
 
 #include <climits>
 #include <string>
 
-namespace hsdp::app {
+namespace hsdp::comm {
 
 void agree(MPI_Comm comm, const std::function<void()>& step) {
   int rank = 0;
@@ -33,4 +33,4 @@ void agree(MPI_Comm comm, const std::function<void()>& step) {
   throw AgreedError(static_cast<ErrorKind>(kind), message);
 }
 
-}  // namespace hsdp::app
+}  // namespace hsdp::comm

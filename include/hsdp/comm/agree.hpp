@@ -7,7 +7,7 @@
 
 #include "hsdp/core/error.hpp"
 
-namespace hsdp::app {
+namespace hsdp::comm {
 
 // Thrown on EVERY rank by agree(): all ranks know, so they exit together without MPI_Abort.
 class AgreedError : public Error {
@@ -19,4 +19,4 @@ class AgreedError : public Error {
 // the kind and message of the lowest failing rank (prefixed with that rank when it is not rank 0).
 void agree(MPI_Comm comm, const std::function<void()>& step);
 
-}  // namespace hsdp::app
+}  // namespace hsdp::comm

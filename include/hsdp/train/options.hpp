@@ -1,0 +1,41 @@
+#pragma once
+// What the training loop needs to know, as typed values (app/ builds it from the deck).
+#include <cstdint>
+#include <string>
+
+#include "hsdp/comm/mesh.hpp"
+#include "hsdp/model/config.hpp"
+#include "hsdp/optim/adamw.hpp"
+#include "hsdp/optim/lr_schedule.hpp"
+
+namespace hsdp::train {
+
+struct TrainOptions {
+  model::GptConfig model;
+  std::uint64_t model_seed = 1337;
+
+  std::string train_path;
+  std::string val_path;
+  std::string entropy_json;  // optional: `hsdp-data synth`'s source.json
+
+  std::int64_t steps = 1000;
+  int micro_batch = 4;
+  int seq_len = 64;
+  int grad_accum = 1;
+  optim::CosineSchedule schedule;
+  optim::AdamWConfig adamw;
+  double grad_clip = 1.0;
+  std::uint64_t data_seed = 1337;
+  std::int64_t eval_every = 100;
+  int eval_batches = 8;
+  bool activation_checkpointing = false;
+
+  comm::Sharding sharding = comm::Sharding::no_shard;
+  int threads = 0;  // 0 = cores of the node / ranks on it
+
+  std::string log_dir = "runs/hsdp";
+  std::int64_t log_every = 10;
+  std::string deck_text;  // the resolved deck, recorded in summary.json
+};
+
+}  // namespace hsdp::train

@@ -1,0 +1,25 @@
+#pragma once
+// The training loop on every rank: data-parallel micro-batches with gradient accumulation, AdamW with a
+// cosine schedule and global-norm clipping, evaluation, progress on rank 0, metrics.jsonl and summary.json.
+#include <string>
+
+#include "hsdp/comm/mesh.hpp"
+#include "hsdp/core/log.hpp"
+#include "hsdp/train/options.hpp"
+
+namespace hsdp::train {
+
+struct TrainSummary {
+  std::int64_t steps = 0;
+  double final_loss = 0;
+  double final_val_loss = -1;
+  double entropy_rate = -1;  // from data.entropy_json, if given
+  double tokens_per_s = 0;   // mean over the steps after the first
+  double seconds = 0;
+};
+
+// Validates the options against the data (collectively: a bad file on one rank ends every rank with one
+// message) and trains. Throws hsdp::Error.
+TrainSummary train(const TrainOptions& options, comm::ProcessMesh& mesh, const Logger& log);
+
+}  // namespace hsdp::train

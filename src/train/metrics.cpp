@@ -1,0 +1,73 @@
+#include "hsdp/train/metrics.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/json.hpp"
+
+namespace hsdp::train {
+
+std::string memory_json(const MemoryAccountant& memory) {
+  JsonLine j;
+  for (const MemCategory c : kAllMemCategories) j.add(to_string(c), memory.current(c));
+  j.add("total", memory.current_total());
+  j.add("peak_total", memory.peak_total());
+  return j.str();
+}
+
+std::string to_json(const StepMetrics& m, const MemoryAccountant& memory) {
+  JsonLine j;
+  j.add("step", m.step).add("loss", m.loss).add("lr", m.lr).add("grad_norm", m.grad_norm).add("tokens", m.tokens);
+  j.add("tokens_per_s", m.tokens_per_s).add("step_ms", m.step_ms).add("comm_ms", m.comm_ms);
+  j.add("bytes_intra", m.bytes.intra).add("bytes_inter", m.bytes.inter);
+  if (m.val_loss >= 0) j.add("val_loss", m.val_loss);
+  j.add_raw("memory", memory_json(memory));
+  return j.str();
+}
+
+std::string format_duration(double seconds) {
+  if (!(seconds >= 0)) return "?";
+  const auto total = static_cast<long long>(seconds + 0.5);
+  char text[32];
+  if (total >= 3600) {
+    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", total / 3600, total / 60 % 60, total % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lld:%02lld", total / 60, total % 60);
+  }
+  return text;
+}
+
+namespace {
+std::string mib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
+  return text;
+}
+}  // namespace
+
+std::string progress_line(const StepMetrics& m, std::int64_t total_steps, const MemoryAccountant& memory,
+                          double eta_s) {
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f) | mem %s | "
+                "intra %s inter %s | ETA %s",
+                static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr, m.grad_norm,
+                m.tokens_per_s, m.step_ms, m.comm_ms, mib(static_cast<double>(memory.current_total())).c_str(),
+                mib(static_cast<double>(m.bytes.intra)).c_str(), mib(static_cast<double>(m.bytes.inter)).c_str(),
+                format_duration(eta_s).c_str());
+  return text;
+}
+
+MetricsLog::MetricsLog(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw_config("log.dir: cannot create '" + dir + "': " + ec.message());
+  file_.open(dir + "/metrics.jsonl", std::ios::trunc);
+  if (!file_) throw_config("log.dir: cannot write '" + dir + "/metrics.jsonl'");
+}
+
+void MetricsLog::write(const std::string& json_line) { file_ << json_line << '\n' << std::flush; }
+
+}  // namespace hsdp::train
