@@ -332,8 +332,8 @@ CommHandle MpiCommunicator::all_to_all_async(const void* send, void* recv, std::
 
 CommHandle MpiCommunicator::broadcast_async(void* buffer, std::size_t count, DType t, int root) {
   if (root < 0 || root >= size_) {
-    throw_internal("broadcast on group '" + name_ + "': root " + std::to_string(root) + " is not a rank of a group of " +
-                   std::to_string(size_));
+    throw_internal("broadcast on group '" + name_ + "': root " + std::to_string(root) +
+                   " is not a rank of a group of " + std::to_string(size_));
   }
   const int n = to_mpi_count(count, "broadcast");
   MPI_Request request = MPI_REQUEST_NULL;

@@ -47,16 +47,20 @@ TopologyOptions take_topology_args(int& argc, char** argv) {
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit RankFailurePrinter(const Logger& logger) : logger_(logger) {}
+  // The name is kept here: UnitTest::current_test_info() would deadlock inside OnTestPartResult (gtest holds
+  // its lock while it reports a result).
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    test_name_ = std::string(test.test_suite_name()) + "." + test.name();
+  }
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (!result.failed()) return;
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    logger_.any_rank("FAILED ", test ? std::string(test->test_suite_name()) + "." + test->name() : "", " at ",
-                     result.file_name() ? result.file_name() : "?", ":", result.line_number(), ": ",
-                     result.message());
+    logger_.any_rank("FAILED ", test_name_, " at ", result.file_name() ? result.file_name() : "?", ":",
+                     result.line_number(), ": ", result.message());
   }
 
  private:
   const Logger& logger_;
+  std::string test_name_;
 };
 
 int run(int& argc, char** argv, const MpiEnvironment& mpi) {

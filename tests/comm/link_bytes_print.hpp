@@ -6,6 +6,8 @@
 
 namespace hsdp::comm {
 
-inline void PrintTo(const LinkBytes& b, std::ostream* os) { *os << "{intra " << b.intra << ", inter " << b.inter << "}"; }
+inline void PrintTo(const LinkBytes& b, std::ostream* os) {
+  *os << "{intra " << b.intra << ", inter " << b.inter << "}";
+}
 
 }  // namespace hsdp::comm

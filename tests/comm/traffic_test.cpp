@@ -1,11 +1,11 @@
 // The traffic model of traffic.hpp on hand-computed cases (exact integer byte counts: no tolerance).
 #include "hsdp/comm/traffic.hpp"
 
-#include "link_bytes_print.hpp"
-
 #include <gtest/gtest.h>
 
 #include <vector>
+
+#include "link_bytes_print.hpp"
 
 namespace hsdp::comm {
 namespace {

@@ -59,6 +59,11 @@ class MpiCommunicator final : public Communicator {
   std::span<const int> node_of_rank() const override { return node_of_rank_; }
   MPI_Comm raw() const { return comm_.get(); }
 
+  // Keep the typed conveniences of Communicator visible next to the overrides below.
+  using Communicator::all_gather_async;
+  using Communicator::all_reduce_async;
+  using Communicator::reduce_scatter_async;
+
   CommHandle all_reduce_async(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) override;
   CommHandle reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType t,
                                   ReduceOp op) override;
