@@ -17,7 +17,8 @@ std::vector<std::uint16_t> encode_bytes(std::string_view text) {
 }
 
 std::vector<std::uint16_t> encode_text_file(const std::filesystem::path& input) {
-  if (std::filesystem::is_directory(input)) throw_data("encode: '" + input.string() + "' is a directory, not a text file");
+  if (std::filesystem::is_directory(input))
+    throw_data("encode: '" + input.string() + "' is a directory, not a text file");
   std::ifstream in(input, std::ios::binary);
   if (!in) throw_data("encode: cannot open '" + input.string() + "': " + std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

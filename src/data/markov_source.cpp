@@ -21,7 +21,9 @@ std::uint64_t power_bounded(std::uint64_t base, int exponent, std::uint64_t limi
   return result;
 }
 
-double neg_p_log_p(double p) { return p > 0.0 ? -p * std::log(p) : 0.0; }
+double neg_p_log_p(double p) {
+  return p > 0.0 ? -p * std::log(p) : 0.0;
+}
 
 }  // namespace
 
@@ -47,8 +49,8 @@ MarkovSource::MarkovSource(int vocab, int order, int branching, double uniform_m
   }
   if (context_count_ * static_cast<std::uint64_t>(branching) > kMaxMarkovTableEntries) {
     throw_config("synth: --vocab^--order x --branching = " + std::to_string(context_count_) + " x " +
-                 std::to_string(branching) + " successor entries exceeds " +
-                 std::to_string(kMaxMarkovTableEntries) + ": lower --vocab, --order or --branching");
+                 std::to_string(branching) + " successor entries exceeds " + std::to_string(kMaxMarkovTableEntries) +
+                 ": lower --vocab, --order or --branching");
   }
   suffix_count_ = context_count_ / v;
 }
@@ -56,8 +58,9 @@ MarkovSource::MarkovSource(int vocab, int order, int branching, double uniform_m
 MarkovSource MarkovSource::from_spec(const MarkovSpec& spec) {
   MarkovSource source(spec.vocab, spec.order, spec.branching, spec.uniform_mix);
   if (!(spec.uniform_mix > 0.0)) {
-    throw_config("synth: --uniform-mix must be > 0: it is what makes the chain ergodic, so that its entropy "
-                 "rate is well defined");
+    throw_config(
+        "synth: --uniform-mix must be > 0: it is what makes the chain ergodic, so that its entropy "
+        "rate is well defined");
   }
   const auto b = static_cast<std::size_t>(spec.branching);
   const auto v = static_cast<std::uint64_t>(spec.vocab);
@@ -169,7 +172,8 @@ EntropyRate MarkovSource::entropy_rate() const {
     // Context (a, s) moves to (s, x): the uniform part spreads each suffix's mass over all x.
     std::fill(suffix_mass.begin(), suffix_mass.end(), 0.0);
     for (std::size_t c = 0; c < contexts; ++c) suffix_mass[c % suffixes] += pi[c];
-    for (std::size_t s = 0; s < suffixes; ++s) std::fill_n(next.begin() + static_cast<std::ptrdiff_t>(s * v), v, uniform * suffix_mass[s]);
+    for (std::size_t s = 0; s < suffixes; ++s)
+      std::fill_n(next.begin() + static_cast<std::ptrdiff_t>(s * v), v, uniform * suffix_mass[s]);
     for (std::size_t c = 0; c < contexts; ++c) {
       const std::size_t base = (c % suffixes) * v;
       const double mass = (1.0 - uniform_mix_) * pi[c];

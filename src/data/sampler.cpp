@@ -29,8 +29,8 @@ std::uint64_t windows_in(const TokenFile& file, std::size_t seq_len) {
 void require_windows(const TokenFile& file, std::uint64_t windows, std::size_t seq_len, std::uint64_t global_batch,
                      int batch, int dp_size) {
   if (windows >= global_batch) return;
-  throw_data(file.what() + ": '" + file.path().string() + "' has " + std::to_string(file.size()) + " tokens = " +
-             std::to_string(windows) + " windows of seq_len+1 = " + std::to_string(seq_len + 1) +
+  throw_data(file.what() + ": '" + file.path().string() + "' has " + std::to_string(file.size()) +
+             " tokens = " + std::to_string(windows) + " windows of seq_len+1 = " + std::to_string(seq_len + 1) +
              " tokens, fewer than one global batch of dp_size x batch = " + std::to_string(dp_size) + " x " +
              std::to_string(batch) + " = " + std::to_string(global_batch) + " windows");
 }

@@ -29,7 +29,8 @@ void write_text_atomically(const std::filesystem::path& path, const std::string&
   }
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
-  if (error) throw_data("synth: cannot rename '" + temporary.string() + "' to '" + path.string() + "': " + error.message());
+  if (error)
+    throw_data("synth: cannot rename '" + temporary.string() + "' to '" + path.string() + "': " + error.message());
 }
 
 }  // namespace
@@ -46,7 +47,8 @@ std::string synth_source_json(const SynthSpec& spec, const EntropyRate& entropy)
       .add_raw("uniform_mix", precise(spec.source.uniform_mix))
       .add("stationary_iterations", entropy.iterations)
       .add_raw("stationary_l1_change", precise(entropy.final_l1_change))
-      .add("generator", "hsdp-data synth: p(x|c) = (1-uniform_mix) Dirichlet(1) over branching successors + uniform_mix/vocab");
+      .add("generator",
+           "hsdp-data synth: p(x|c) = (1-uniform_mix) Dirichlet(1) over branching successors + uniform_mix/vocab");
   return json.str();
 }
 

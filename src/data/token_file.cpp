@@ -21,7 +21,9 @@ static_assert(std::endian::native == std::endian::little, "token files are littl
 
 namespace {
 
-std::string quoted(const std::filesystem::path& path) { return "'" + path.string() + "'"; }
+std::string quoted(const std::filesystem::path& path) {
+  return "'" + path.string() + "'";
+}
 
 // Closes a POSIX descriptor on scope exit; the mapping outlives it.
 class FileDescriptor {
@@ -40,8 +42,7 @@ class FileDescriptor {
 
 }  // namespace
 
-TokenFile::TokenFile(const std::filesystem::path& path, std::string what)
-    : path_(path), what_(std::move(what)) {
+TokenFile::TokenFile(const std::filesystem::path& path, std::string what) : path_(path), what_(std::move(what)) {
   const std::string where = what_ + ": " + quoted(path_);
   const FileDescriptor fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw_data(what_ + ": cannot open " + quoted(path_) + ": " + std::strerror(errno));
@@ -70,7 +71,8 @@ TokenFile::TokenFile(const std::filesystem::path& path, std::string what)
       throw_data(where + " has token file version " + std::to_string(header[1]) + ", expected " +
                  std::to_string(kTokenFileVersion) + " (uint16 tokens)");
     }
-    if (header[2] < 0) throw_data(where + " has a negative token count " + std::to_string(header[2]) + " in its header");
+    if (header[2] < 0)
+      throw_data(where + " has a negative token count " + std::to_string(header[2]) + " in its header");
     const auto count = static_cast<std::size_t>(header[2]);
     const std::size_t expected = kTokenFileHeaderBytes + count * sizeof(std::uint16_t);
     if (file_bytes < expected) {
@@ -78,9 +80,8 @@ TokenFile::TokenFile(const std::filesystem::path& path, std::string what)
                  std::to_string(expected) + " bytes are expected, found " + std::to_string(file_bytes));
     }
     if (file_bytes > expected) {
-      throw_data(where + " has " + std::to_string(file_bytes - expected) + " bytes after its " +
-                 std::to_string(count) + " tokens: expected " + std::to_string(expected) + " bytes, found " +
-                 std::to_string(file_bytes));
+      throw_data(where + " has " + std::to_string(file_bytes - expected) + " bytes after its " + std::to_string(count) +
+                 " tokens: expected " + std::to_string(expected) + " bytes, found " + std::to_string(file_bytes));
     }
     token_count_ = count;
     tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(mapping_) + kTokenFileHeaderBytes);
@@ -90,7 +91,9 @@ TokenFile::TokenFile(const std::filesystem::path& path, std::string what)
   }
 }
 
-TokenFile::~TokenFile() { unmap(); }
+TokenFile::~TokenFile() {
+  unmap();
+}
 
 TokenFile::TokenFile(TokenFile&& other) noexcept
     : path_(std::move(other.path_)),
@@ -149,8 +152,7 @@ void write_token_file(const std::filesystem::path& path, std::span<const std::ui
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     if (!out) throw_data("cannot write " + quoted(temporary) + ": " + std::strerror(errno));
     out.write(reinterpret_cast<const char*>(header.data()), kTokenFileHeaderBytes);
-    out.write(reinterpret_cast<const char*>(tokens.data()),
-              static_cast<std::streamsize>(tokens.size_bytes()));
+    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size_bytes()));
     out.flush();
     if (!out) throw_data("cannot write " + quoted(temporary) + ": write failed (disk full?)");
   }

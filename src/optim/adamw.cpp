@@ -9,14 +9,14 @@ namespace hsdp::optim {
 
 void validate(const AdamWConfig& config) {
   if (!(config.beta1 >= 0.0f && config.beta1 < 1.0f)) {
-    throw_config("optim.beta1 must be in [0, 1), got " + std::to_string(config.beta1));
+    throw_config("train.beta1 must be in [0, 1), got " + std::to_string(config.beta1));
   }
   if (!(config.beta2 >= 0.0f && config.beta2 < 1.0f)) {
-    throw_config("optim.beta2 must be in [0, 1), got " + std::to_string(config.beta2));
+    throw_config("train.beta2 must be in [0, 1), got " + std::to_string(config.beta2));
   }
-  if (!(config.eps >= 0.0f)) throw_config("optim.eps must be >= 0, got " + std::to_string(config.eps));
+  if (!(config.eps >= 0.0f)) throw_config("train.eps must be >= 0, got " + std::to_string(config.eps));
   if (!(config.weight_decay >= 0.0f)) {
-    throw_config("optim.weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
+    throw_config("train.weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
   }
 }
 

@@ -45,8 +45,8 @@ void LossScaler::restore(const LossScalerState& state) {
   if (!(state.scale >= config_.min_scale && std::isfinite(state.scale)) || state.good_steps < 0 ||
       state.skipped_steps < 0) {
     throw Error(ErrorKind::checkpoint, "loss scaler state: scale " + std::to_string(state.scale) + ", good steps " +
-                 std::to_string(state.good_steps) + " is not valid for fp16.min_scale " +
-                 std::to_string(config_.min_scale));
+                                           std::to_string(state.good_steps) + " is not valid for fp16.min_scale " +
+                                           std::to_string(config_.min_scale));
   }
   state_ = state;
 }

@@ -9,18 +9,16 @@
 namespace hsdp::optim {
 
 void validate(const CosineSchedule& schedule) {
-  if (!(schedule.lr > 0.0)) throw_config("optim.lr must be > 0, got " + std::to_string(schedule.lr));
+  if (!(schedule.lr > 0.0)) throw_config("train.lr must be > 0, got " + std::to_string(schedule.lr));
   if (!(schedule.min_lr >= 0.0 && schedule.min_lr <= schedule.lr)) {
-    throw_config("optim.min_lr must be in [0, optim.lr = " + std::to_string(schedule.lr) + "], got " +
+    throw_config("train.min_lr must be in [0, train.lr = " + std::to_string(schedule.lr) + "], got " +
                  std::to_string(schedule.min_lr));
   }
   if (schedule.warmup_steps < 0) {
-    throw_config("optim.warmup_steps must be >= 0, got " + std::to_string(schedule.warmup_steps));
+    throw_config("train.warmup_steps must be >= 0, got " + std::to_string(schedule.warmup_steps));
   }
-  if (schedule.max_steps <= schedule.warmup_steps) {
-    throw_config("optim.max_steps (" + std::to_string(schedule.max_steps) + ") must be > optim.warmup_steps (" +
-                 std::to_string(schedule.warmup_steps) + ")");
-  }
+  // max_steps <= warmup_steps is allowed (a short smoke run of a long deck): the run ends inside the warmup.
+  if (schedule.max_steps < 1) throw_config("train.steps must be >= 1, got " + std::to_string(schedule.max_steps));
 }
 
 double learning_rate(const CosineSchedule& schedule, std::int64_t step) {

@@ -1,5 +1,6 @@
 #include "commands.hpp"
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdint>
@@ -26,7 +27,8 @@ std::optional<po::variables_map> parse(const std::vector<std::string>& args, po:
                                        const char* usage) {
   options.add_options()("help,h", "print this help and exit");
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).run(), vm);
+  const po::positional_options_description no_positionals;  // a stray word is an error, not ignored
+  po::store(po::command_line_parser(args).options(options).positional(no_positionals).run(), vm);
   if (vm.count("help")) {
     std::cout << usage << "\n" << options;
     return std::nullopt;
@@ -45,6 +47,7 @@ std::size_t positive_count(const po::variables_map& vm, const char* key) {
 
 int run_encode(const std::vector<std::string>& args) {
   po::options_description options("options", kHelpWidth);
+  // clang-format off
   options.add_options()
       ("input", po::value<std::string>()->required(), "text file to encode (any bytes; read whole)")
       ("output", po::value<std::string>()->required(),
@@ -52,7 +55,8 @@ int run_encode(const std::vector<std::string>& args) {
       ("val-output", po::value<std::string>(),
        "optional second token file that receives the last --val-fraction of the tokens")
       ("val-fraction", po::value<double>()->default_value(0.1, "0.1"),
-       "fraction of the tokens (taken from the end) that go to --val-output; in (0, 1)");
+       "fraction of the tokens (taken from the end, rounded, at least 1) that go to --val-output; in (0, 1)");
+  // clang-format on
   const auto vm = parse(args, options,
                         "usage: hsdp-data encode --input TEXT --output OUT.bin [--val-output VAL.bin]\n\n"
                         "Byte-level encoding: each byte of TEXT becomes one token, so the vocabulary is 256\n"
@@ -68,7 +72,8 @@ int run_encode(const std::vector<std::string>& args) {
     if (!(fraction > 0.0 && fraction < 1.0)) {
       throw_config("--val-fraction must be in (0, 1), got " + std::to_string(fraction));
     }
-    const auto val_count = static_cast<std::size_t>(std::ceil(fraction * static_cast<double>(tokens.size())));
+    const auto val_count =
+        std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(tokens.size()))));
     if (val_count >= tokens.size()) {
       throw_data("'" + input.string() + "' has only " + std::to_string(tokens.size()) +
                  " bytes: too few to split off a validation part");
@@ -86,6 +91,7 @@ int run_encode(const std::vector<std::string>& args) {
 int run_synth(const std::vector<std::string>& args) {
   const data::SynthSpec defaults;
   po::options_description options("options", kHelpWidth);
+  // clang-format off
   options.add_options()
       ("out-dir", po::value<std::string>()->required(),
        "directory to write train.bin, val.bin and source.json into (created if missing)")
@@ -105,6 +111,7 @@ int run_synth(const std::vector<std::string>& args) {
        "tokens in val.bin (continuing the same stream after train.bin)")
       ("seed", po::value<std::uint64_t>()->default_value(defaults.source.seed),
        "seed of the source (successors, probabilities) and of the sampled stream");
+  // clang-format on
   const auto vm = parse(args, options,
                         "usage: hsdp-data synth --out-dir DIR [options]\n\n"
                         "Samples a seeded sparse Markov source of order k over V tokens:\n"
@@ -140,9 +147,11 @@ int run_synth(const std::vector<std::string>& args) {
 
 int run_info(const std::vector<std::string>& args) {
   po::options_description options("options", kHelpWidth);
+  // clang-format off
   options.add_options()
       ("input", po::value<std::string>()->required(), "token file to check")
       ("vocab", po::value<int>(), "also check that every token id is < this vocabulary size");
+  // clang-format on
   const auto vm = parse(args, options,
                         "usage: hsdp-data info --input FILE.bin [--vocab V]\n\n"
                         "Validates a token file's header and size and prints its token count and largest id.\n");

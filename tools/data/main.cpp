@@ -54,13 +54,14 @@ int main(int argc, char** argv) {
     if (command == "encode") return hsdp::data_tool::run_encode(args);
     if (command == "synth") return hsdp::data_tool::run_synth(args);
     if (command == "info") return hsdp::data_tool::run_info(args);
-    std::cerr << "hsdp-data: unknown command '" << command << "' (commands: encode, synth, info; see hsdp-data --help)\n";
+    std::cerr << "hsdp-data: unknown command '" << command
+              << "' (commands: encode, synth, info; see hsdp-data --help)\n";
     return hsdp::kExitBadInput;
   } catch (const boost::program_options::error& e) {
     std::cerr << "hsdp-data " << command << ": " << e.what() << " (see hsdp-data " << command << " --help)\n";
     return hsdp::kExitBadInput;
   } catch (const hsdp::Error& e) {
-    std::cerr << "hsdp-data " << command << ": error: " << e.what() << '\n';
+    std::cerr << "hsdp-data: error: " << e.what() << '\n';
     return e.exit_code();
   } catch (const std::exception& e) {
     std::cerr << "hsdp-data " << command << ": internal error: " << e.what() << '\n';

@@ -18,7 +18,7 @@ struct CosineSchedule {
   std::int64_t max_steps = 1;
 };
 
-// Throws a config Error naming the key (optim.lr, optim.min_lr, optim.warmup_steps, optim.max_steps).
+// Throws a config Error naming the key (train.lr, train.min_lr, train.warmup_steps, train.steps).
 void validate(const CosineSchedule& schedule);
 
 double learning_rate(const CosineSchedule& schedule, std::int64_t step);

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# End-to-end checks of hsdp-data: every command's --help, a small synth and encode, and that bad options
+# and bad data exit 2 with one line naming the problem.
+set -uo pipefail
+bin=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect CODE PATTERN CMD...: runs CMD, checks its exit code and that its output matches PATTERN.
+expect() {
+  local code=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  [[ $rc -eq $code ]] || fail "'$*' exited $rc, expected $code: $out"
+  grep -qE -- "$pattern" <<<"$out" || fail "'$*' output lacks /$pattern/: $out"
+  if [[ $code -eq 2 && $(wc -l <<<"$out") -ne 1 ]]; then fail "'$*' error is not one line: $out"; fi
+}
+
+expect 0 'commands:' "$bin" --help
+expect 0 '--out-dir.*--vocab|--vocab' "$bin" synth --help
+expect 0 '--uniform-mix' "$bin" synth --help
+expect 0 '--val-fraction' "$bin" encode --help
+expect 0 '--input' "$bin" info --help
+expect 2 'missing command' "$bin"
+expect 2 "unknown command 'frobnicate'" "$bin" frobnicate
+expect 2 "unrecognised option '--bogus'" "$bin" synth --bogus
+expect 2 "'--out-dir' is required" "$bin" synth
+expect 2 'too many positional options' "$bin" synth --out-dir "$dir/s" stray
+expect 2 "'--vocab' is invalid" "$bin" synth --out-dir "$dir/s" --vocab many
+expect 2 '--vocab\^--order' "$bin" synth --out-dir "$dir/s" --vocab 4096 --order 2
+expect 2 '--train-tokens must be > 0' "$bin" synth --out-dir "$dir/s" --train-tokens -5
+
+expect 0 'entropy rate' "$bin" synth --out-dir "$dir/s" --vocab 32 --order 2 --train-tokens 20000 --val-tokens 3000
+[[ -f $dir/s/train.bin && -f $dir/s/val.bin ]] || fail "synth did not write train.bin and val.bin"
+grep -q '"entropy_nats_per_token":' "$dir/s/source.json" || fail "source.json lacks the entropy"
+expect 0 '20000 tokens, largest id 31, all < vocab 32' "$bin" info --input "$dir/s/train.bin" --vocab 32
+expect 2 'token [0-9]+ at position [0-9]+ is >= vocab size 16' "$bin" info --input "$dir/s/train.bin" --vocab 16
+
+printf 'hello hsdp\n' >"$dir/in.txt"
+expect 0 'wrote .*out.bin: 10 tokens' "$bin" encode --input "$dir/in.txt" --output "$dir/out.bin" \
+  --val-output "$dir/val.bin" --val-fraction 0.1
+expect 0 '10 tokens' "$bin" info --input "$dir/out.bin" --vocab 256
+expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
+expect 2 "cannot open '.*absent.txt'" "$bin" encode --input "$dir/absent.txt" --output "$dir/x.bin"
+head -c 100 "$dir/s/train.bin" >"$dir/cut.bin"
+expect 2 'cut.bin.*smaller than the 1024-byte header' "$bin" info --input "$dir/cut.bin"
+
+if ((failures > 0)); then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all hsdp-data CLI checks passed"
