@@ -52,14 +52,12 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.schedule.min_lr = deck.get_real("train.min_lr");
   o.schedule.warmup_steps = deck.get_int("train.warmup_steps");
   o.schedule.max_steps = o.steps;
-  if (o.schedule.min_lr > o.schedule.lr) {
-    hsdp::throw_config("train.min_lr (" + deck.get("train.min_lr") + ") must not exceed train.lr (" +
-                       deck.get("train.lr") + ")");
-  }
+  hsdp::optim::validate(o.schedule);
   o.adamw.beta1 = static_cast<float>(deck.get_real("train.beta1"));
   o.adamw.beta2 = static_cast<float>(deck.get_real("train.beta2"));
   o.adamw.eps = static_cast<float>(deck.get_real("train.eps"));
   o.adamw.weight_decay = static_cast<float>(deck.get_real("train.weight_decay"));
+  hsdp::optim::validate(o.adamw);
   o.grad_clip = deck.get_real("train.grad_clip");
   o.data_seed = static_cast<std::uint64_t>(deck.get_int("train.seed"));
   o.eval_every = deck.get_int("train.eval_every");

@@ -1,5 +1,6 @@
 #include "hsdp/core/json.hpp"
 
+#include <charconv>
 #include <cstdio>
 
 namespace hsdp {
@@ -28,9 +29,10 @@ std::string JsonLine::quote(std::string_view text) {
 
 std::string JsonLine::number(double value) {
   if (!std::isfinite(value)) return "null";  // JSON has no inf/nan
+  // The shortest text that reads back as exactly this double: metrics compare bit for bit.
   char text[32];
-  std::snprintf(text, sizeof text, "%.9g", value);
-  return text;
+  const auto result = std::to_chars(text, text + sizeof text, value);
+  return std::string(text, result.ptr);
 }
 
 void JsonLine::key(std::string_view k) {

@@ -27,3 +27,12 @@ TEST(JsonLine, NestsRawObjects) {
 }
 
 }  // namespace hsdp
+
+namespace hsdp {
+TEST(JsonLine, NumbersReadBackExactly) {
+  const double x = 0.1 + 0.2;  // 0.30000000000000004
+  JsonLine j;
+  j.add("x", x);
+  EXPECT_EQ(j.str(), R"({"x":0.30000000000000004})");
+}
+}  // namespace hsdp

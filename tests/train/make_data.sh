@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Writes the quickstart source into $2, plus a truncated and a wrong-magic copy of train.bin.
+set -euo pipefail
+hsdp_data=$1
+out=$2
+"$hsdp_data" synth --out-dir "$out" >/dev/null
+head -c 100000 "$out/train.bin" >"$out/truncated.bin"
+cp "$out/train.bin" "$out/badmagic.bin"
+printf '\x01\x02\x03\x04' | dd of="$out/badmagic.bin" bs=1 seek=0 conv=notrunc status=none
