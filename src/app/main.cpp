@@ -48,6 +48,7 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
                        std::to_string(o.model.block_size) + ")");
   }
   o.grad_accum = integer("train.grad_accum");
+  o.engine.grad_accum = o.grad_accum;
   o.schedule.lr = deck.get_real("train.lr");
   o.schedule.min_lr = deck.get_real("train.min_lr");
   o.schedule.warmup_steps = deck.get_int("train.warmup_steps");
@@ -63,7 +64,11 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.eval_every = deck.get_int("train.eval_every");
   o.eval_batches = integer("train.eval_batches");
   o.activation_checkpointing = deck.get_bool("train.activation_checkpointing");
-  o.sharding = hsdp::comm::parse_sharding(deck.get("parallel.sharding"));
+  o.engine.strategy = hsdp::comm::parse_sharding(deck.get("parallel.sharding"));
+  o.engine.param_dtype = hsdp::parse_dtype(deck.get("precision.param"), "precision.param");
+  o.engine.reduce_dtype = hsdp::parse_dtype(deck.get("precision.reduce"), "precision.reduce");
+  o.engine.prefetch = deck.get_bool("parallel.prefetch");
+  o.engine.bucket_mb = deck.get_real("parallel.bucket_mb");
   o.threads = integer("device.threads");
   o.log_dir = deck.get("log.dir");
   o.log_every = deck.get_int("log.every");

@@ -23,8 +23,8 @@ OptionSpec path(std::string key, std::string def, std::string help) {
 }  // namespace
 
 const std::vector<std::string>& section_order() {
-  static const std::vector<std::string> order = {"model", "data",     "train", "parallel", "topology",
-                                                 "comm",  "device",   "log"};
+  static const std::vector<std::string> order = {"model", "data",   "train",  "parallel", "precision",
+                                                 "topology", "comm", "device", "log"};
   return order;
 }
 
@@ -73,6 +73,17 @@ const std::vector<OptionSpec>& option_table() {
              "how model state is split over ranks: no_shard (DDP), zero1, shard_grad_op (ZeRO-2), full_shard "
              "(ZeRO-3), hybrid_shard (full_shard inside a node, replicas across nodes), hybrid_shard_zero2",
              "no_shard|zero1|shard_grad_op|full_shard|hybrid_shard|hybrid_shard_zero2"),
+      boolean("parallel.prefetch", "true",
+              "issue the next unit's all-gather before the current unit computes (forward and backward)"),
+      real("parallel.bucket_mb", "25", "no_shard: gradient all-reduce bucket size in MiB (fp32 gradients)", 0.001),
+
+      // [precision]
+      choice("precision.param", "fp32",
+             "dtype parameters are all-gathered in and rounded to for compute (compute itself is fp32 on the CPU); "
+             "master weights and AdamW state stay fp32; fp16 adds a dynamic loss scaler that skips overflowed steps",
+             "fp32|bf16|fp16"),
+      choice("precision.reduce", "fp32", "dtype gradients are reduced (reduce-scatter, all-reduce) in",
+             "fp32|bf16|fp16"),
 
       // [topology]
       integer("topology.ranks_per_node", "0",

@@ -28,3 +28,49 @@ DType parse_dtype(std::string_view text, std::string_view what) {
 }
 
 }  // namespace hsdp
+
+namespace hsdp {
+
+void convert_from_f32(std::span<const float> values, void* out, DType to) {
+  switch (to) {
+    case DType::f32: std::memcpy(out, values.data(), values.size_bytes()); return;
+    case DType::bf16: {
+      auto* dst = static_cast<bf16_t*>(out);
+      for (std::size_t i = 0; i < values.size(); ++i) dst[i] = float_to_bf16(values[i]);
+      return;
+    }
+    case DType::f16: {
+      auto* dst = static_cast<f16_t*>(out);
+      for (std::size_t i = 0; i < values.size(); ++i) dst[i] = float_to_f16(values[i]);
+      return;
+    }
+    default: throw_internal("convert_from_f32: unsupported target " + std::string(to_string(to)));
+  }
+}
+
+void convert_to_f32(const void* in, DType from, std::span<float> values) {
+  switch (from) {
+    case DType::f32: std::memcpy(values.data(), in, values.size_bytes()); return;
+    case DType::bf16: {
+      const auto* src = static_cast<const bf16_t*>(in);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = bf16_to_float(src[i]);
+      return;
+    }
+    case DType::f16: {
+      const auto* src = static_cast<const f16_t*>(in);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = f16_to_float(src[i]);
+      return;
+    }
+    default: throw_internal("convert_to_f32: unsupported source " + std::string(to_string(from)));
+  }
+}
+
+void round_to(std::span<float> values, DType to) {
+  if (to == DType::bf16) {
+    for (float& x : values) x = bf16_to_float(float_to_bf16(x));
+  } else if (to == DType::f16) {
+    for (float& x : values) x = f16_to_float(float_to_f16(x));
+  }
+}
+
+}  // namespace hsdp

@@ -21,6 +21,8 @@ std::string to_json(const StepMetrics& m, const MemoryAccountant& memory) {
   JsonLine j;
   j.add("step", m.step).add("loss", m.loss).add("lr", m.lr).add("grad_norm", m.grad_norm).add("tokens", m.tokens);
   j.add("tokens_per_s", m.tokens_per_s).add("step_ms", m.step_ms).add("comm_ms", m.comm_ms);
+  j.add("exposed_comm_ms", m.exposed_comm_ms);
+  if (m.skipped) j.add("skipped", true);
   j.add("bytes_intra", m.bytes.intra).add("bytes_inter", m.bytes.inter);
   if (m.val_loss >= 0) j.add("val_loss", m.val_loss);
   j.add_raw("memory", memory_json(memory));
@@ -51,10 +53,10 @@ std::string progress_line(const StepMetrics& m, std::int64_t total_steps, const 
                           double eta_s) {
   char text[320];
   std::snprintf(text, sizeof text,
-                "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f) | mem %s | "
+                "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | mem %s | "
                 "intra %s inter %s | ETA %s",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_s, m.step_ms, m.comm_ms, mib(static_cast<double>(memory.current_total())).c_str(),
+                m.tokens_per_s, m.step_ms, m.comm_ms, m.exposed_comm_ms, mib(static_cast<double>(memory.current_total())).c_str(),
                 mib(static_cast<double>(m.bytes.intra)).c_str(), mib(static_cast<double>(m.bytes.inter)).c_str(),
                 format_duration(eta_s).c_str());
   return text;

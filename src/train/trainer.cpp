@@ -17,47 +17,15 @@
 #include "hsdp/data/token_file.hpp"
 #include "hsdp/device/threads.hpp"
 #include "hsdp/model/gpt.hpp"
-#include "hsdp/model/init.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/grad_clip.hpp"
+#include "hsdp/optim/loss_scaler.hpp"
+#include "hsdp/shard/engine.hpp"
 #include "hsdp/train/metrics.hpp"
 
 namespace hsdp::train {
 
 namespace {
-
-// The model state one rank holds when every rank keeps everything (no_shard): fp32 parameters, gradients
-// and the two AdamW moments, one flat buffer per unit.
-struct ReplicatedState {
-  std::vector<Buffer<float>> params, grads, m, v;
-  std::vector<std::vector<optim::DecaySegment>> segments;
-
-  ReplicatedState(const model::ModelLayout& layout, std::uint64_t seed, MemoryAccountant& memory) {
-    for (int u = 0; u < layout.num_units(); ++u) {
-      const std::size_t n = layout.unit(u).numel;
-      params.emplace_back(n, memory, MemCategory::params);
-      grads.emplace_back(n, memory, MemCategory::grads);
-      m.emplace_back(n, memory, MemCategory::optimizer);
-      v.emplace_back(n, memory, MemCategory::optimizer);
-      model::init_unit<float>(layout, u, params.back().span(), seed);
-      std::vector<optim::DecaySegment> unit_segments;
-      for (const model::ParamInfo* p : layout.unit_params(u)) {
-        unit_segments.push_back({p->offset, p->numel, p->weight_decay});
-      }
-      segments.push_back(std::move(unit_segments));
-    }
-  }
-  std::vector<const float*> param_pointers() const {
-    std::vector<const float*> out;
-    for (const auto& b : params) out.push_back(b.data());
-    return out;
-  }
-  std::vector<float*> grad_pointers() {
-    std::vector<float*> out;
-    for (auto& b : grads) out.push_back(b.data());
-    return out;
-  }
-};
 
 double read_entropy_rate(const std::string& path) {
   if (path.empty()) return -1;
@@ -88,13 +56,9 @@ double global_mean(comm::Communicator& comm, double value) {
 }  // namespace
 
 TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger& log) {
-  if (o.sharding != comm::Sharding::no_shard) {
-    throw_config(std::string("parallel.sharding=") + comm::to_string(o.sharding) +
-                 ": training with this strategy is not implemented yet (only no_shard trains in this version; "
-                 "--print-mesh shows its groups)");
-  }
   comm::MpiCommunicator& world = mesh.world();
-  comm::Communicator& data_parallel = mesh.replicate();  // no_shard: every rank is a replica
+  // Every strategy is data-parallel over the whole world: each rank reads its own micro-batches.
+  comm::Communicator& data_parallel = world;
   const int dp_rank = data_parallel.rank();
   const int dp_size = data_parallel.size();
   const int thread_count = threads_per_rank(o.threads, mesh.topology());
@@ -121,16 +85,17 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     if (log.is_root()) metrics = std::make_unique<MetricsLog>(o.log_dir);
   });
 
-  ReplicatedState state(*layout, o.model_seed, memory);
+  shard::Engine engine(*layout, mesh, o.engine, o.model_seed, memory);
   model::Gpt<float> gpt(*layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing);
-  const std::vector<const float*> params = state.param_pointers();
-  const std::vector<float*> grads = state.grad_pointers();
+  const bool fp16 = o.engine.param_dtype == DType::f16;
+  optim::LossScaler scaler;
   const std::size_t tokens_per_micro = static_cast<std::size_t>(o.micro_batch) * o.seq_len;
   std::vector<std::int32_t> inputs(tokens_per_micro), targets(tokens_per_micro);
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(tokens_per_micro) * o.grad_accum * dp_size;
 
   log.info("hsdp-train: ", layout->total_numel(), " parameters (", layout->num_units(), " units), ",
-           mesh.topology().world_size, " rank(s), strategy ", comm::to_string(o.sharding), ", ",
+           mesh.topology().world_size, " rank(s), strategy ", comm::to_string(o.engine.strategy), " (param ",
+           to_string(o.engine.param_dtype), ", reduce ", to_string(o.engine.reduce_dtype), "), ",
            tokens_per_step, " tokens per step (micro_batch ", o.micro_batch, " x seq_len ", o.seq_len,
            " x grad_accum ", o.grad_accum, " x ", dp_size, " data-parallel), ", thread_count,
            " thread(s) per rank");
@@ -140,49 +105,48 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     double sum = 0;
     for (int b = 0; b < o.eval_batches; ++b) {
       evaluator->next(inputs, targets);
-      sum += gpt.evaluate(inputs, targets, params);
+      sum += engine.evaluate(gpt, inputs, targets);
     }
     return global_mean(data_parallel, sum / o.eval_batches);
   };
 
   TrainSummary summary;
   summary.entropy_rate = entropy_rate;
+  std::int64_t optimizer_steps = 0;  // AdamW's t: steps actually applied (fp16 overflow skips do not count)
   Stopwatch run_clock;
   double timed_seconds = 0;
   std::int64_t timed_tokens = 0;
   for (std::int64_t step = 0; step < o.steps; ++step) {
     Stopwatch step_clock;
     mesh.reset_counters();
-    double comm_ms = 0;
-    for (auto& g : state.grads) g.fill_zero();
+    engine.begin_step();
+    const float loss_scale = fp16 ? scaler.scale() : 1.0f;
     double loss = 0;
     for (int micro = 0; micro < o.grad_accum; ++micro) {
       sampler->next(inputs, targets);
-      loss += gpt.forward(inputs, targets, params);
-      gpt.backward(params, grads, 1.0f / static_cast<float>(o.grad_accum));
+      loss += engine.forward_backward(gpt, inputs, targets, loss_scale / static_cast<float>(o.grad_accum),
+                                      micro + 1 == o.grad_accum);
     }
-    loss /= o.grad_accum;
-    {
-      ScopedTimer timer(comm_ms);
-      if (dp_size > 1) {
-        for (auto& g : state.grads) data_parallel.all_reduce(g.span(), comm::ReduceOp::avg);
-      }
-      loss = global_mean(data_parallel, loss);
-    }
-    double squared = 0;
-    for (const auto& g : state.grads) squared += optim::local_squared_sum(g.span());
-    const optim::ClipResult clip = optim::clip_coefficient(squared, o.grad_clip);
-    if (!clip.finite) {
-      throw Error(ErrorKind::internal, "step " + std::to_string(step + 1) +
-                                           ": the gradient norm is not finite (loss " + std::to_string(loss) +
-                                           "); lower train.lr or check the data");
-    }
+    loss = global_mean(data_parallel, loss / o.grad_accum);
     const double lr = optim::learning_rate(o.schedule, step);
-    const optim::AdamWStep update{static_cast<float>(lr), step + 1, clip.coefficient};
-    for (std::size_t u = 0; u < state.params.size(); ++u) {
-      optim::adamw_update(o.adamw, update, state.params[u].span(), state.grads[u].span(), state.m[u].span(),
-                          state.v[u].span(), state.segments[u]);
+    optim::ClipResult clip;
+    bool skipped = false;
+    if (fp16 && scaler.update(engine.found_nonfinite())) {
+      skipped = true;
+      log.info("step ", step + 1, ": fp16 gradients overflowed; step skipped, loss scale now ", scaler.scale());
+    } else {
+      const double scale_squared = static_cast<double>(loss_scale) * loss_scale;
+      clip = optim::clip_coefficient(engine.grad_norm_squared() / scale_squared, o.grad_clip);
+      if (!clip.finite) {
+        throw Error(ErrorKind::internal, "step " + std::to_string(step + 1) +
+                                             ": the gradient norm is not finite (loss " + std::to_string(loss) +
+                                             "); lower train.lr or check the data");
+      }
+      optimizer_steps += 1;
+      const optim::AdamWStep update{static_cast<float>(lr), optimizer_steps, clip.coefficient / loss_scale};
+      engine.optimizer_step(o.adamw, update);
     }
+    const double comm_ms = engine.timing().comm_ms;
 
     StepMetrics m;
     m.step = step + 1;
@@ -192,6 +156,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     m.tokens = tokens_per_step;
     m.step_ms = step_clock.milliseconds();
     m.comm_ms = comm_ms;
+    m.exposed_comm_ms = engine.timing().exposed_comm_ms;
+    m.skipped = skipped;
     m.tokens_per_s = static_cast<double>(tokens_per_step) / (m.step_ms / 1e3);
     m.bytes = mesh.total_counters().total();
     if (step > 0) {  // the first step pays for page faults and warm-up
@@ -229,7 +195,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     if (entropy_rate > 0) j.add("entropy_rate", entropy_rate);
     j.add("tokens_per_s", summary.tokens_per_s).add("seconds", summary.seconds);
     j.add("world_size", mesh.topology().world_size).add("nodes", mesh.topology().num_nodes());
-    j.add("strategy", comm::to_string(o.sharding));
+    j.add("strategy", comm::to_string(o.engine.strategy));
+    j.add("param_dtype", to_string(o.engine.param_dtype)).add("reduce_dtype", to_string(o.engine.reduce_dtype));
     j.add("params", static_cast<std::uint64_t>(layout->total_numel()));
     j.add_raw("memory_peak", [&] {
       JsonLine p;

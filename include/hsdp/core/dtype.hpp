@@ -70,3 +70,16 @@ inline f16_t float_to_f16(float f) {
 }
 
 }  // namespace hsdp
+
+#include <span>
+
+namespace hsdp {
+
+// Converts fp32 values to `to` (f32, bf16 or f16) into `out` (values.size() elements of that type).
+void convert_from_f32(std::span<const float> values, void* out, DType to);
+// Converts values.size() elements of type `from` (f32, bf16 or f16) at `in` to fp32.
+void convert_to_f32(const void* in, DType from, std::span<float> values);
+// Rounds fp32 values in place to the nearest value representable in `to` (bf16, f16; f32 unchanged).
+void round_to(std::span<float> values, DType to);
+
+}  // namespace hsdp

@@ -17,7 +17,9 @@ struct StepMetrics {
   std::int64_t tokens = 0;  // tokens this step, all ranks
   double tokens_per_s = 0;
   double step_ms = 0;
-  double comm_ms = 0;  // time spent waiting on collectives in the step
+  double comm_ms = 0;          // sum over the step's collectives of issue -> observed completion
+  double exposed_comm_ms = 0;  // time compute waited for collectives (not hidden behind compute)
+  bool skipped = false;        // fp16 overflow: no update
   comm::LinkBytes bytes;
   double val_loss = -1;  // < 0: not evaluated this step
 };

@@ -7,6 +7,7 @@
 #include "hsdp/model/config.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
+#include "hsdp/shard/engine.hpp"
 
 namespace hsdp::train {
 
@@ -30,7 +31,7 @@ struct TrainOptions {
   int eval_batches = 8;
   bool activation_checkpointing = false;
 
-  comm::Sharding sharding = comm::Sharding::no_shard;
+  shard::EngineOptions engine;  // strategy, precision, prefetch, buckets, grad_accum
   int threads = 0;  // 0 = cores of the node / ranks on it
 
   std::string log_dir = "runs/hsdp";

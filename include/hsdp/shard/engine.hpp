@@ -1,0 +1,108 @@
+#pragma once
+// The sharding engine: runs a GPT's forward and backward unit by unit, gathering parameters and reducing
+// gradients as the strategy prescribes (PyTorch FSDP semantics), then steps AdamW on the local shards.
+//
+//   no_shard            every rank holds everything; gradients all-reduced (avg) over the world in buckets of
+//                       parallel.bucket_mb, each started as soon as the backward of its units is done.
+//   zero1               full parameters and gradients on every rank; gradients reduce-scattered, AdamW on the
+//                       shard, updated parameters all-gathered.
+//   shard_grad_op       parameters gathered before forward and kept until the unit's backward; gradients
+//                       reduce-scattered; only the shard persists between steps.
+//   full_shard          gathered before forward and freed after it, gathered again before backward.
+//   hybrid_shard(_zero2) full_shard (shard_grad_op) inside the node, then the gradient shard all-reduced (avg)
+//                       across the replicate group (same local rank on every node).
+// The embedding unit is tied to the LM head: it is gathered for the embedding and again for the head; the head's
+// backward follows its forward directly, so final norm and embedding stay gathered in between; the embedding's
+// own backward needs no parameters.
+//
+// Gradient accumulation (k micro-batches): gradients reach other nodes only after the last micro-batch.
+// no_shard, zero1, shard_grad_op and full_shard keep the unit's full fp32 gradient across micro-batches and reduce
+// once; hybrid strategies reduce-scatter inside the node every micro-batch into the fp32 shard (memory stays
+// sharded) and all-reduce across nodes once.
+//
+// Precision: compute is fp32 on the CPU. precision.param (fp32|bf16|fp16) is the dtype parameters are gathered in
+// (and rounded to for compute); precision.reduce the dtype gradients are reduced in. Master weights, moments and
+// the gradient shard are fp32.
+//
+// Overlap: with parallel.prefetch the next unit's all-gather is issued before the current unit computes, in
+// forward and backward; reductions are issued after each unit's backward and completed later. Nonblocking MPI
+// collectives progress when polled, so the engine polls its pending operations at every unit boundary.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hsdp/comm/mesh.hpp"
+#include "hsdp/core/dtype.hpp"
+#include "hsdp/core/memory.hpp"
+#include "hsdp/model/gpt.hpp"
+#include "hsdp/optim/adamw.hpp"
+#include "hsdp/shard/flat_param.hpp"
+
+namespace hsdp::shard {
+
+struct EngineOptions {
+  comm::Sharding strategy = comm::Sharding::no_shard;
+  DType param_dtype = DType::f32;
+  DType reduce_dtype = DType::f32;
+  bool prefetch = true;
+  double bucket_mb = 25.0;
+  int grad_accum = 1;
+};
+
+struct StepTiming {
+  double comm_ms = 0;          // sum over collectives of issue -> observed completion
+  double exposed_comm_ms = 0;  // time the compute thread waited for collectives
+};
+
+// A rank's view of one unit's shard, for checkpoints: `count` valid elements starting at `begin`.
+struct UnitShardView {
+  int unit;
+  std::size_t begin;
+  std::size_t count;
+  float* params;
+  float* exp_avg;
+  float* exp_avg_sq;
+};
+
+class Engine {
+ public:
+  Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
+         std::uint64_t seed, MemoryAccountant& memory);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Zeroes the gradients and the step's timers; call before the first micro-batch of a step.
+  void begin_step();
+  // One micro-batch: forward and backward with gradients scaled by dloss (1/k, times a loss scale for fp16).
+  // Returns the micro-batch's mean loss on this rank. `last` marks the last micro-batch of the step.
+  float forward_backward(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
+                         std::span<const std::int32_t> targets, float dloss, bool last);
+  // The global squared gradient norm (every rank gets the same value). After the last micro-batch.
+  double grad_norm_squared();
+  // True on every rank when any rank's gradients hold inf or nan (fp16 overflow).
+  bool found_nonfinite();
+  // AdamW on the local shards, then whatever the strategy needs to make parameters current (zero1: all-gather).
+  void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step);
+  // Forward only (evaluation): mean loss of this rank's batch.
+  float evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+
+  const StepTiming& timing() const { return timing_; }
+  const std::vector<std::unique_ptr<FlatParamUnit>>& units() const { return units_; }
+  std::vector<UnitShardView> shard_views();
+  // Exactly one replica of every shard writes checkpoints: the rank with replicate rank 0.
+  bool is_checkpoint_writer() const;
+  // After the shards were overwritten (checkpoint load): rebuild derived state (persistent full parameters).
+  void refresh_derived_state();
+
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  comm::ProcessMesh& mesh_;
+  std::vector<std::unique_ptr<FlatParamUnit>> units_;
+  StepTiming timing_;
+};
+
+}  // namespace hsdp::shard

@@ -1,0 +1,48 @@
+#pragma once
+// What a strategy costs, by formula: persistent model-state bytes per rank and bytes sent per step per link.
+// Tests compare these with the memory accountant and the byte counters exactly; hsdp-plan prints them.
+//
+// Per unit: N elements, shard group of n ranks, S = ceil(N/n), Pp = S n (padding included). Persistent
+// model state (after a step; transient gathered parameters and full gradients are freed by then):
+//   no_shard                      master 4N (it is the compute copy at fp32; +4N rounded copy otherwise),
+//                                 gradients 4N, AdamW m and v 8N:            16N (20N when param dtype != fp32)
+//   zero1                         full params 4Pp + full gradients 4Pp + master 4S + gradient shard 4S + m, v 8S
+//   shard_grad_op, full_shard,
+//   hybrid_shard(_zero2)          master 4S + gradient shard 4S + m, v 8S:   16S
+// Compute is fp32 on the CPU, so gradients and the compute copies of parameters are 4-byte; for sharded
+// strategies this gives the ZeRO-3 / HSDP numbers of DESIGN.md exactly (16P/n, 16P/n_node), while ZeRO-1's
+// 4P + 12P/n (2-byte params and grads) reads 8P + 16P/n here.
+//
+// Bytes per step (k micro-batches, b_p = param dtype bytes, b_r = reduce dtype bytes), per collective with the
+// traffic model of comm/traffic.hpp on the group it runs on:
+//   no_shard       per bucket: all_reduce(bucket count, b_r) on replicate (= world)
+//   zero1          per unit: reduce_scatter(S, b_r) + all_gather(S, b_p) on shard (= world)
+//   shard_grad_op  per micro-batch and unit: all_gather(S, b_p); per unit: reduce_scatter(S, b_r)
+//   full_shard     per micro-batch: all_gather(S, b_p) twice per block and for the embedding (embedding and head),
+//                  once for the final norm; per unit: reduce_scatter(S, b_r)
+//   hybrid_shard   as full_shard on the node, but reduce_scatter every micro-batch; then per unit
+//                  all_reduce(S, b_r) on replicate;  hybrid_shard_zero2 likewise with shard_grad_op's gathers.
+#include <cstdint>
+#include <vector>
+
+#include "hsdp/comm/types.hpp"
+#include "hsdp/model/layout.hpp"
+#include "hsdp/shard/engine.hpp"
+
+namespace hsdp::shard {
+
+// A group as one rank sees it: its rank and the node of every member.
+struct GroupView {
+  int rank = 0;
+  std::vector<int> node_of_rank{0};
+  int size() const { return static_cast<int>(node_of_rank.size()); }
+};
+
+std::int64_t model_state_bytes(const model::ModelLayout& layout, comm::Sharding strategy, int shard_size,
+                               DType param_dtype);
+
+// The byte counters a step of the engine must produce on the mesh's shard and replicate communicators.
+comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOptions& options,
+                                const GroupView& shard, const GroupView& replicate);
+
+}  // namespace hsdp::shard

@@ -1,0 +1,446 @@
+#include "hsdp/shard/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <optional>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
+#include "hsdp/optim/grad_clip.hpp"
+#include "hsdp/optim/loss_scaler.hpp"
+#include "hsdp/shard/buckets.hpp"
+
+namespace hsdp::shard {
+
+using comm::Sharding;
+
+namespace {
+
+// A collective in flight plus what to do when it completes (unpack, accumulate, free).
+struct InFlight {
+  comm::CommHandle handle;
+  double issued_at = 0;
+  std::function<void()> on_complete;
+};
+
+// Raw storage for a buffer of `count` elements of `dtype`, charged to `category`.
+struct TypedBuffer {
+  Buffer<std::byte> bytes;
+  DType dtype = DType::f32;
+  TypedBuffer(std::size_t count, DType t, MemoryAccountant& memory, MemCategory category)
+      : bytes(count * size_of(t), memory, category), dtype(t) {}
+  void* data() { return bytes.data(); }
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  const model::ModelLayout& layout;
+  comm::ProcessMesh& mesh;
+  EngineOptions o;
+  MemoryAccountant& memory;
+  std::vector<std::unique_ptr<FlatParamUnit>>& units;
+  StepTiming& timing;
+  int n_layer;
+  int n_units;
+
+  bool persistent_full;     // no_shard, zero1: full parameters live on every rank between steps
+  bool free_after_forward;  // full_shard, hybrid_shard: free after forward, gather again for backward
+  bool hybrid;
+
+  // Persistent full compute parameters [Pp] (zero1; no_shard when rounding to a lower precision).
+  std::vector<Buffer<float>> persistent_params;
+  // Transient gathered parameters [Pp] of sharded strategies, with their gather in flight if any.
+  std::vector<std::optional<Buffer<float>>> gathered;
+  std::vector<std::optional<InFlight>> gathering;
+  // Full fp32 gradients [Pp]: one flat allocation for no_shard (buckets are ranges of it), persistent per unit for
+  // zero1, transient per unit for the sharded strategies.
+  Buffer<float> flat_grads;
+  std::vector<std::size_t> flat_offset;
+  std::vector<Buffer<float>> unit_grads;
+  std::vector<Bucket> buckets;
+  std::vector<int> bucket_pending_units;
+  std::deque<InFlight> reductions;
+
+  Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, MemoryAccountant& mem,
+       std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t)
+      : layout(l), mesh(m), o(options), memory(mem), units(u), timing(t), n_layer(l.config().n_layer),
+        n_units(l.num_units()) {
+    const Sharding s = o.strategy;
+    persistent_full = s == Sharding::no_shard || s == Sharding::zero1;
+    free_after_forward = s == Sharding::full_shard || s == Sharding::hybrid_shard;
+    hybrid = comm::is_hybrid(s);
+  }
+
+  comm::Communicator& shard() { return mesh.shard(); }
+  comm::Communicator& replicate() { return mesh.replicate(); }
+  const UnitGeometry& geo(int u) const { return units[static_cast<std::size_t>(u)]->geometry; }
+  FlatParamUnit& unit(int u) { return *units[static_cast<std::size_t>(u)]; }
+
+  // ---- completion of collectives ----------------------------------------------------------------------
+  void complete(InFlight& op, bool blocking) {
+    if (blocking) {
+      Stopwatch waited;
+      op.handle.wait();
+      timing.exposed_comm_ms += waited.milliseconds();
+    }
+    timing.comm_ms += 1e3 * (monotonic_seconds() - op.issued_at);
+    if (op.on_complete) op.on_complete();
+  }
+  InFlight issue(comm::CommHandle handle, std::function<void()> on_complete) {
+    return InFlight{std::move(handle), monotonic_seconds(), std::move(on_complete)};
+  }
+  // Lets pending nonblocking collectives progress, completing those that are done (in issue order).
+  void poll() {
+    for (auto& g : gathering) {
+      if (g && g->handle.done()) {
+        complete(*g, false);
+        g.reset();
+      }
+    }
+    while (!reductions.empty() && reductions.front().handle.done()) {
+      complete(reductions.front(), false);
+      reductions.pop_front();
+    }
+  }
+  void drain_reductions() {
+    while (!reductions.empty()) {
+      InFlight op = std::move(reductions.front());
+      reductions.pop_front();
+      complete(op, true);
+    }
+  }
+
+  // ---- parameters -------------------------------------------------------------------------------------
+  // Gathers unit u's shard into `dest` [Pp] fp32 over the shard group in o.param_dtype (async).
+  InFlight gather_into(int u, float* dest) {
+    const UnitGeometry& g = geo(u);
+    FlatParamUnit& fp = unit(u);
+    if (o.param_dtype == DType::f32) {
+      return issue(shard().all_gather_async(fp.master.data(), dest, g.shard_numel, DType::f32), nullptr);
+    }
+    auto send = std::make_shared<TypedBuffer>(g.shard_numel, o.param_dtype, memory, MemCategory::comm_buffers);
+    auto recv = std::make_shared<TypedBuffer>(g.padded_numel, o.param_dtype, memory, MemCategory::comm_buffers);
+    convert_from_f32(fp.master.span(), send->data(), o.param_dtype);
+    auto handle = shard().all_gather_async(send->data(), recv->data(), g.shard_numel, o.param_dtype);
+    const std::size_t padded = g.padded_numel;
+    const DType t = o.param_dtype;
+    return issue(std::move(handle), [send, recv, dest, padded, t]() mutable {
+      convert_to_f32(recv->data(), t, std::span<float>(dest, padded));
+      send.reset();
+      recv.reset();
+    });
+  }
+  void prefetch(int u) {
+    if (persistent_full || u < 0 || u >= n_units) return;
+    auto& slot = gathered[static_cast<std::size_t>(u)];
+    if (slot) return;
+    slot.emplace(geo(u).padded_numel, memory, MemCategory::params);
+    gathering[static_cast<std::size_t>(u)] = gather_into(u, slot->data());
+  }
+  void ensure(int u) {
+    if (persistent_full) return;
+    prefetch(u);
+    auto& op = gathering[static_cast<std::size_t>(u)];
+    if (op) {
+      complete(*op, true);
+      op.reset();
+    }
+  }
+  void maybe_prefetch(int u) {
+    if (o.prefetch) prefetch(u);
+  }
+  void release(int u) {
+    if (persistent_full) return;
+    auto& op = gathering[static_cast<std::size_t>(u)];
+    if (op) {  // never freed while its gather is in flight
+      complete(*op, true);
+      op.reset();
+    }
+    gathered[static_cast<std::size_t>(u)].reset();
+  }
+  const float* params(int u) {
+    if (o.strategy == Sharding::no_shard && o.param_dtype == DType::f32) return unit(u).master.data();
+    if (persistent_full) return persistent_params[static_cast<std::size_t>(u)].data();
+    return gathered[static_cast<std::size_t>(u)]->data();
+  }
+
+  // ---- gradients --------------------------------------------------------------------------------------
+  float* grads(int u) {
+    if (o.strategy == Sharding::no_shard) return flat_grads.data() + flat_offset[static_cast<std::size_t>(u)];
+    auto& b = unit_grads[static_cast<std::size_t>(u)];
+    if (b.empty()) b.reset(geo(u).padded_numel, &memory, MemCategory::grads);
+    return b.data();
+  }
+  // Called when unit u's gradient of this micro-batch is complete.
+  void unit_backward_done(int u, bool last) {
+    if (o.strategy == Sharding::no_shard) {
+      if (!last) return;
+      for (std::size_t b = 0; b < buckets.size(); ++b) {
+        if (u >= buckets[b].first_unit && u <= buckets[b].last_unit && --bucket_pending_units[b] == 0) {
+          all_reduce_range(flat_grads.data() + buckets[b].offset, buckets[b].count, replicate(), true);
+        }
+      }
+      return;
+    }
+    if (!last && !hybrid) return;  // accumulate locally; reduce after the last micro-batch
+    reduce_scatter_unit(u, last);
+  }
+  // In-place average over `group` in o.reduce_dtype, queued as a reduction.
+  void all_reduce_range(float* data, std::size_t count, comm::Communicator& group, bool queue) {
+    InFlight op;
+    if (o.reduce_dtype == DType::f32) {
+      op = issue(group.all_reduce_async(data, data, count, DType::f32, comm::ReduceOp::avg), nullptr);
+    } else {
+      auto staging = std::make_shared<TypedBuffer>(count, o.reduce_dtype, memory, MemCategory::comm_buffers);
+      convert_from_f32(std::span<const float>(data, count), staging->data(), o.reduce_dtype);
+      const DType t = o.reduce_dtype;
+      op = issue(group.all_reduce_async(staging->data(), staging->data(), count, t, comm::ReduceOp::avg),
+                 [staging, data, count, t]() mutable {
+                   convert_to_f32(staging->data(), t, std::span<float>(data, count));
+                   staging.reset();
+                 });
+    }
+    if (queue) {
+      reductions.push_back(std::move(op));
+    } else {
+      complete(op, true);
+    }
+  }
+  void reduce_scatter_unit(int u, bool last) {
+    const UnitGeometry& g = geo(u);
+    float* full = grads(u);
+    const DType t = o.reduce_dtype;
+    auto recv = std::make_shared<TypedBuffer>(g.shard_numel, t, memory, MemCategory::comm_buffers);
+    std::shared_ptr<TypedBuffer> send;
+    const void* send_data = full;
+    if (t != DType::f32) {
+      send = std::make_shared<TypedBuffer>(g.padded_numel, t, memory, MemCategory::comm_buffers);
+      convert_from_f32(std::span<const float>(full, g.padded_numel), send->data(), t);
+      send_data = send->data();
+    }
+    // zero1 keeps its full gradients for the next step (zeroed in begin_step); the others free them once sent.
+    const bool free_full = o.strategy != Sharding::zero1;
+    auto handle = shard().reduce_scatter_async(send_data, recv->data(), g.shard_numel, t, comm::ReduceOp::avg);
+    FlatParamUnit* fp = &unit(u);
+    const bool cross_replicas = hybrid && last;
+    reductions.push_back(issue(std::move(handle), [this, fp, recv, send, t, u, free_full, cross_replicas]() mutable {
+      const std::size_t s = fp->geometry.shard_numel;
+      Buffer<float> reduced(s);
+      convert_to_f32(recv->data(), t, reduced.span());
+      for (std::size_t i = 0; i < s; ++i) fp->grad_shard[i] += reduced[i];
+      recv.reset();
+      send.reset();
+      if (free_full) unit_grads[static_cast<std::size_t>(u)].clear();
+      if (cross_replicas) all_reduce_range(fp->grad_shard.data(), s, replicate(), true);
+    }));
+  }
+};
+
+Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
+               std::uint64_t seed, MemoryAccountant& memory)
+    : mesh_(mesh) {
+  if (options.grad_accum < 1) throw_config("train.grad_accum must be >= 1");
+  for (const DType t : {options.param_dtype, options.reduce_dtype}) {
+    if (t != DType::f32 && t != DType::bf16 && t != DType::f16) {
+      throw_config("precision: " + std::string(to_string(t)) + " is not a parameter/reduction dtype (fp32|bf16|fp16)");
+    }
+  }
+  impl_ = std::make_unique<Impl>(layout, mesh, options, memory, units_, timing_);
+  Impl& m = *impl_;
+  const bool no_shard = options.strategy == Sharding::no_shard;
+  const int shard_size = mesh.shard().size();
+  const int shard_rank = mesh.shard().rank();
+  for (int u = 0; u < layout.num_units(); ++u) {
+    units_.push_back(std::make_unique<FlatParamUnit>(layout, u, shard_size, shard_rank, !no_shard, memory));
+    units_.back()->init_master(layout, seed);
+  }
+  m.gathered.resize(static_cast<std::size_t>(m.n_units));
+  m.gathering.resize(static_cast<std::size_t>(m.n_units));
+  m.unit_grads.resize(static_cast<std::size_t>(m.n_units));
+  if (no_shard) {
+    std::size_t total = 0;
+    for (int u = 0; u < m.n_units; ++u) {
+      m.flat_offset.push_back(total);
+      total += m.geo(u).padded_numel;
+    }
+    m.flat_grads.reset(total, &memory, MemCategory::grads);
+    m.buckets = make_buckets(layout, options.bucket_mb);
+    if (options.param_dtype != DType::f32) {
+      for (int u = 0; u < m.n_units; ++u) m.persistent_params.emplace_back(m.geo(u).padded_numel, memory, MemCategory::params);
+    }
+  } else if (options.strategy == Sharding::zero1) {
+    for (int u = 0; u < m.n_units; ++u) {
+      m.persistent_params.emplace_back(m.geo(u).padded_numel, memory, MemCategory::params);
+      m.unit_grads[static_cast<std::size_t>(u)].reset(m.geo(u).padded_numel, &memory, MemCategory::grads);
+    }
+  }
+  refresh_derived_state();
+}
+
+Engine::~Engine() {
+  // Pending collectives must complete before their buffers go away.
+  if (impl_) {
+    impl_->drain_reductions();
+    for (int u = 0; u < impl_->n_units; ++u) impl_->release(u);
+  }
+}
+
+void Engine::refresh_derived_state() {
+  Impl& m = *impl_;
+  if (m.o.strategy == Sharding::zero1) {
+    std::vector<InFlight> ops;
+    for (int u = 0; u < m.n_units; ++u) ops.push_back(m.gather_into(u, m.persistent_params[static_cast<std::size_t>(u)].data()));
+    for (auto& op : ops) m.complete(op, true);
+  } else if (m.o.strategy == Sharding::no_shard && m.o.param_dtype != DType::f32) {
+    for (int u = 0; u < m.n_units; ++u) {
+      auto& p = m.persistent_params[static_cast<std::size_t>(u)];
+      std::copy_n(units_[static_cast<std::size_t>(u)]->master.data(), p.size(), p.data());
+      round_to(p.span(), m.o.param_dtype);
+    }
+  }
+}
+
+void Engine::begin_step() {
+  Impl& m = *impl_;
+  m.drain_reductions();
+  timing_ = {};
+  for (auto& u : units_) u->grad_shard.fill_zero();
+  m.flat_grads.fill_zero();
+  for (auto& g : m.unit_grads) g.fill_zero();
+}
+
+float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
+                               std::span<const std::int32_t> targets, float dloss, bool last) {
+  Impl& m = *impl_;
+  const int L = m.n_layer;
+  const int final_unit = L + 1;
+  // A reduction still in flight reads this unit's gradient buffer, which this micro-batch's backward adds to.
+  m.drain_reductions();
+  if (m.o.strategy == Sharding::no_shard && last) {
+    m.bucket_pending_units.clear();
+    for (const Bucket& b : m.buckets) m.bucket_pending_units.push_back(b.last_unit - b.first_unit + 1);
+  }
+
+  // forward: embedding, blocks, head
+  m.ensure(0);
+  m.maybe_prefetch(1);
+  gpt.forward_embedding(tokens, m.params(0));
+  if (m.free_after_forward) m.release(0);
+  for (int i = 0; i < L; ++i) {
+    const int u = 1 + i;
+    m.ensure(u);
+    m.maybe_prefetch(u + 1);
+    if (i == L - 1 && m.free_after_forward) m.maybe_prefetch(0);  // the head needs the tied embedding again
+    m.poll();
+    gpt.forward_block(i, m.params(u));
+    if (m.free_after_forward) m.release(u);
+  }
+  m.ensure(final_unit);
+  m.ensure(0);
+  if (m.free_after_forward && L > 0) m.maybe_prefetch(L);
+  const float loss = gpt.forward_head(targets, m.params(final_unit), m.params(0));
+
+  // backward: head (final norm and the tied embedding), blocks, embedding
+  gpt.backward_head(m.params(final_unit), m.params(0), m.grads(final_unit), m.grads(0), dloss);
+  m.release(final_unit);
+  m.release(0);
+  m.unit_backward_done(final_unit, last);
+  for (int i = L - 1; i >= 0; --i) {
+    const int u = 1 + i;
+    m.ensure(u);
+    if (i > 0) m.maybe_prefetch(u - 1);
+    m.poll();
+    gpt.backward_block(i, m.params(u), m.grads(u));
+    m.release(u);
+    m.unit_backward_done(u, last);
+  }
+  gpt.backward_embedding(m.grads(0));
+  m.unit_backward_done(0, last);
+  m.poll();
+  return loss;
+}
+
+float Engine::evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
+                       std::span<const std::int32_t> targets) {
+  Impl& m = *impl_;
+  const int L = m.n_layer;
+  m.ensure(0);
+  m.maybe_prefetch(1);
+  gpt.forward_embedding(tokens, m.params(0));
+  m.release(0);
+  for (int i = 0; i < L; ++i) {
+    m.ensure(1 + i);
+    m.maybe_prefetch(2 + i);
+    gpt.forward_block(i, m.params(1 + i));
+    m.release(1 + i);
+  }
+  m.ensure(L + 1);
+  m.ensure(0);
+  const float loss = gpt.forward_head(targets, m.params(L + 1), m.params(0));
+  m.release(L + 1);
+  m.release(0);
+  return loss;
+}
+
+double Engine::grad_norm_squared() {
+  Impl& m = *impl_;
+  m.drain_reductions();
+  double local = 0;
+  if (m.o.strategy == Sharding::no_shard) {
+    for (int u = 0; u < m.n_units; ++u) {
+      local += optim::local_squared_sum(std::span<const float>(m.grads(u), m.geo(u).numel));
+    }
+    return local;  // every rank holds the same averaged gradients
+  }
+  for (auto& u : units_) local += optim::local_squared_sum(u->grad_shard.span().first(u->geometry.valid));
+  // Sum the disjoint shards once: only the first replica of each shard contributes. On world, so the engine's
+  // byte counters (shard/replicate groups) hold gradient and parameter traffic only.
+  double contribution = mesh_.replicate().rank() == 0 ? local : 0.0;
+  Stopwatch waited;
+  mesh_.world().all_reduce(std::span<double>(&contribution, 1), comm::ReduceOp::sum);
+  timing_.exposed_comm_ms += waited.milliseconds();
+  return contribution;
+}
+
+bool Engine::found_nonfinite() {
+  Impl& m = *impl_;
+  m.drain_reductions();
+  bool local = false;
+  for (int u = 0; u < m.n_units && !local; ++u) {
+    const float* g = m.o.strategy == Sharding::no_shard ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
+    const std::size_t n = m.o.strategy == Sharding::no_shard ? m.geo(u).numel : m.geo(u).valid;
+    local = optim::has_inf_or_nan(std::span<const float>(g, n));
+  }
+  double flag = local ? 1.0 : 0.0;
+  mesh_.world().all_reduce(std::span<double>(&flag, 1), comm::ReduceOp::sum);
+  return flag > 0;
+}
+
+void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) {
+  Impl& m = *impl_;
+  m.drain_reductions();
+  for (int u = 0; u < m.n_units; ++u) {
+    FlatParamUnit& fp = *units_[static_cast<std::size_t>(u)];
+    const std::size_t n = fp.geometry.valid;
+    const float* grad = m.o.strategy == Sharding::no_shard ? m.grads(u) : fp.grad_shard.data();
+    optim::adamw_update(config, step, fp.master.span().first(n), std::span<const float>(grad, n),
+                        fp.exp_avg.span().first(n), fp.exp_avg_sq.span().first(n), fp.segments);
+  }
+  refresh_derived_state();
+}
+
+std::vector<UnitShardView> Engine::shard_views() {
+  std::vector<UnitShardView> views;
+  for (auto& u : units_) {
+    views.push_back({u->unit, u->geometry.begin, u->geometry.valid, u->master.data(), u->exp_avg.data(),
+                     u->exp_avg_sq.data()});
+  }
+  return views;
+}
+
+bool Engine::is_checkpoint_writer() const { return mesh_.replicate().rank() == 0; }
+
+}  // namespace hsdp::shard
