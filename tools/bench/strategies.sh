@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Every sharding strategy on one model, 4 ranks as 2 emulated nodes x 2, measured side by side in one run:
+# step time relative to no_shard, exposed (not hidden) communication, model-state memory per rank, bytes per link.
+# Prints a Markdown table and one JSON line per strategy.
+#   tools/bench/strategies.sh [--steps N] [--deck input/quickstart.ini] [extra hsdp-train overrides...]
+# Step times are the median over the steps after the first 5. Bytes and memory are rank 0's (every rank of a
+# 2x2 mesh sends the same amount; which link carries it depends on the rank's place in the ring).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+steps=40
+deck=input/quickstart.ini
+extra=()
+while (($#)); do
+  case $1 in
+    --steps) steps=$2; shift 2 ;;
+    --deck) deck=$2; shift 2 ;;
+    *) extra+=("$1"); shift ;;
+  esac
+done
+build=${HSDP_BUILD_DIR:-build}
+[[ -x $build/bin/hsdp-train ]] || { tools/setup.sh && cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$build" -j "$(nproc)"; }
+[[ -f data/quickstart/train.bin ]] || "$build/bin/hsdp-data" synth --out-dir data/quickstart >/dev/null
+mpirun=(mpirun --oversubscribe -np 4)
+[[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
+out=$(mktemp -d /tmp/hsdp-strategies.XXXXXX)
+strategies=(no_shard zero1 shard_grad_op full_shard hybrid_shard hybrid_shard_zero2)
+for s in "${strategies[@]}"; do
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" "$build/bin/hsdp-train" --config "$deck" \
+    --train.steps="$steps" --train.eval_every=0 --topology.ranks_per_node=2 --parallel.sharding="$s" \
+    --log.dir="$out/$s" --log.every=1000000 "${extra[@]}" >"$out/$s.log" 2>&1 || { cat "$out/$s.log"; exit 1; }
+done
+python3 - "$out" "${strategies[@]}" <<'PY'
+import json, statistics, sys
+out, strategies = sys.argv[1], sys.argv[2:]
+rows = []
+for s in strategies:
+    m = [json.loads(l) for l in open(f"{out}/{s}/metrics.jsonl")][5:]
+    mem = m[-1]["memory"]
+    rows.append(dict(strategy=s, step_ms=statistics.median(x["step_ms"] for x in m),
+                     exposed_comm_ms=statistics.median(x["exposed_comm_ms"] for x in m),
+                     comm_ms=statistics.median(x["comm_ms"] for x in m),
+                     model_state_bytes=mem["params"] + mem["grads"] + mem["optimizer"],
+                     peak_bytes=mem["peak_total"], bytes_intra=m[-1]["bytes_intra"], bytes_inter=m[-1]["bytes_inter"]))
+base = rows[0]["step_ms"]
+print("| strategy | step ms | vs no_shard | exposed comm ms | comm ms | model state / rank | peak / rank | intra B/step | inter B/step |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    r["ratio_vs_no_shard"] = r["step_ms"] / base
+    print(f"| {r['strategy']} | {r['step_ms']:.1f} | {r['ratio_vs_no_shard']:.3f} | {r['exposed_comm_ms']:.2f} | {r['comm_ms']:.2f} "
+          f"| {r['model_state_bytes']/2**20:.2f} MiB | {r['peak_bytes']/2**20:.2f} MiB | {r['bytes_intra']} | {r['bytes_inter']} |")
+for r in rows:
+    print(json.dumps({"bench": "strategies", "mesh": "2x2", **r}))
+fs = next(r for r in rows if r["strategy"] == "full_shard")
+print(f"target: full_shard / no_shard step time = {fs['ratio_vs_no_shard']:.3f} (<= 1.15)")
+PY
