@@ -3,6 +3,8 @@
 # step time relative to no_shard, exposed (not hidden) communication, model-state memory per rank, bytes per link.
 # Prints a Markdown table and one JSON line per strategy.
 #   tools/bench/strategies.sh [--steps N] [--deck input/quickstart.ini] [extra hsdp-train overrides...]
+# The model: the quickstart deck widened to C=256 (8 heads, 3.4M parameters, micro-batch 4 per rank), so that a
+# step's compute is large next to the per-collective synchronisation of 4 ranks sharing 2 cores.
 # Step times are the median over the steps after the first 5. Bytes and memory are rank 0's (every rank of a
 # 2x2 mesh sends the same amount; which link carries it depends on the rank's place in the ring).
 set -euo pipefail
@@ -10,7 +12,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 steps=40
 deck=input/quickstart.ini
-extra=()
+extra=(--model.n_embd=256 --model.n_head=8 --train.micro_batch=4)
 while (($#)); do
   case $1 in
     --steps) steps=$2; shift 2 ;;
