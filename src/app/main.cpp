@@ -7,6 +7,7 @@
 #include "hsdp/comm/mpi.hpp"
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/core/log.hpp"
+#include "hsdp/quant/blockwise.hpp"
 #include "hsdp/train/trainer.hpp"
 
 namespace {
@@ -69,6 +70,13 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.engine.reduce_dtype = hsdp::parse_dtype(deck.get("precision.reduce"), "precision.reduce");
   o.engine.prefetch = deck.get_bool("parallel.prefetch");
   o.engine.bucket_mb = deck.get_real("parallel.bucket_mb");
+  auto& z = o.engine.zeropp;
+  z.quantized_weights = deck.get_bool("zeropp.quantized_weights");
+  z.hpz_partition_size = integer("zeropp.hpz_partition_size");
+  z.quantized_gradients = deck.get_bool("zeropp.quantized_gradients");
+  z.grad_bits = deck.get("zeropp.grad_bits") == "8" ? hsdp::quant::Bits::int8 : hsdp::quant::Bits::int4;
+  z.block = static_cast<std::size_t>(deck.get_int("zeropp.block"));
+  hsdp::quant::validate({z.grad_bits, z.block});
   o.threads = integer("device.threads");
   o.log_dir = deck.get("log.dir");
   o.log_every = deck.get_int("log.every");
@@ -101,9 +109,10 @@ int run(int argc, char** argv, const hsdp::Logger& log) {
   hsdp::comm::MpiCommunicator world(hsdp::comm::MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank,
                                     comm_options, log);
   const auto sharding = hsdp::comm::parse_sharding(deck.get("parallel.sharding"));
+  const int hpz_size = static_cast<int>(deck.get_int("zeropp.hpz_partition_size"));
   std::unique_ptr<hsdp::comm::ProcessMesh> mesh;
   hsdp::comm::agree(MPI_COMM_WORLD,
-                   [&] { mesh = std::make_unique<hsdp::comm::ProcessMesh>(world, topology, sharding); });
+                   [&] { mesh = std::make_unique<hsdp::comm::ProcessMesh>(world, topology, sharding, hpz_size); });
   if (cli.print_mesh) {
     const std::string text = mesh->describe();
     log.info(text);

@@ -24,7 +24,7 @@ OptionSpec path(std::string key, std::string def, std::string help) {
 
 const std::vector<std::string>& section_order() {
   static const std::vector<std::string> order = {"model", "data",   "train",  "parallel", "precision",
-                                                 "topology", "comm", "device", "log"};
+                                                 "zeropp",   "topology", "comm", "device", "log"};
   return order;
 }
 
@@ -84,6 +84,21 @@ const std::vector<OptionSpec>& option_table() {
              "fp32|bf16|fp16"),
       choice("precision.reduce", "fp32", "dtype gradients are reduced (reduce-scatter, all-reduce) in",
              "fp32|bf16|fp16"),
+
+      // [zeropp] ZeRO++ (with full_shard or hybrid_shard)
+      boolean("zeropp.quantized_weights", "false",
+              "qwZ: the forward all-gather of weights moves int8 blocks plus one fp32 scale per zeropp.block "
+              "elements (half the bytes of bf16); master weights stay exact"),
+      integer("zeropp.hpz_partition_size", "0",
+              "hpZ: k > 0 keeps, after each forward gather, a secondary 1/k slice of the weights in groups of k ranks "
+              "of a node, and gathers backward weights from that group only (no inter-node bytes); k must divide "
+              "the ranks per node; 0 = off",
+              0, 1 << 20),
+      boolean("zeropp.quantized_gradients", "false",
+              "qgZ: the gradient reduce-scatter becomes a two-hop quantized all-to-all (inside the node, then across "
+              "nodes); on one node the exact reduce-scatter is kept (said once in the log)"),
+      choice("zeropp.grad_bits", "4", "qgZ: bits per quantized gradient value", "4|8"),
+      integer("zeropp.block", "2048", "elements per quantization block (one fp32 scale each); even", 2, 1 << 24),
 
       // [topology]
       integer("topology.ranks_per_node", "0",

@@ -76,7 +76,7 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, Shard
                  " needs nodes with equal numbers of ranks, but the " + std::to_string(topology.num_nodes()) +
                  " nodes have (" + node_sizes_text(topology) + ") ranks; use full_shard or change the placement");
   }
-  if (hpz_size > 1) {
+  if (hpz_size > 0) {
     for (int id = 0; id < topology.num_nodes(); ++id) {
       if (topology.node_size(id) % hpz_size != 0) {
         throw_config("zeropp.hpz_partition_size=" + std::to_string(hpz_size) +
@@ -106,7 +106,7 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, Shard
       replicate_ = world.split(0, me, "replicate");
       break;
   }
-  if (hpz_size > 1) hpz_ = world.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
+  if (hpz_size > 0) hpz_ = world.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
 }
 
 ByteCounters ProcessMesh::total_counters() const {

@@ -46,6 +46,7 @@ struct Engine::Impl {
   int n_layer;
   int n_units;
 
+  const Logger* log;
   bool persistent_full;     // no_shard, zero1: full parameters live on every rank between steps
   bool free_after_forward;  // full_shard, hybrid_shard: free after forward, gather again for backward
   bool hybrid;
@@ -64,10 +65,17 @@ struct Engine::Impl {
   std::vector<int> bucket_pending_units;
   std::deque<InFlight> reductions;
 
+  // ZeRO++
+  bool qwz = false, hpz = false, qgz = false;
+  bool qgz_exact_fallback = false;  // one node: nothing crosses nodes, the exact reduce-scatter is used
+  std::vector<std::shared_ptr<TypedBuffer>> secondary;  // hpZ: this rank's 1/k slice of each block, fwd -> bwd
+  bool local_nonfinite = false;  // fp16 + qgZ: non-finite gradients seen before quantizing (the step is skipped)
+  std::vector<std::vector<int>> shard_rank_at;  // [node][local] -> shard rank (full_shard qgZ)
+
   Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, MemoryAccountant& mem,
-       std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t)
+       std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t, const Logger* logger)
       : layout(l), mesh(m), o(options), memory(mem), units(u), timing(t), n_layer(l.config().n_layer),
-        n_units(l.num_units()) {
+        n_units(l.num_units()), log(logger) {
     const Sharding s = o.strategy;
     persistent_full = s == Sharding::no_shard || s == Sharding::zero1;
     free_after_forward = s == Sharding::full_shard || s == Sharding::hybrid_shard;
@@ -114,46 +122,98 @@ struct Engine::Impl {
   }
 
   // ---- parameters -------------------------------------------------------------------------------------
-  // Gathers unit u's shard into `dest` [Pp] fp32 over the shard group in o.param_dtype (async).
-  InFlight gather_into(int u, float* dest) {
+  bool is_block(int u) const { return u >= 1 && u <= n_layer; }
+  quant::QuantSpec weight_spec() const { return {quant::Bits::int8, o.zeropp.block}; }
+  quant::QuantSpec grad_spec() const { return {o.zeropp.grad_bits, o.zeropp.block}; }
+
+  // hpZ: keep this rank's slice of the gathered block for the backward gather inside the hpZ group.
+  void keep_secondary(int u, const float* full) {
+    const std::size_t slice = geo(u).padded_numel / static_cast<std::size_t>(mesh.hpz().size());
+    auto copy = std::make_shared<TypedBuffer>(slice, o.param_dtype, memory, MemCategory::hpz_secondary);
+    const std::size_t begin = slice * static_cast<std::size_t>(mesh.hpz().rank());
+    convert_from_f32(std::span<const float>(full + begin, slice), copy->data(), o.param_dtype);
+    secondary[static_cast<std::size_t>(u)] = std::move(copy);
+  }
+
+  // Gathers unit u's weights into `dest` [Pp] fp32 (async): from the hpZ secondary group when the unit's secondary
+  // slice exists (a block's backward, the embedding's second use at the head), else over the shard group: int8
+  // blocks with qwZ for forward gathers, else o.param_dtype.
+  InFlight gather_into(int u, float* dest, bool for_backward = false) {
     const UnitGeometry& g = geo(u);
     FlatParamUnit& fp = unit(u);
-    if (o.param_dtype == DType::f32) {
-      return issue(shard().all_gather_async(fp.master.data(), dest, g.shard_numel, DType::f32), nullptr);
-    }
-    auto send = std::make_shared<TypedBuffer>(g.shard_numel, o.param_dtype, memory, MemCategory::comm_buffers);
-    auto recv = std::make_shared<TypedBuffer>(g.padded_numel, o.param_dtype, memory, MemCategory::comm_buffers);
-    convert_from_f32(fp.master.span(), send->data(), o.param_dtype);
-    auto handle = shard().all_gather_async(send->data(), recv->data(), g.shard_numel, o.param_dtype);
     const std::size_t padded = g.padded_numel;
     const DType t = o.param_dtype;
-    return issue(std::move(handle), [send, recv, dest, padded, t]() mutable {
+    auto& second = secondary[static_cast<std::size_t>(u)];
+    if (hpz && second) {
+      const std::size_t slice = padded / static_cast<std::size_t>(mesh.hpz().size());
+      auto recv = std::make_shared<TypedBuffer>(padded, t, memory, MemCategory::comm_buffers);
+      auto handle = mesh.hpz().all_gather_async(second->data(), recv->data(), slice, t);
+      return issue(std::move(handle), [recv, dest, padded, t]() mutable {
+        convert_to_f32(recv->data(), t, std::span<float>(dest, padded));
+        recv.reset();
+      });
+    }
+    const bool keep = hpz && (is_block(u) || u == 0);
+    if (qwz && !for_backward) {
+      const quant::QuantSpec spec = weight_spec();
+      const std::size_t s = g.shard_numel;
+      const std::size_t m = message_bytes(s, spec);
+      const auto n = static_cast<std::size_t>(shard().size());
+      auto send = std::make_shared<TypedBuffer>(m, DType::u8, memory, MemCategory::comm_buffers);
+      auto recv = std::make_shared<TypedBuffer>(m * n, DType::u8, memory, MemCategory::comm_buffers);
+      pack_message(fp.master.span(), spec, static_cast<std::uint8_t*>(send->data()));
+      auto handle = shard().all_gather_async(send->data(), recv->data(), m, DType::u8);
+      return issue(std::move(handle), [this, send, recv, dest, s, m, n, spec, t, u, keep, padded]() mutable {
+        const auto* bytes = static_cast<const std::uint8_t*>(recv->data());
+        for (std::size_t j = 0; j < n; ++j) {
+          quant::dequantize(message_view(bytes + j * m, s, spec), std::span<float>(dest + j * s, s));
+        }
+        round_to(std::span<float>(dest, padded), t);
+        send.reset();
+        recv.reset();
+        if (keep) keep_secondary(u, dest);
+      });
+    }
+    if (t == DType::f32) {
+      return issue(shard().all_gather_async(fp.master.data(), dest, g.shard_numel, DType::f32),
+                   [this, u, dest, keep] {
+                     if (keep) keep_secondary(u, dest);
+                   });
+    }
+    auto send = std::make_shared<TypedBuffer>(g.shard_numel, t, memory, MemCategory::comm_buffers);
+    auto recv = std::make_shared<TypedBuffer>(padded, t, memory, MemCategory::comm_buffers);
+    convert_from_f32(fp.master.span(), send->data(), t);
+    auto handle = shard().all_gather_async(send->data(), recv->data(), g.shard_numel, t);
+    return issue(std::move(handle), [this, send, recv, dest, padded, t, u, keep]() mutable {
       convert_to_f32(recv->data(), t, std::span<float>(dest, padded));
       send.reset();
       recv.reset();
+      if (keep) keep_secondary(u, dest);
     });
   }
-  void prefetch(int u) {
+  void prefetch(int u, bool for_backward = false) {
     if (persistent_full || u < 0 || u >= n_units) return;
     auto& slot = gathered[static_cast<std::size_t>(u)];
     if (slot) return;
     slot.emplace(geo(u).padded_numel, memory, MemCategory::params);
-    gathering[static_cast<std::size_t>(u)] = gather_into(u, slot->data());
+    gathering[static_cast<std::size_t>(u)] = gather_into(u, slot->data(), for_backward);
   }
-  void ensure(int u) {
+  void ensure(int u, bool for_backward = false) {
     if (persistent_full) return;
-    prefetch(u);
+    prefetch(u, for_backward);
     auto& op = gathering[static_cast<std::size_t>(u)];
     if (op) {
       complete(*op, true);
       op.reset();
     }
   }
-  void maybe_prefetch(int u) {
-    if (o.prefetch) prefetch(u);
+  void maybe_prefetch(int u, bool for_backward = false) {
+    if (o.prefetch) prefetch(u, for_backward);
   }
-  void release(int u) {
+  // after_backward: the unit is done for this micro-batch (its hpZ secondary slice goes too).
+  void release(int u, bool after_backward = true) {
     if (persistent_full) return;
+    if (after_backward) secondary[static_cast<std::size_t>(u)].reset();
     auto& op = gathering[static_cast<std::size_t>(u)];
     if (op) {  // never freed while its gather is in flight
       complete(*op, true);
@@ -210,6 +270,10 @@ struct Engine::Impl {
     }
   }
   void reduce_scatter_unit(int u, bool last) {
+    if (qgz && !qgz_exact_fallback) {
+      quantized_reduce_scatter(u, last);
+      return;
+    }
     const UnitGeometry& g = geo(u);
     float* full = grads(u);
     const DType t = o.reduce_dtype;
@@ -237,10 +301,39 @@ struct Engine::Impl {
       if (cross_replicas) all_reduce_range(fp->grad_shard.data(), s, replicate(), true);
     }));
   }
+
+  // qgZ (zeropp.hpp): the unit's gradient reduced to this rank's shard through quantized all-to-alls. Blocking: the
+  // hops depend on each other; the time shows as exposed communication.
+  void quantized_reduce_scatter(int u, bool last) {
+    const UnitGeometry& g = geo(u);
+    float* full = grads(u);
+    const std::size_t s = g.shard_numel;
+    const quant::QuantSpec spec = grad_spec();
+    if (o.param_dtype == DType::f16 && !quant::all_finite(std::span<const float>(full, g.padded_numel))) {
+      // fp16 overflow: quantizing would throw on this rank only. Send zeros, remember, let the scaler skip the step.
+      local_nonfinite = true;
+      std::fill_n(full, g.padded_numel, 0.0f);
+    }
+    Buffer<float> shard_sum(s);
+    const std::span<const float> gradient(full, g.padded_numel);
+    Stopwatch waited;  // the hops are blocking collectives: their time is exposed communication
+    if (hybrid) {
+      qgz_one_hop(gradient, shard_sum.span(), spec, shard());
+    } else {
+      qgz_two_hop(gradient, shard_sum.span(), spec, mesh.node(), mesh.cross_node(), shard_rank_at);
+    }
+    timing.exposed_comm_ms += waited.milliseconds();
+    timing.comm_ms += waited.milliseconds();
+    const float inverse = 1.0f / static_cast<float>(shard().size());
+    FlatParamUnit& fp = unit(u);
+    for (std::size_t i = 0; i < s; ++i) fp.grad_shard[i] += shard_sum[i] * inverse;
+    if (o.strategy != Sharding::zero1) unit_grads[static_cast<std::size_t>(u)].clear();
+    if (hybrid && last) all_reduce_range(fp.grad_shard.data(), s, replicate(), true);
+  }
 };
 
 Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
-               std::uint64_t seed, MemoryAccountant& memory)
+               std::uint64_t seed, MemoryAccountant& memory, const Logger* log)
     : mesh_(mesh) {
   if (options.grad_accum < 1) throw_config("train.grad_accum must be >= 1");
   for (const DType t : {options.param_dtype, options.reduce_dtype}) {
@@ -248,8 +341,9 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
       throw_config("precision: " + std::string(to_string(t)) + " is not a parameter/reduction dtype (fp32|bf16|fp16)");
     }
   }
-  impl_ = std::make_unique<Impl>(layout, mesh, options, memory, units_, timing_);
+  impl_ = std::make_unique<Impl>(layout, mesh, options, memory, units_, timing_, log);
   Impl& m = *impl_;
+  configure_zeropp(options.zeropp);
   const bool no_shard = options.strategy == Sharding::no_shard;
   const int shard_size = mesh.shard().size();
   const int shard_rank = mesh.shard().rank();
@@ -280,6 +374,45 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
   refresh_derived_state();
 }
 
+void Engine::configure_zeropp(const ZeroPPOptions& z) {
+  Impl& m = *impl_;
+  m.secondary.resize(static_cast<std::size_t>(m.n_units));
+  if (!z.any()) return;
+  const Sharding s = m.o.strategy;
+  if (s != Sharding::full_shard && s != Sharding::hybrid_shard) {
+    throw_config(std::string("zeropp: ZeRO++ works with parallel.sharding=full_shard or hybrid_shard, not ") +
+                 comm::to_string(s));
+  }
+  quant::validate({z.grad_bits, z.block});
+  const comm::Topology& topo = mesh_.topology();
+  m.qwz = z.quantized_weights;
+  if (z.hpz_partition_size > 0) {
+    if (!mesh_.has_hpz()) {
+      throw_config("zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size) +
+                   ": the process mesh was built without an hpZ group (internal: pass it to ProcessMesh)");
+    }
+    m.hpz = true;
+  }
+  m.qgz = z.quantized_gradients;
+  if (!m.qgz) return;
+  if (!topo.nodes_equal_size()) {
+    throw_config("zeropp.quantized_gradients: the two-hop all-to-all needs nodes of equal size");
+  }
+  if (s == Sharding::full_shard) {
+    if (topo.num_nodes() == 1) {
+      m.qgz_exact_fallback = true;
+      if (m.log != nullptr) {
+        m.log->info("zeropp: qgZ falls back to the exact reduce-scatter: all ranks are on one node, so no gradient "
+                      "crosses a node (quantizing would only add error)");
+      }
+      return;
+    }
+    // Shard ranks of full_shard are world ranks (the shard group is world in rank order).
+    if (mesh_.shard().rank() != topo.world_rank) throw_internal("qgZ: shard ranks are not world ranks");
+    for (int j = 0; j < topo.num_nodes(); ++j) m.shard_rank_at.push_back(topo.ranks_on_node(j));
+  }
+}
+
 Engine::~Engine() {
   // Pending collectives must complete before their buffers go away.
   if (impl_) {
@@ -308,6 +441,7 @@ void Engine::begin_step() {
   m.drain_reductions();
   timing_ = {};
   for (auto& u : units_) u->grad_shard.fill_zero();
+  m.local_nonfinite = false;
   m.flat_grads.fill_zero();
   for (auto& g : m.unit_grads) g.fill_zero();
 }
@@ -328,7 +462,7 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
   m.ensure(0);
   m.maybe_prefetch(1);
   gpt.forward_embedding(tokens, m.params(0));
-  if (m.free_after_forward) m.release(0);
+  if (m.free_after_forward) m.release(0, false);
   for (int i = 0; i < L; ++i) {
     const int u = 1 + i;
     m.ensure(u);
@@ -336,11 +470,11 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
     if (i == L - 1 && m.free_after_forward) m.maybe_prefetch(0);  // the head needs the tied embedding again
     m.poll();
     gpt.forward_block(i, m.params(u));
-    if (m.free_after_forward) m.release(u);
+    if (m.free_after_forward) m.release(u, false);
   }
   m.ensure(final_unit);
   m.ensure(0);
-  if (m.free_after_forward && L > 0) m.maybe_prefetch(L);
+  if (m.free_after_forward && L > 0) m.maybe_prefetch(L, true);
   const float loss = gpt.forward_head(targets, m.params(final_unit), m.params(0));
 
   // backward: head (final norm and the tied embedding), blocks, embedding
@@ -350,8 +484,8 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
   m.unit_backward_done(final_unit, last);
   for (int i = L - 1; i >= 0; --i) {
     const int u = 1 + i;
-    m.ensure(u);
-    if (i > 0) m.maybe_prefetch(u - 1);
+    m.ensure(u, true);
+    if (i > 0) m.maybe_prefetch(u - 1, true);
     m.poll();
     gpt.backward_block(i, m.params(u), m.grads(u));
     m.release(u);
@@ -370,12 +504,12 @@ float Engine::evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tok
   m.ensure(0);
   m.maybe_prefetch(1);
   gpt.forward_embedding(tokens, m.params(0));
-  m.release(0);
+  m.release(0, false);  // keeps the embedding's hpZ slice for the head
   for (int i = 0; i < L; ++i) {
     m.ensure(1 + i);
     m.maybe_prefetch(2 + i);
     gpt.forward_block(i, m.params(1 + i));
-    m.release(1 + i);
+    m.release(1 + i);  // no backward follows: its hpZ slice goes too
   }
   m.ensure(L + 1);
   m.ensure(0);
@@ -408,7 +542,7 @@ double Engine::grad_norm_squared() {
 bool Engine::found_nonfinite() {
   Impl& m = *impl_;
   m.drain_reductions();
-  bool local = false;
+  bool local = m.local_nonfinite;
   for (int u = 0; u < m.n_units && !local; ++u) {
     const float* g = m.o.strategy == Sharding::no_shard ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
     const std::size_t n = m.o.strategy == Sharding::no_shard ? m.geo(u).numel : m.geo(u).valid;

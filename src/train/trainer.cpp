@@ -85,7 +85,11 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     if (log.is_root()) metrics = std::make_unique<MetricsLog>(o.log_dir);
   });
 
-  shard::Engine engine(*layout, mesh, o.engine, o.model_seed, memory);
+  std::unique_ptr<shard::Engine> engine_holder;
+  comm::agree(world.raw(), [&] {
+    engine_holder = std::make_unique<shard::Engine>(*layout, mesh, o.engine, o.model_seed, memory, &log);
+  });
+  shard::Engine& engine = *engine_holder;
   model::Gpt<float> gpt(*layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing);
   const bool fp16 = o.engine.param_dtype == DType::f16;
   optim::LossScaler scaler;

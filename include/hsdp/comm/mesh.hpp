@@ -5,7 +5,7 @@
 //   cross_node  the ranks with this rank's local rank, one per node
 //   shard       the ranks one unit's parameters are split over
 //   replicate   the ranks that hold the same shard
-//   hpz         hpZ secondary group: k consecutive local ranks of this node (only when hpz k > 1)
+//   hpz         hpZ secondary group: k consecutive local ranks of this node (only when hpz k > 0)
 // FULL_SHARD/SHARD_GRAD_OP/ZeRO-1: shard = world, replicate = self. HYBRID_SHARD(_ZERO2): shard = node,
 // replicate = cross_node (needs nodes of equal size). NO_SHARD: shard = self, replicate = world.
 #include <memory>
@@ -25,7 +25,8 @@ bool is_hybrid(Sharding s);
 
 class ProcessMesh {
  public:
-  // Collective over `world`. hpz_size k: 0 or 1 = no secondary group; else k must divide the ranks per node.
+  // Collective over `world`. hpz_size k: 0 = no secondary group; else k must divide the ranks per node (k = 1:
+  // each rank is its own group, so the backward gather is a local copy).
   ProcessMesh(MpiCommunicator& world, const Topology& topology, Sharding sharding, int hpz_size = 0);
 
   MpiCommunicator& world() { return world_; }

@@ -24,6 +24,13 @@
 // (and rounded to for compute); precision.reduce the dtype gradients are reduced in. Master weights, moments and
 // the gradient shard are fp32.
 //
+// ZeRO++ (full_shard, hybrid_shard): qwZ gathers the forward weights as int8 blocks; hpZ keeps, after each forward
+// gather of a block, a secondary 1/k slice of its weights in the rank's hpZ group (k ranks of the node) and gathers
+// the backward weights from that group only (the copy is made from the current weights at every forward, so it is
+// never stale after an optimizer step or a checkpoint load); qgZ replaces the gradient reduce-scatter by the two-hop
+// quantized all-to-all of zeropp.hpp (one node: exact reduce-scatter, said once in the log; hybrid_shard: the
+// reduce-scatter inside the node is quantized, the all-reduce across nodes stays in precision.reduce).
+//
 // Overlap: with parallel.prefetch the next unit's all-gather is issued before the current unit computes, in
 // forward and backward; reductions are issued after each unit's backward and completed later. Nonblocking MPI
 // collectives progress when polled, so the engine polls its pending operations at every unit boundary.
@@ -37,7 +44,9 @@
 #include "hsdp/core/memory.hpp"
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/optim/adamw.hpp"
+#include "hsdp/core/log.hpp"
 #include "hsdp/shard/flat_param.hpp"
+#include "hsdp/shard/zeropp.hpp"
 
 namespace hsdp::shard {
 
@@ -48,6 +57,7 @@ struct EngineOptions {
   bool prefetch = true;
   double bucket_mb = 25.0;
   int grad_accum = 1;
+  ZeroPPOptions zeropp;  // full_shard and hybrid_shard only
 };
 
 struct StepTiming {
@@ -67,8 +77,9 @@ struct UnitShardView {
 
 class Engine {
  public:
+  // `log` (optional) receives one-time notes, e.g. that qgZ falls back to an exact reduce-scatter on one node.
   Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
-         std::uint64_t seed, MemoryAccountant& memory);
+         std::uint64_t seed, MemoryAccountant& memory, const Logger* log = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -98,6 +109,7 @@ class Engine {
 
 
  private:
+  void configure_zeropp(const ZeroPPOptions& z);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   comm::ProcessMesh& mesh_;

@@ -22,6 +22,11 @@
 //                  once for the final norm; per unit: reduce_scatter(S, b_r)
 //   hybrid_shard   as full_shard on the node, but reduce_scatter every micro-batch; then per unit
 //                  all_reduce(S, b_r) on replicate;  hybrid_shard_zero2 likewise with shard_grad_op's gathers.
+// ZeRO++ (M(c) = message_bytes of c elements, zeropp.hpp; moved as uint8):
+//   qwZ   forward gathers (embedding twice, blocks, final norm): all_gather(M_int8(S)) on shard
+//   hpZ   backward block gathers and the embedding's gather for the head: all_gather(Pp/k, b_p) on the hpZ group
+//   qgZ   full_shard, nodes > 1: per unit all_to_all(nodes M(S)) on node (if p > 1) + all_to_all(M(S)) on cross_node
+//         full_shard, one node: the exact reduce_scatter;  hybrid_shard: all_to_all(M(S)) on shard (= node)
 #include <cstdint>
 #include <vector>
 
@@ -41,8 +46,12 @@ struct GroupView {
 std::int64_t model_state_bytes(const model::ModelLayout& layout, comm::Sharding strategy, int shard_size,
                                DType param_dtype);
 
-// The byte counters a step of the engine must produce on the mesh's shard and replicate communicators.
-comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOptions& options,
-                                const GroupView& shard, const GroupView& replicate);
+struct MeshGroups {
+  GroupView shard, replicate, node, cross_node;
+  GroupView hpz;  // size 1 when there is no hpZ group
+};
+
+// The byte counters a step of the engine must produce on the mesh's communicators (ProcessMesh::total_counters).
+comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOptions& options, const MeshGroups& g);
 
 }  // namespace hsdp::shard

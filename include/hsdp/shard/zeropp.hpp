@@ -1,0 +1,56 @@
+#pragma once
+// ZeRO++ building blocks (pure: no communication here; the engine moves the messages).
+//
+// A quantized message of n elements is one byte buffer: the packed values (int8: n bytes, int4: ceil(n/2)),
+// padded to a multiple of 4 bytes, then the fp32 block scales. Collectives move messages as uint8.
+//
+// qgZ, the quantized gradient reduce-scatter, for a shard group of `nodes` x `p` ranks (equal nodes), unit
+// gradient G of Pp = n S elements, shard rank r = (node j, local l) owning slice r = G[r S, (r+1) S):
+//   hop 1 (inside the node, all_to_all): to local rank l' go the slices of every rank with local rank l', one
+//          quantized message of S elements per node j (so each slice keeps its own blocks).
+//   reduce: for each node j, dequantize the p messages received for slice (j, l), sum in fp32 in rank order and
+//          requantize (the fused kernel): the node's partial sum of slice (j, l).
+//   hop 2 (across nodes, all_to_all over the ranks with local rank l): the partial sum of slice (j, l) goes to node j.
+//   final: dequantize the `nodes` partial sums of this rank's own slice and add them in fp32, in node order.
+// With p == 1 hop 1 moves nothing: the hop-2 messages are this rank's slices quantized once.
+// Error bound per element (derivation in zeropp.cpp): with a_i the absmax of rank i's block holding the element,
+//   |qgZ - exact sum| <= sum_nodes [ sum_{i in node} a_i / (2 q1) + A_node / (2 q2) ] (1 + 2^-15)
+// where A_node = sum_{i in node} a_i (1 + 1/(2 q1)) bounds the partial sum's block absmax and q1, q2 are the
+// qmax of the two quantizations (hop 1 is skipped when p == 1: then only the q2 term, with A_node = a_i).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hsdp/comm/communicator.hpp"
+#include "hsdp/quant/blockwise.hpp"
+
+namespace hsdp::shard {
+
+struct ZeroPPOptions {
+  bool quantized_weights = false;    // qwZ: int8 forward all-gather
+  int hpz_partition_size = 0;        // hpZ: k > 0 keeps a secondary weight shard in groups of k ranks of a node
+  bool quantized_gradients = false;  // qgZ: two-hop quantized all-to-all instead of the reduce-scatter
+  quant::Bits grad_bits = quant::Bits::int4;
+  std::size_t block = quant::kDefaultBlock;
+  bool any() const { return quantized_weights || hpz_partition_size > 0 || quantized_gradients; }
+};
+
+std::size_t message_bytes(std::size_t count, quant::QuantSpec spec);
+// Quantizes `values` into the message at `out` (message_bytes(values.size(), spec) bytes).
+void pack_message(std::span<const float> values, quant::QuantSpec spec, std::uint8_t* out);
+// A view of the message at `in` holding `count` elements.
+quant::QuantizedView message_view(const std::uint8_t* in, std::size_t count, quant::QuantSpec spec);
+quant::QuantizedSpan message_span(std::uint8_t* out, std::size_t count, quant::QuantSpec spec);
+
+// qgZ across nodes (full_shard): `full` holds n S elements (n = nodes x p shard ranks); on return `slice_sum` holds the
+// sum over all ranks of this rank's slice (not averaged). `node` has this node's p ranks in local-rank order,
+// `cross_node` the ranks with this local rank in node order; shard_rank_at[node][local] maps to shard ranks.
+void qgz_two_hop(std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+                 comm::Communicator& node, comm::Communicator& cross_node,
+                 const std::vector<std::vector<int>>& shard_rank_at);
+// qgZ inside one group (hybrid_shard's node): one quantized all-to-all; rank l receives slice l.
+void qgz_one_hop(std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+                 comm::Communicator& group);
+
+}  // namespace hsdp::shard
