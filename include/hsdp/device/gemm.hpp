@@ -3,6 +3,16 @@
 //   C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C[m, n]
 // where op(X) is X or its transpose and lda/ldb/ldc are row strides in elements. cblas.h stays private to
 // src/device so no other layer depends on the BLAS header.
+//
+// gemm() is what the kernels use: it splits C into one panel per OpenMP thread (along its longer side)
+// and each thread runs a single-threaded OpenBLAS call on its panel. The kernels' other loops run on the
+// same OpenMP team, so no second thread pool competes for the cores: with OpenBLAS's own pool, its
+// spinning workers and OpenMP's spinning workers took turns stealing the cores (measured: a quarter of a
+// GPT-2 step lost on 2 cores). Each element of C is computed by one thread; with a given thread count the
+// result is the same on every run. Called inside a parallel region it runs on the calling thread only.
+//
+// blas_gemm() is one plain call with OpenBLAS's own threading (openblas_get_num_threads() threads), for
+// callers outside the kernels and as the reference a benchmark compares against.
 #include <cstdint>
 
 namespace hsdp::device {
@@ -12,6 +22,10 @@ enum class Op { none, transpose };
 template <typename T>
 void gemm(Op op_a, Op op_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
           T* c, int ldc);
+
+template <typename T>
+void blas_gemm(Op op_a, Op op_b, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
+               T* c, int ldc);
 
 // Floating-point operations of one GEMM (a multiply and an add per inner-product term).
 constexpr double gemm_flops(std::int64_t m, std::int64_t n, std::int64_t k) {

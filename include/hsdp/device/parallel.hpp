@@ -1,7 +1,8 @@
 #pragma once
-// OpenMP helpers for the CPU kernels. Every helper splits work into pieces whose boundaries do not depend
-// on the thread count, and each output element is produced by exactly one thread with a fixed order of
-// operations, so results are bit-identical run to run and for any number of threads.
+// OpenMP helpers for the CPU kernels. Each output element is produced by exactly one thread with a fixed
+// order of operations, whichever thread that is, so results are bit-identical run to run and for any
+// number of threads. Items are handed out dynamically in small chunks: on a shared node, a thread that
+// the OS preempts then delays only its own chunk instead of stalling the team at the barrier.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,33 +27,20 @@ constexpr Range split_range(std::int64_t n, std::int64_t parts, std::int64_t par
   return {begin, begin + base + (part < extra ? 1 : 0)};
 }
 
-// body(i) for i in [0, n), statically scheduled; serial when n * work_per_item is small.
+// Chunks per thread handed out by the dynamic schedule.
+inline constexpr std::int64_t kChunksPerThread = 8;
+
+// body(i) for i in [0, n); serial when n * work_per_item is small.
 template <typename Body>
 void parallel_for(std::int64_t n, Body&& body, std::int64_t work_per_item = 1) {
-  if (n * work_per_item < kParallelMinWork) {
+  const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads <= 1 || n * work_per_item < kParallelMinWork) {
     for (std::int64_t i = 0; i < n; ++i) body(i);
     return;
   }
-#pragma omp parallel for schedule(static)
+  const auto chunk = static_cast<int>(std::max<std::int64_t>(1, n / (threads * kChunksPerThread)));
+#pragma omp parallel for schedule(dynamic, chunk)
   for (std::int64_t i = 0; i < n; ++i) body(i);
-}
-
-// body(begin, end) over `pieces` fixed pieces of [0, n) (pieces independent of the thread count).
-template <typename Body>
-void parallel_pieces(std::int64_t n, std::int64_t pieces, Body&& body, std::int64_t work_per_item = 1) {
-  pieces = std::max<std::int64_t>(1, std::min(pieces, n));
-  if (n * work_per_item < kParallelMinWork) {
-    for (std::int64_t p = 0; p < pieces; ++p) {
-      const Range r = split_range(n, pieces, p);
-      body(r.begin, r.end);
-    }
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t p = 0; p < pieces; ++p) {
-    const Range r = split_range(n, pieces, p);
-    body(r.begin, r.end);
-  }
 }
 
 // Elementwise loops over n items in contiguous blocks of kElementBlock (vectorizable inner loops).

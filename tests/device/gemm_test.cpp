@@ -1,0 +1,77 @@
+#include "hsdp/device/gemm.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "hsdp/core/error.hpp"
+
+namespace hsdp::device {
+namespace {
+
+// Reference: the textbook triple loop in double.
+template <typename T>
+void naive_gemm(Op op_a, Op op_b, int m, int n, int k, double alpha, const std::vector<T>& a, int lda,
+                const std::vector<T>& b, int ldb, double beta, std::vector<double>& c, int ldc) {
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int p = 0; p < k; ++p) {
+        const double av = op_a == Op::none ? a[i * lda + p] : a[p * lda + i];
+        const double bv = op_b == Op::none ? b[p * ldb + j] : b[j * ldb + p];
+        s += av * bv;
+      }
+      c[i * ldc + j] = alpha * s + beta * c[i * ldc + j];
+    }
+  }
+}
+
+template <typename T>
+void check_all_transposes(double tolerance) {
+  const int m = 7, n = 5, k = 9, pad = 3;
+  for (const Op op_a : {Op::none, Op::transpose}) {
+    for (const Op op_b : {Op::none, Op::transpose}) {
+      const int a_rows = op_a == Op::none ? m : k, a_cols = op_a == Op::none ? k : m;
+      const int b_rows = op_b == Op::none ? k : n, b_cols = op_b == Op::none ? n : k;
+      const int lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
+      std::vector<T> a(a_rows * lda), b(b_rows * ldb), c(m * ldc);
+      std::vector<double> expected(m * ldc);
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<T>(std::sin(0.37 * i));
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<T>(std::cos(0.11 * i));
+      for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<T>(0.5 - 0.01 * i);
+      for (std::size_t i = 0; i < c.size(); ++i) expected[i] = c[i];
+      gemm<T>(op_a, op_b, m, n, k, T(1.5), a.data(), lda, b.data(), ldb, T(0.25), c.data(), ldc);
+      naive_gemm(op_a, op_b, m, n, k, 1.5, a, lda, b, ldb, 0.25, expected, ldc);
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < ldc; ++j) EXPECT_NEAR(c[i * ldc + j], expected[i * ldc + j], tolerance);
+      }
+    }
+  }
+}
+
+// Tolerances: k = 9 products of values <= 1 in magnitude; float rounding ~ 9 * 6e-8 * |terms| < 1e-5,
+// double ~ 1e-15 (1e-12 leaves room). Padding columns are checked too: they must be untouched.
+TEST(Gemm, FloatMatchesNaiveLoops_ForAllTransposes) { check_all_transposes<float>(1e-5); }
+TEST(Gemm, DoubleMatchesNaiveLoops_ForAllTransposes) { check_all_transposes<double>(1e-12); }
+
+TEST(Gemm, EmptyProblem_DoesNothing) {
+  float c = 3.0f;
+  gemm<float>(Op::none, Op::none, 0, 1, 1, 1.0f, nullptr, 1, nullptr, 1, 0.0f, &c, 1);
+  EXPECT_EQ(c, 3.0f);
+}
+
+TEST(Gemm, TooSmallLeadingDimension_ThrowsInternalError) {
+  std::vector<float> a(16), b(16), c(16);
+  try {
+    gemm<float>(Op::none, Op::none, 4, 4, 4, 1.0f, a.data(), 3, b.data(), 4, 0.0f, c.data(), 4);
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::internal);
+  }
+}
+
+TEST(Gemm, FlopCount_IsTwoMNK) { EXPECT_EQ(gemm_flops(2, 3, 4), 48.0); }
+
+}  // namespace
+}  // namespace hsdp::device
