@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Trains hsdp on machines without Slurm: Open MPI's mpirun over a hostfile, ranks mapped and bound to cores.
+#
+#   jobscripts/mpirun_baremetal.sh [DECK] [--section.key=value ...]
+#   HOSTFILE=hosts PPN=4 THREADS=8 jobscripts/mpirun_baremetal.sh input/quickstart.ini --parallel.sharding=hybrid_shard
+#   DRY_RUN=1 jobscripts/mpirun_baremetal.sh ...        # print the mpirun command and exit
+#
+# Launch knobs (environment):
+#   HOSTFILE     Open MPI hostfile, one line per node: "node01 slots=8" (default: none = this machine only)
+#   PPN          ranks per node: --map-by ppr:PPN:node (default: unset = Open MPI's default, one rank per slot)
+#   THREADS      cores per rank (default 1): each rank is bound to THREADS cores (--map-by ...:PE=THREADS
+#                --bind-to core); device.threads and OMP_NUM_THREADS are set to it
+#   NP           total ranks (default: PPN x nodes of HOSTFILE when PPN is set, else mpirun's own count)
+#   MAP_BY       replaces the whole --map-by value (e.g. "node" to place ranks round-robin over nodes, which hsdp
+#                calls topology.placement=cyclic; "core" for consecutive ranks on a node = block)
+#   BIND_TO      --bind-to value (default core; "none" to let the OS schedule)
+#   MPIRUN       the launcher (default mpirun); MPIRUN_ARGS: more launcher options, whitespace-separated
+#   DECK         first argument, else $HSDP_DECK, else input/quickstart.ini (paths relative to the current
+#                directory, as are the data paths inside the deck)
+#   HSDP_ARGS    deck overrides, whitespace-separated, before the arguments after DECK (later ones win)
+#   HSDP_TRAIN   the binary (default build/bin/hsdp-train next to this script's repository)
+#   DRY_RUN=1    print the command instead of running it
+# Network and I/O knobs (set in the environment; each one set is exported to every rank with -x):
+#   OMPI_MCA_pml=ucx          Open MPI's point-to-point layer over UCX: InfiniBand/RoCE verbs between nodes, shared
+#                             memory inside one. Leave unset on machines without a fabric (Open MPI picks ob1/tcp).
+#   UCX_TLS=rc,sm,self        the transports UCX may use: rc/dc/ud (InfiniBand), tcp (Ethernet), sm (shared memory)
+#   UCX_NET_DEVICES=mlx5_0:1  the HCA port(s) for traffic between nodes (`ibv_devinfo` lists them)
+#   NCCL_IB_HCA=mlx5_0,mlx5_1 CUDA build: the HCAs NCCL may use for GPU traffic between nodes
+#   NCCL_SOCKET_IFNAME=ib0    CUDA build: the interface for NCCL's bootstrap (not lo or docker0; "^lo,docker" excludes)
+#   HDF5_USE_FILE_LOCKING     default FALSE here: parallel HDF5 checkpoints on Lustre/GPFS/NFS, where flock is off
+#                             or slow, fail or stall with file locking on
+#   CKPT_DIR                  checkpoint.dir (needs an hsdp-train with checkpointing). On Lustre (`lfs` found) the
+#                             directory is created striped over LUSTRE_STRIPE_COUNT OSTs (default -1 = all) in
+#                             LUSTRE_STRIPE_SIZE pieces (default 16M): every rank writes its own hyperslab of one
+#                             file, so the file should be spread over many OSTs
+# Exit status: hsdp-train's (0 done, 2 bad input, 4 communication failure).
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+deck=${1:-${HSDP_DECK:-input/quickstart.ini}}
+(($# > 0)) && shift
+train=${HSDP_TRAIN:-$repo/build/bin/hsdp-train}
+threads=${THREADS:-1}
+read -r -a env_args <<<"${HSDP_ARGS:-}"
+read -r -a extra_mpirun <<<"${MPIRUN_ARGS:-}"
+
+[[ -x $train ]] || { echo "mpirun_baremetal.sh: $train is not an executable (set HSDP_TRAIN)" >&2; exit 2; }
+[[ -r $deck ]] || { echo "mpirun_baremetal.sh: cannot read deck '$deck'" >&2; exit 2; }
+
+export HDF5_USE_FILE_LOCKING=${HDF5_USE_FILE_LOCKING:-FALSE}
+export OMP_NUM_THREADS=$threads OMP_PLACES=cores OMP_PROC_BIND=close
+
+launch=("${MPIRUN:-mpirun}")
+if [[ -n ${HOSTFILE:-} ]]; then
+  [[ -r $HOSTFILE ]] || { echo "mpirun_baremetal.sh: cannot read hostfile '$HOSTFILE'" >&2; exit 2; }
+  launch+=(--hostfile "$HOSTFILE")
+fi
+np=${NP:-}
+if [[ -z $np && -n ${PPN:-} ]]; then
+  nodes=1
+  [[ -n ${HOSTFILE:-} ]] && nodes=$(grep -cvE '^[[:space:]]*(#|$)' "$HOSTFILE")
+  np=$((PPN * nodes))
+fi
+[[ -n $np ]] && launch+=(-np "$np")
+if [[ -n ${MAP_BY:-} ]]; then
+  launch+=(--map-by "$MAP_BY")
+elif [[ -n ${PPN:-} ]]; then
+  launch+=(--map-by "ppr:$PPN:node:PE=$threads")
+else
+  launch+=(--map-by "slot:PE=$threads")
+fi
+launch+=(--bind-to "${BIND_TO:-core}" --report-bindings)
+((EUID == 0)) && launch+=(--allow-run-as-root)
+for var in OMPI_MCA_pml UCX_TLS UCX_NET_DEVICES NCCL_IB_HCA NCCL_SOCKET_IFNAME NCCL_DEBUG HDF5_USE_FILE_LOCKING \
+  OMP_NUM_THREADS OMP_PLACES OMP_PROC_BIND; do
+  [[ -n ${!var:-} ]] && launch+=(-x "$var")
+done
+
+ckpt_args=()
+if [[ -n ${CKPT_DIR:-} ]]; then
+  if [[ ! -d $CKPT_DIR && -z ${DRY_RUN:-} ]]; then
+    mkdir -p "$CKPT_DIR"
+    # New files in a striped directory inherit its layout; an existing directory keeps the one it has.
+    if command -v lfs >/dev/null 2>&1; then
+      lfs setstripe --stripe-count "${LUSTRE_STRIPE_COUNT:--1}" --stripe-size "${LUSTRE_STRIPE_SIZE:-16M}" "$CKPT_DIR" ||
+        echo "mpirun_baremetal.sh: lfs setstripe failed on $CKPT_DIR (not on Lustre?); continuing unstriped" >&2
+    fi
+  fi
+  ckpt_args+=(--checkpoint.dir="$CKPT_DIR")
+fi
+
+cmd=("${launch[@]}" "${extra_mpirun[@]}" "$train" --config "$deck" --device.threads="$threads" "${ckpt_args[@]}"
+  "${env_args[@]}" "$@")
+if [[ -n ${DRY_RUN:-} ]]; then
+  printf '%q ' "${cmd[@]}"
+  echo
+  exit 0
+fi
+echo "mpirun_baremetal.sh: ${np:-default number of} ranks x $threads core(s), deck $deck${HOSTFILE:+, hosts $HOSTFILE}"
+exec "${cmd[@]}"

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The jobscripts under a real Slurm (label slurm): a one-node cluster on this machine (tests/slurm/cluster.sh),
+# started and stopped by this script. One check per call:
+#
+#   slurm_test.sh train_and_study BIN_DIR WORK   train.sbatch with 4 tasks runs to COMPLETED and logs its loss;
+#                                                study.sbatch runs 4 array points to COMPLETED; collect sees them
+#   slurm_test.sh requeue BIN_DIR WORK           scancel --batch --signal=USR1 mid-run: train_requeue.sbatch
+#                                                checkpoints, requeues, resumes, and ends with the same losses and
+#                                                final parameters as an uninterrupted run (needs checkpointing:
+#                                                skipped until hsdp-train --help lists checkpoint.resume)
+#   slurm_test.sh requeue_stub BIN_DIR WORK      the same signal -> exit 3 -> requeue -> resume path of the
+#                                                jobscript, with stub_train.sh standing in for hsdp-train
+#
+# BIN_DIR holds hsdp-train and hsdp-data (a build's bin/). Exit 77 = skipped (the reason is printed): Slurm
+# cannot start here, or the feature under test is missing. Every daemon started is stopped by PID on every
+# exit path, and the check fails if any process of the cluster or its jobs is left.
+set -euo pipefail
+check=$1 bin=$2 work=$3
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+train=$bin/hsdp-train
+sweep=$repo/tools/sweep/hsdp-sweep
+SKIP=77
+
+fail() { echo "FAIL: $*" >&2; [[ -n ${CLUSTER_DIR:-} ]] && cluster_dump_logs >&2; exit 1; }
+
+if [[ $check == requeue ]] && ! "$train" --help | grep -q -- "--checkpoint.resume"; then
+  echo "SKIP: hsdp-train --help does not list checkpoint.resume: checkpointing is not there yet"
+  exit $SKIP
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+cd "$repo"
+# shellcheck source=tests/slurm/cluster.sh
+source "$repo/tests/slurm/cluster.sh"
+started=$SECONDS
+status=0
+cluster_start || status=$?
+((status == 0)) || exit "$status"
+echo "cluster up in $((SECONDS - started)) s"
+conf=$SLURM_CONF
+
+"$bin/hsdp-data" synth --out-dir "$work/data" >/dev/null
+data_args=(--data.train="$work/data/train.bin" --data.val="$work/data/val.bin"
+  --data.entropy_json="$work/data/source.json" --parallel.sharding=no_shard)
+export HSDP_TRAIN=$train
+
+# Fails unless every line of the job's states says COMPLETED with exit 0:0.
+expect_completed() {
+  local job=$1 timeout=$2 states
+  states=$(cluster_wait_job "$job" "$timeout") || fail "job $job: $states"
+  echo "  ${states//$'\n'/$'\n  '}"
+  awk '$3 != "COMPLETED" || $4 != "0:0" { bad = 1 } END { exit bad }' <<<"$states" ||
+    fail "job $job did not complete: $states"
+}
+
+# slurmstepd processes of this cluster: they carry its SLURM_CONF in their environment.
+our_steps() {
+  local pid
+  for pid in $(pgrep -x slurmstepd || true); do
+    grep -qasF "SLURM_CONF=$conf" "/proc/$pid/environ" && echo "$pid"
+  done
+  return 0
+}
+
+# Every process this test started is gone: the daemons (by PID), job steps, ranks (their command lines name
+# files under $work).
+expect_nothing_left() {
+  local pids=("${CLUSTER_PIDS[@]}") pid left steps
+  cluster_stop
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && fail "daemon pid $pid still runs"; done
+  for _ in $(seq 50); do
+    steps=$(our_steps)
+    left=$(pgrep -f -- "(hsdp-train|stub_train).*$work" || true)
+    [[ -z $steps && -z $left ]] && break
+    sleep 0.2
+  done
+  [[ -z $steps ]] || fail "slurmstepd left behind: $steps"
+  [[ -z $left ]] || fail "processes left behind: $(pgrep -af -- "(hsdp-train|stub_train).*$work")"
+  echo "daemons stopped; no process left (pgrep: no slurmstepd of this cluster, no hsdp-train of this test)"
+}
+
+case $check in
+train_and_study)
+  # 4 ranks of train.sbatch on the node declared with 4 CPUs (this machine may have 2 cores).
+  job=$(sbatch --parsable --chdir="$repo" --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 --time=5 \
+    --output="$work/train-%j.out" jobscripts/train.sbatch input/quickstart.ini "${data_args[@]}" \
+    --train.steps=20 --train.eval_every=10 --train.eval_batches=4 --log.every=5 --log.dir="$work/train")
+  echo "train.sbatch: job $job"
+  expect_completed "$job" 120
+  out=$work/train-$job.out
+  cat "$out"
+  grep -qE '^step 20/20 \| loss [0-9.]+' "$out" || fail "no loss line for step 20 in $out"
+  grep -q '"world_size":4' "$work/train/summary.json" || fail "summary.json: not 4 ranks"
+
+  # A 4-point study (micro_batch x lr) as one job array, 2 ranks per point.
+  cat >"$work/study.ini" <<EOF
+[study]
+name = slurm
+base = $repo/input/quickstart.ini
+[fixed]
+parallel.sharding = no_shard
+data.train = $work/data/train.bin
+data.val = $work/data/val.bin
+data.entropy_json = $work/data/source.json
+train.steps = 10
+train.eval_every = 10
+train.eval_batches = 4
+[axes]
+train.micro_batch = 1,2
+train.lr = 1e-3,3e-3
+EOF
+  "$sweep" expand "$work/study.ini" --out "$work/study" >/dev/null
+  job=$(sbatch --parsable --chdir="$repo" --array=0-3 --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
+    --output="$work/study-%A_%a.out" jobscripts/study.sbatch "$work/study")
+  echo "study.sbatch: array job $job"
+  expect_completed "$job" 120
+  [[ $(cluster_job_states "$job" | wc -l) == 4 ]] || fail "expected 4 array tasks"
+  for i in 0 1 2 3; do
+    [[ $(cat "$work/study/point_$i/exit_code") == 0 ]] || fail "point $i: exit_code $(cat "$work/study/point_$i/exit_code")"
+  done
+  "$sweep" collect "$work/study" >"$work/collect.out"
+  [[ $(grep -c '| ok |$' "$work/study/results.md") == 4 ]] || fail "results.md: $(cat "$work/study/results.md")"
+  grep '^| ' "$work/study/results.md"
+  expect_nothing_left
+  echo "train.sbatch (4 tasks) and study.sbatch (4 points) COMPLETED in $((SECONDS - started)) s"
+  ;;
+
+requeue | requeue_stub)
+  if [[ $check == requeue ]]; then
+    steps=80
+    run_args=(input/quickstart.ini "${data_args[@]}" --train.steps="$steps" --train.eval_every=0 --log.every=10
+      --checkpoint.every="$steps")
+  else
+    steps=40
+    export HSDP_TRAIN=$repo/tests/slurm/stub_train.sh
+    run_args=(input/quickstart.ini --train.steps="$steps")
+  fi
+  submit() { # $1 = name: log dir $work/$1, checkpoints $work/$1_ckpt
+    sbatch --parsable --chdir="$repo" --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 --time=5 \
+      --output="$work/$1-%j.out" --export=ALL,HSDP_CKPT_DIR="$work/$1_ckpt" jobscripts/train_requeue.sbatch \
+      "${run_args[@]}" --log.dir="$work/$1"
+  }
+  # The uninterrupted reference, then the same run signalled as Slurm does before the time limit.
+  ref=$(submit ref)
+  expect_completed "$ref" 180
+  job=$(submit int)
+  for _ in $(seq 600); do
+    [[ -f $work/int/metrics.jsonl && $(wc -l <"$work/int/metrics.jsonl") -ge 10 ]] && break
+    sleep 0.1
+  done
+  scancel --batch --signal=USR1 "$job"
+  echo "sent USR1 to the batch shell of job $job after $(wc -l <"$work/int/metrics.jsonl") steps"
+  # Slurm starts a requeued job again after cred_expire seconds (10 on this test cluster, 120 by default).
+  expect_completed "$job" 180
+  out=$work/int-$job.out
+  cat "$out"
+  grep -q "checkpointed (exit 3): requeueing job $job" "$out" || fail "the job did not checkpoint and requeue"
+  [[ $(grep -c "train_requeue.sbatch: job $job run" "$out") == 2 ]] || fail "the output (appended) does not show 2 runs"
+  python3 - "$work/ref" "$work/int" "$steps" <<'PY'
+import json, sys
+ref_dir, int_dir, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ref = {m["step"]: m for m in map(json.loads, open(f"{ref_dir}/metrics.jsonl"))}
+got = {}
+for m in map(json.loads, open(f"{int_dir}/metrics.jsonl")):
+    got[m["step"]] = m  # a resumed run may log again steps it repeats: the last word counts
+assert steps in got and len(got) >= steps - 30, f"steps logged: {sorted(got)}"
+for step in sorted(got):
+    for key in ("loss", "grad_norm", "lr"):
+        assert got[step][key] == ref[step][key], f"step {step}: {key} {got[step][key]!r} != {ref[step][key]!r}"
+a, b = json.load(open(f"{ref_dir}/summary.json")), json.load(open(f"{int_dir}/summary.json"))
+assert a["final_loss"] == b["final_loss"], (a["final_loss"], b["final_loss"])
+print(f"resumed run: steps {min(got)}..{steps}: loss, grad_norm and lr identical to the uninterrupted run")
+PY
+  if [[ $check == requeue ]]; then
+    # The final parameters: both runs checkpoint at the last step (checkpoint.every = steps).
+    ref_h5=$(find "$work/ref_ckpt" \( -name '*.h5' -o -name '*.hdf5' \) -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)
+    int_h5=$(find "$work/int_ckpt" \( -name '*.h5' -o -name '*.hdf5' \) -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1 | cut -d' ' -f2-)
+    [[ -n $ref_h5 && -n $int_h5 ]] || fail "no final checkpoint (*.h5, *.hdf5) in $work/ref_ckpt or $work/int_ckpt"
+    if command -v h5diff >/dev/null; then
+      h5diff "$ref_h5" "$int_h5" /model /model || fail "final parameters differ: $ref_h5 vs $int_h5"
+      echo "final parameters identical: h5diff $ref_h5 $int_h5 /model"
+    else
+      echo "h5diff not installed (hdf5-tools): final checkpoints not compared"
+    fi
+  fi
+  expect_nothing_left
+  echo "$check: checkpoint, requeue and resume in $((SECONDS - started)) s"
+  ;;
+
+*)
+  fail "unknown check '$check'"
+  ;;
+esac

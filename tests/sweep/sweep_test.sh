@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# End-to-end checks of hsdp-sweep (label e2e). One check per call:
+#
+#   sweep_test.sh expand      HSDP_SWEEP HSDP_TRAIN WORK   decks and points.txt of a 2x2 (+ nodes) study
+#   sweep_test.sh unknown_key HSDP_SWEEP HSDP_TRAIN WORK   a misspelled key exits 2 naming it
+#   sweep_test.sh local_study HSDP_SWEEP HSDP_TRAIN WORK HSDP_DATA   4 points over no_shard, run --local,
+#                                                          collect: CSV, Markdown table, PNGs
+#
+# Paths in the decks are absolute, so the checks run from any directory; WORK is emptied first.
+set -euo pipefail
+check=$1 sweep=$2 train=$3 work=$4
+export HSDP_TRAIN=$train  # the hsdp-train under test, whichever build it is in
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+write_spec() { # $1 = path, $2 = extra [axes] lines
+  cat >"$1" <<EOF
+[study]
+name = test
+base = $repo/input/quickstart.ini
+np = 2
+
+[fixed]
+parallel.sharding = no_shard
+data.train = $work/data/train.bin
+data.val = $work/data/val.bin
+data.entropy_json = $work/data/source.json
+train.steps = 4
+train.warmup_steps = 2
+train.eval_every = 2
+train.eval_batches = 2
+log.every = 2
+
+[axes]
+train.micro_batch = 1,2
+train.lr = 1e-3,3e-3
+$2
+EOF
+}
+
+case $check in
+expand)
+  write_spec "$work/spec.ini" "launch.nodes = 1,2"
+  "$sweep" expand "$work/spec.ini" --out "$work/study" >"$work/expand.out"
+  cat "$work/expand.out"
+  points=$work/study/points.txt
+  [[ $(grep -vc '^#' "$points") == 8 ]] || fail "points.txt should list 8 points"
+  # The last axis varies fastest; indices from 0; deck paths absolute; values tab-separated.
+  expected=$(printf '%s\n' \
+    "0	$work/study/point_0/deck.ini	train.micro_batch=1 train.lr=1e-3 launch.nodes=1" \
+    "5	$work/study/point_5/deck.ini	train.micro_batch=2 train.lr=1e-3 launch.nodes=2" \
+    "7	$work/study/point_7/deck.ini	train.micro_batch=2 train.lr=3e-3 launch.nodes=2")
+  while IFS= read -r line; do
+    grep -qxF "$line" "$points" || fail "points.txt lacks the line '$line'"
+  done <<<"$expected"
+  deck=$work/study/point_5/deck.ini
+  for kv in "micro_batch = 2" "lr = 1e-3" "steps = 4" "sharding = no_shard" "dir = $work/study/point_5" \
+    "train = $work/data/train.bin" "n_layer = 4"; do
+    grep -qxF "$kv" "$deck" || fail "$deck lacks '$kv'"
+  done
+  grep -v '^#' "$deck" | grep -q "launch" && fail "$deck must not contain the launch.nodes axis"
+  # The deck is one hsdp-train accepts as it is.
+  "$train" --config "$deck" --print-config >/dev/null || fail "hsdp-train rejects $deck"
+  # One array per node count.
+  grep -qF "sbatch --nodes=1 --array=0,2,4,6 jobscripts/study.sbatch $work/study" "$work/expand.out" ||
+    fail "no sbatch line for the 1-node points"
+  grep -qF "sbatch --nodes=2 --array=1,3,5,7 jobscripts/study.sbatch $work/study" "$work/expand.out" ||
+    fail "no sbatch line for the 2-node points"
+  cmp -s "$work/spec.ini" "$work/study/study.ini" || fail "study.ini is not a copy of the spec"
+  echo "expand: 8 points, decks, points.txt and sbatch lines as expected"
+  ;;
+
+unknown_key)
+  write_spec "$work/spec.ini" "train.micro_bach = 1,2"
+  status=0
+  "$sweep" expand "$work/spec.ini" --out "$work/study" 2>"$work/err" || status=$?
+  cat "$work/err"
+  [[ $status == 2 ]] || fail "exit $status, expected 2"
+  grep -qF "unknown key 'train.micro_bach' in [axes]" "$work/err" || fail "the message does not name the key"
+  [[ $(wc -l <"$work/err") == 1 ]] || fail "expected one line on stderr"
+  write_spec "$work/spec2.ini" "" && sed -i 's/^train.steps = 4/train.stepz = 4/' "$work/spec2.ini"
+  status=0
+  "$sweep" expand "$work/spec2.ini" --out "$work/study2" 2>"$work/err2" || status=$?
+  if ! { [[ $status == 2 ]] && grep -qF "unknown key 'train.stepz' in [fixed]" "$work/err2"; }; then
+    fail "a bad [fixed] key: exit $status, $(cat "$work/err2")"
+  fi
+  write_spec "$work/spec3.ini" "parallel.sharding = no_shard,bogus"
+  status=0
+  "$sweep" expand "$work/spec3.ini" --out "$work/study3" 2>"$work/err3" || status=$?
+  if ! { [[ $status == 2 ]] && grep -qF "'parallel.sharding' is both in [fixed] and in [axes]" "$work/err3"; }; then
+    fail "a key in [fixed] and [axes]: exit $status, $(cat "$work/err3")"
+  fi
+  sed -i '/^parallel.sharding = no_shard$/d' "$work/spec3.ini"
+  status=0
+  "$sweep" expand "$work/spec3.ini" --out "$work/study3" 2>"$work/err3" || status=$?
+  if ! { [[ $status == 2 ]] && grep -qF "parallel.sharding: unknown value 'bogus'" "$work/err3"; }; then
+    fail "a bad value: exit $status, $(cat "$work/err3")"
+  fi
+  echo "unknown keys and values: exit 2 with the key named"
+  ;;
+
+local_study)
+  data_tool=$5
+  "$data_tool" synth --out-dir "$work/data" >/dev/null
+  write_spec "$work/spec.ini" ""
+  "$sweep" run --local "$work/spec.ini" --out "$work/study" --np 2 --timeout 60 || fail "run --local exited $?"
+  "$sweep" collect "$work/study" >"$work/collect.out" || fail "collect exited $?"
+  python3 - "$work/study" <<'PY'
+import csv, os, sys
+study = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(study, "results.csv"))))
+assert len(rows) == 4, f"{len(rows)} rows in results.csv, expected 4"
+for r in rows:
+    assert r["status"] == "ok", f"point {r['index']}: status {r['status']}"
+    assert r["strategy"] == "no_shard" and r["world_size"] == "2" and r["steps"] == "4", r
+    for key in ("tokens_per_s", "step_ms", "exposed_comm_ms", "memory_peak_bytes", "bytes_intra_per_step",
+                "final_loss", "final_val_loss"):
+        assert r[key] != "" and float(r[key]) >= 0, f"point {r['index']}: {key} = {r[key]!r}"
+    assert float(r["bytes_intra_per_step"]) > 0, "no_shard on 2 ranks sends its gradients every step"
+assert [(r["train.micro_batch"], r["train.lr"]) for r in rows] == \
+    [("1", "1e-3"), ("1", "3e-3"), ("2", "1e-3"), ("2", "3e-3")], "axis columns"
+md = open(os.path.join(study, "results.md")).read().splitlines()
+header = [l for l in md if l.startswith("| #")]
+assert header and "tokens/s" in header[0] and "final val loss" in header[0] and "train.lr" in header[0], header
+assert sum(1 for l in md if l.startswith("| ") and l.endswith("| ok |")) == 4, "4 ok rows in results.md"
+for png in ("throughput.png", "memory.png", "bytes.png"):
+    with open(os.path.join(study, png), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
+print("local study: 4 points ok; results.csv, results.md and 3 PNGs written")
+PY
+  # A failing point (a missing data file: only the run finds out) does not stop the next one.
+  cat >"$work/fail.ini" <<EOF
+[study]
+base = $work/study/point_0/deck.ini
+[fixed]
+train.steps = 2
+[axes]
+data.train = $work/nope.bin,$work/data/train.bin
+EOF
+  status=0
+  "$sweep" run --local "$work/fail.ini" --out "$work/fail" --np 1 --collect >"$work/fail.out" || status=$?
+  [[ $status == 1 ]] || fail "run with a failing point exited $status, expected 1"
+  [[ $(cat "$work/fail/point_0/exit_code") == 2 && $(cat "$work/fail/point_1/exit_code") == 0 ]] ||
+    fail "exit codes recorded: $(cat "$work"/fail/point_*/exit_code | tr '\n' ' ')"
+  if ! { grep -q '^0,.*,failed (exit 2),2,' "$work/fail/results.csv" && grep -q '^1,.*,ok,0,' "$work/fail/results.csv"; }; then
+    fail "results.csv: $(cat "$work/fail/results.csv")"
+  fi
+  echo "failing point: recorded (exit 2), the next point ran, run exited 1"
+  ;;
+
+*)
+  fail "unknown check '$check'"
+  ;;
+esac

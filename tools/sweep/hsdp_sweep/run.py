@@ -1,0 +1,108 @@
+"""Runs a study's points one after another with mpirun, on a machine without Slurm."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from .errors import InputError
+from .spec import LAUNCH_NODES, train_env
+
+TIMEOUT_EXIT = 124  # recorded for a point stopped by --timeout, as timeout(1) does
+
+
+def find_mpirun(explicit=None):
+    mpirun = explicit or shutil.which("mpirun") or shutil.which("mpiexec")
+    if not mpirun:
+        raise InputError("cannot find mpirun (give --mpirun PATH)")
+    return mpirun
+
+
+def _is_open_mpi(mpirun):
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True, check=False, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "Open MPI" in out.stdout or "OpenRTE" in out.stdout
+
+
+def launcher_args(mpirun, ranks, user_args):
+    """Open MPI refuses root without --allow-run-as-root and more ranks than cores without --oversubscribe;
+    both are added when needed unless the user's --mpirun-args already say something about them."""
+    args = []
+    if _is_open_mpi(mpirun):
+        if os.geteuid() == 0 and "--allow-run-as-root" not in user_args:
+            args.append("--allow-run-as-root")
+        if ranks > (os.cpu_count() or 1) and not any(a.startswith(("--oversubscribe", "--map-by", "--bind-to"))
+                                                    for a in user_args):
+            args.append("--oversubscribe")
+    return args
+
+
+def _run_one(cmd, log_path, timeout):
+    with open(log_path, "w", encoding="utf-8") as log:
+        log.write("# " + " ".join(cmd) + "\n")
+        log.flush()
+        # Its own process group, so that a timeout or Ctrl-C stops mpirun and every rank it started.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=train_env())
+        try:
+            return proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            return TIMEOUT_EXIT
+        except KeyboardInterrupt:
+            _stop(proc)
+            raise
+
+
+def _stop(proc):
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
+    """Runs every point; returns the indices of the points that failed. Each point's output goes to
+    <point>/train.log and its exit status to <point>/exit_code."""
+    failed = []
+    for n, (index, values, deck) in enumerate(points, 1):
+        point_dir = os.path.dirname(deck)
+        for stale in ("summary.json", "metrics.jsonl", "exit_code"):
+            if os.path.exists(os.path.join(point_dir, stale)):
+                os.remove(os.path.join(point_dir, stale))
+        nodes = int(dict(values).get(LAUNCH_NODES, 0))
+        ranks = np * nodes if nodes else np
+        # A launch.nodes point on one machine: nodes of `np` emulated ranks each.
+        emulate = [f"--topology.ranks_per_node={np}"] if nodes else []
+        cmd = [mpirun, *launcher_args(mpirun, ranks, mpirun_args), "-np", str(ranks), *mpirun_args,
+               train, "--config", deck, *emulate]
+        label = " ".join(f"{k}={v}" for k, v in values)
+        start = time.monotonic()
+        status = _run_one(cmd, os.path.join(point_dir, "train.log"), timeout)
+        seconds = time.monotonic() - start
+        with open(os.path.join(point_dir, "exit_code"), "w", encoding="utf-8") as f:
+            f.write(f"{status}\n")
+        result = _final_loss(point_dir) if status == 0 else f"FAILED, see {point_dir}/train.log"
+        if status != 0:
+            failed.append(index)
+        out(f"point {index} ({n}/{len(points)}) [{label}] {ranks} rank(s): exit {status} in {seconds:.1f} s; {result}")
+    return failed
+
+
+def _final_loss(point_dir):
+    try:
+        with open(os.path.join(point_dir, "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        return f"final loss {summary['final_loss']:.4f}, {summary['tokens_per_s']:.0f} tokens/s"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no summary.json"

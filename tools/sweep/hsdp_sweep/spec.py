@@ -1,0 +1,251 @@
+"""Study specs: read one, check its keys against hsdp-train, expand it into one deck per point.
+
+A spec is an INI file:
+
+    [study]
+    name = quickstart            # names the study (default: the spec's file name)
+    base = input/quickstart.ini  # the deck every point starts from (relative to the current directory,
+                                 # else to the spec's directory or one above it)
+    np = 2                       # ranks per point for `run --local` (optional; --np overrides)
+
+    [fixed]                      # optional: deck values every point gets
+    train.steps = 50
+
+    [axes]                       # one axis per line: deck key = comma-separated values
+    parallel.sharding = no_shard,full_shard
+    train.micro_batch = 2,4
+    launch.nodes = 1,2           # optional, not a deck key: nodes per point (one Slurm array per value;
+                                 # run --local emulates them with topology.ranks_per_node)
+
+The points are the cartesian product of the axes, the last axis varying fastest, numbered from 0.
+"""
+
+import configparser
+import difflib
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+
+from .errors import InputError
+
+LAUNCH_NODES = "launch.nodes"
+LAUNCH_KEYS = {LAUNCH_NODES}
+
+
+class Spec:
+    def __init__(self, path, name, base, np, fixed, axes, name_given=True):
+        self.path = path
+        self.name = name
+        self.name_given = name_given  # False: the name is the spec's file name
+        self.base = base  # absolute path of the base deck
+        self.np = np  # ranks per point for local runs, or None
+        self.fixed = fixed  # [(key, value)]
+        self.axes = axes  # [(key, [values])]
+
+    def points(self):
+        """[(index, [(key, value)])] in array order."""
+        keys = [key for key, _ in self.axes]
+        combos = itertools.product(*[values for _, values in self.axes])
+        return [(i, list(zip(keys, combo))) for i, combo in enumerate(combos)]
+
+
+def _parser():
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None, strict=True)
+    parser.optionxform = str  # deck keys are case-sensitive
+    return parser
+
+
+def read_spec(path):
+    parser = _parser()
+    try:
+        with open(path, encoding="utf-8") as f:
+            parser.read_file(f)
+    except OSError as e:
+        raise InputError(f"cannot read spec '{path}': {e.strerror}") from e
+    except configparser.Error as e:
+        raise InputError(f"{path}: {e}") from e
+
+    for section in parser.sections():
+        if section not in ("study", "fixed", "axes"):
+            raise InputError(f"{path}: unknown section [{section}] (allowed: [study] [fixed] [axes])")
+    study = parser["study"] if parser.has_section("study") else {}
+    for key in study:
+        if key not in ("name", "base", "np"):
+            raise InputError(f"{path}: unknown key '{key}' in [study] (allowed: name, base, np)")
+    if "base" not in study or not study["base"].strip():
+        raise InputError(f"{path}: [study] needs 'base = <deck path>'")
+    name = study.get("name", "").strip() or os.path.splitext(os.path.basename(path))[0]
+    base = _resolve(study["base"].strip(), os.path.dirname(os.path.abspath(path)))
+    if not os.path.isfile(base):
+        raise InputError(f"{path}: [study] base deck '{study['base'].strip()}' does not exist")
+    np = None
+    if "np" in study:
+        try:
+            np = int(study["np"])
+        except ValueError:
+            np = 0
+        if np < 1:
+            raise InputError(f"{path}: [study] np must be a positive integer, not '{study['np']}'")
+
+    fixed = list(parser["fixed"].items()) if parser.has_section("fixed") else []
+    if not parser.has_section("axes") or not parser["axes"]:
+        raise InputError(f"{path}: [axes] needs at least one 'section.key = v1,v2,...' line")
+    axes = []
+    for key, text in parser["axes"].items():
+        values = [v.strip() for v in text.split(",")]
+        if not text.strip() or any(not v for v in values):
+            raise InputError(f"{path}: axis '{key}' has an empty value in '{text}'")
+        if len(set(values)) != len(values):
+            raise InputError(f"{path}: axis '{key}' repeats a value in '{text}'")
+        axes.append((key, values))
+    for key, value in axes:
+        if key == LAUNCH_NODES and any(not v.isdigit() or int(v) < 1 for v in value):
+            raise InputError(f"{path}: axis '{key}' takes positive integers, not '{','.join(value)}'")
+    axis_keys = {key for key, _ in axes}
+    for key, _ in fixed:
+        if key in axis_keys:
+            raise InputError(f"{path}: '{key}' is both in [fixed] and in [axes]")
+        if key in LAUNCH_KEYS:
+            raise InputError(f"{path}: '{key}' belongs in [axes], not [fixed]")
+    return Spec(os.path.abspath(path), name, base, np, fixed, axes, bool(study.get("name", "").strip()))
+
+
+def _resolve(path, spec_dir):
+    """A relative base deck: from the current directory, else from the spec's directory or one above it
+    (a spec in input/ may name its base as input/<deck>.ini, relative to the repository)."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return os.path.abspath(path)
+    directory = spec_dir
+    while True:
+        if os.path.exists(os.path.join(directory, path)):
+            return os.path.join(directory, path)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return os.path.join(spec_dir, path)
+        directory = parent
+
+
+def train_env():
+    """The environment for hsdp-train helper calls: without Slurm/PMI variables, so that a call made inside an
+    allocation is not mistaken for a rank of a step."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_", "PMIX_"))}
+
+
+def deck_keys(train):
+    """Every 'section.key' that hsdp-train accepts, read from its --print-config output."""
+    try:
+        out = subprocess.run([train, "--print-config"], capture_output=True, text=True, env=train_env(),
+                             check=False)
+    except OSError as e:
+        raise InputError(f"cannot run '{train}': {e.strerror}") from e
+    if out.returncode != 0:
+        raise InputError(f"'{train} --print-config' failed (exit {out.returncode}): {out.stderr.strip()}")
+    parser = _parser()
+    parser.read_string(out.stdout)
+    return {f"{s}.{k}" for s in parser.sections() for k in parser[s]}
+
+
+def check_keys(spec, known):
+    for section, pairs in (("fixed", spec.fixed), ("axes", spec.axes)):
+        for key, _ in pairs:
+            if key in LAUNCH_KEYS and section == "axes":
+                continue
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                raise InputError(f"{spec.path}: unknown key '{key}' in [{section}] (not a key of hsdp-train's "
+                                 f"--print-config{hint})")
+
+
+def find_train(explicit=None):
+    """hsdp-train: --train, else $HSDP_TRAIN, else next to this program, else build/bin, else PATH."""
+    candidates = [explicit, os.environ.get("HSDP_TRAIN"),
+                  os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "hsdp-train"),
+                  os.path.join("build", "bin", "hsdp-train"), shutil.which("hsdp-train")]
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    if explicit:
+        raise InputError(f"'{explicit}' is not an executable hsdp-train")
+    raise InputError("cannot find hsdp-train (give --train PATH or set HSDP_TRAIN)")
+
+
+def expand(spec, out_dir, train):
+    """Writes out_dir/point_<i>/deck.ini for every point and out_dir/points.txt; returns the points as
+    [(index, values, deck path)]."""
+    check_keys(spec, deck_keys(train))
+    out_dir = os.path.abspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    shutil.copyfile(spec.path, os.path.join(out_dir, "study.ini"))
+    expanded = []
+    for index, values in spec.points():
+        point_dir = os.path.join(out_dir, f"point_{index}")
+        os.makedirs(point_dir, exist_ok=True)
+        deck = os.path.join(point_dir, "deck.ini")
+        overrides = [f"--{k}={v}" for k, v in spec.fixed + values if k not in LAUNCH_KEYS]
+        # hsdp-train resolves the deck (base + overrides) and checks every value: a bad one fails here.
+        cmd = [train, "--config", spec.base, *overrides, f"--log.dir={point_dir}", "--print-config"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
+        if out.returncode != 0:
+            point = " ".join(f"{k}={v}" for k, v in values)
+            raise InputError(f"point {index} ({point}): hsdp-train rejects it: {out.stderr.strip()}")
+        with open(deck, "w", encoding="utf-8") as f:
+            f.write(f"# study '{spec.name}' point {index}: {' '.join(f'{k}={v}' for k, v in values)}\n")
+            f.write(f"# from {spec.path}, base deck {spec.base}\n")
+            f.write(out.stdout)
+        expanded.append((index, values, deck))
+    write_points(out_dir, expanded)
+    return expanded
+
+
+def write_points(out_dir, expanded):
+    with open(os.path.join(out_dir, "points.txt"), "w", encoding="utf-8") as f:
+        f.write("# index\tdeck\tpoint (key=value ...); read by jobscripts/study.sbatch and hsdp-sweep\n")
+        for index, values, deck in expanded:
+            f.write(f"{index}\t{deck}\t{' '.join(f'{k}={v}' for k, v in values)}\n")
+
+
+def read_points(study_dir):
+    """[(index, [(key, value)], deck path)] from study_dir/points.txt."""
+    path = os.path.join(study_dir, "points.txt")
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as e:
+        raise InputError(f"cannot read '{path}' (run `hsdp-sweep expand` first): {e.strerror}") from e
+    points = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) < 2 or not fields[0].isdigit():
+            raise InputError(f"{path}:{n}: expected 'index<TAB>deck<TAB>key=value ...'")
+        values = [tuple(kv.split("=", 1)) for kv in (fields[2].split() if len(fields) > 2 else [])]
+        deck = fields[1] if os.path.isabs(fields[1]) else os.path.join(study_dir, fields[1])
+        points.append((int(fields[0]), values, deck))
+    return points
+
+
+def sbatch_lines(out_dir, expanded, script="jobscripts/study.sbatch"):
+    """The sbatch command(s) that run the study as job arrays: one per node count."""
+    by_nodes = {}
+    for index, values, _ in expanded:
+        nodes = dict(values).get(LAUNCH_NODES)
+        by_nodes.setdefault(nodes, []).append(index)
+    lines = []
+    for nodes, indices in by_nodes.items():
+        opt = f"--nodes={nodes} " if nodes else ""
+        lines.append(f"sbatch {opt}--array={_ranges(indices)} {script} {out_dir}")
+    return lines
+
+
+def _ranges(indices):
+    parts, start = [], None
+    for i, x in enumerate(indices):
+        if start is None:
+            start = x
+        if i + 1 == len(indices) or indices[i + 1] != x + 1:
+            parts.append(f"{start}" if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(parts)
