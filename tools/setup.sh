@@ -12,7 +12,7 @@ packages=(
   libgtest-dev
   libopenblas-dev
   gnuplot-nox
-  python3
+  python3 python3-numpy
 )
 
 missing=()

@@ -78,6 +78,13 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   z.block = static_cast<std::size_t>(deck.get_int("zeropp.block"));
   hsdp::quant::validate({z.grad_bits, z.block});
   o.threads = integer("device.threads");
+  o.stop_at_step = deck.get_int("train.stop_at_step");
+  o.checkpoint_dir = deck.get("checkpoint.dir");
+  o.checkpoint_every = deck.get_int("checkpoint.every");
+  o.checkpoint_keep = integer("checkpoint.keep");
+  o.checkpoint_keep_every = integer("checkpoint.keep_every");
+  o.resume = deck.get("checkpoint.resume");
+  if (o.resume == "auto" && o.checkpoint_dir.empty()) o.resume = "none";
   o.log_dir = deck.get("log.dir");
   o.log_every = deck.get_int("log.every");
   o.deck_text = deck.to_ini(false);
@@ -120,8 +127,8 @@ int run(int argc, char** argv, const hsdp::Logger& log) {
   }
   hsdp::train::TrainOptions options;
   hsdp::comm::agree(MPI_COMM_WORLD, [&] { options = train_options(deck); });
-  hsdp::train::train(options, *mesh, log);
-  return hsdp::kExitOk;
+  const auto summary = hsdp::train::train(options, *mesh, log);
+  return summary.stopped_by_signal ? hsdp::kExitRequeue : hsdp::kExitOk;
 }
 
 }  // namespace

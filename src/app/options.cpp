@@ -257,6 +257,8 @@ std::string help_text(const std::string& program) {
       << "  --version           print the version and exit\n"
       << "  -h, --help          this text\n\n"
       << "exit codes: 0 done; 1 internal error; 2 bad input (config, data or checkpoint: the message names it);\n"
+      << "            3 checkpointed on SIGUSR1 or SIGTERM (Slurm's warning before the time limit): requeue me,\n"
+      << "              the next run resumes with checkpoint.resume=auto;\n"
       << "            4 communication failure (e.g. the watchdog fired on a stuck collective)\n\n"
       << "deck keys (default in brackets):\n";
   for (const auto& section : section_order()) {

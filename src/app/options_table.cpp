@@ -17,6 +17,9 @@ OptionSpec boolean(std::string key, std::string def, std::string help) {
 OptionSpec choice(std::string key, std::string def, std::string help, std::string choices) {
   return {std::move(key), std::move(def), std::move(help), OptionKind::choice, std::move(choices), 0, 0};
 }
+OptionSpec text(std::string key, std::string def, std::string help) {
+  return {std::move(key), std::move(def), std::move(help), OptionKind::text, "", 0, 0};
+}
 OptionSpec path(std::string key, std::string def, std::string help) {
   return {std::move(key), std::move(def), std::move(help), OptionKind::path, "", 0, 0};
 }
@@ -24,7 +27,7 @@ OptionSpec path(std::string key, std::string def, std::string help) {
 
 const std::vector<std::string>& section_order() {
   static const std::vector<std::string> order = {"model", "data",   "train",  "parallel", "precision",
-                                                 "zeropp",   "topology", "comm", "device", "log"};
+                                                 "zeropp",   "checkpoint", "topology", "comm", "device", "log"};
   return order;
 }
 
@@ -67,6 +70,22 @@ const std::vector<OptionSpec>& option_table() {
       integer("train.eval_batches", "8", "micro-batches per evaluation", 1),
       boolean("train.activation_checkpointing", "false",
               "keep only each block's input and recompute the block in backward (less memory, ~1/3 more compute)"),
+
+      integer("train.stop_at_step", "0",
+              "stop after this step (with a checkpoint if checkpoint.dir is set) although the schedule runs to "
+              "train.steps; a later run resumes; 0 = run to train.steps",
+              0),
+
+      // [checkpoint]
+      path("checkpoint.dir", "",
+           "directory of the HDF5 checkpoints step_<N>.h5 and the `latest` pointer; empty = no checkpoints"),
+      integer("checkpoint.every", "0", "write a checkpoint every N steps (and always after the last step); 0 = only "
+              "after the last step and on SIGUSR1/SIGTERM", 0),
+      integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1),
+      integer("checkpoint.keep_every", "0", "also keep every checkpoint whose step is a multiple of N, forever", 0),
+      text("checkpoint.resume", "auto",
+           "auto = resume from checkpoint.dir/latest if it exists; none = start fresh; or the path of a checkpoint "
+           "(any world size and strategy)"),
 
       // [parallel]
       choice("parallel.sharding", "no_shard",

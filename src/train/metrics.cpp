@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
+#include <vector>
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/json.hpp"
@@ -66,8 +67,22 @@ MetricsLog::MetricsLog(const std::string& dir) : dir_(dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw_config("log.dir: cannot create '" + dir + "': " + ec.message());
-  file_.open(dir + "/metrics.jsonl", std::ios::trunc);
-  if (!file_) throw_config("log.dir: cannot write '" + dir + "/metrics.jsonl'");
+}
+
+void MetricsLog::keep_through_step(std::int64_t step) {
+  const std::string path = dir_ + "/metrics.jsonl";
+  std::vector<std::string> kept;
+  if (step > 0) {
+    std::ifstream old(path);
+    const std::string key = "{\"step\":";
+    for (std::string line; std::getline(old, line);) {
+      if (line.rfind(key, 0) == 0 && std::strtoll(line.c_str() + key.size(), nullptr, 10) <= step) kept.push_back(line);
+    }
+  }
+  file_.open(path, std::ios::trunc);
+  if (!file_) throw_config("log.dir: cannot write '" + path + "'");
+  for (const auto& line : kept) file_ << line << '\n';
+  file_.flush();
 }
 
 void MetricsLog::write(const std::string& json_line) { file_ << json_line << '\n' << std::flush; }

@@ -21,7 +21,9 @@
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
 #include "hsdp/shard/engine.hpp"
+#include "hsdp/train/checkpointing.hpp"
 #include "hsdp/train/metrics.hpp"
+#include "hsdp/train/signals.hpp"
 
 namespace hsdp::train {
 
@@ -117,10 +119,27 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   TrainSummary summary;
   summary.entropy_rate = entropy_rate;
   std::int64_t optimizer_steps = 0;  // AdamW's t: steps actually applied (fp16 overflow skips do not count)
+  std::int64_t first_step = 0;
+  std::int64_t tokens_seen = 0;
+  Checkpointer checkpoints(o, mesh, engine, *layout, log);
+  comm::agree(world.raw(), [&] {
+    if (const auto state = checkpoints.resume()) {
+      first_step = state->step;
+      tokens_seen = state->tokens;
+      sampler->restore(state->sampler);
+      scaler.restore(state->scaler);
+      optimizer_steps = state->step - state->scaler.skipped_steps;
+      summary.resumed_from_step = state->step;
+    }
+    if (log.is_root()) metrics->keep_through_step(first_step);
+  });
+  const std::int64_t end_step = o.stop_at_step > 0 ? std::min(o.stop_at_step, o.steps) : o.steps;
+  if (first_step >= end_step) log.info("nothing to do: the checkpoint is at step ", first_step, " of ", end_step);
+  StopSignals signals;
   Stopwatch run_clock;
   double timed_seconds = 0;
   std::int64_t timed_tokens = 0;
-  for (std::int64_t step = 0; step < o.steps; ++step) {
+  for (std::int64_t step = first_step; step < end_step; ++step) {
     Stopwatch step_clock;
     mesh.reset_counters();
     engine.begin_step();
@@ -164,7 +183,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     m.skipped = skipped;
     m.tokens_per_s = static_cast<double>(tokens_per_step) / (m.step_ms / 1e3);
     m.bytes = mesh.total_counters().total();
-    if (step > 0) {  // the first step pays for page faults and warm-up
+    tokens_seen += tokens_per_step;
+    if (step > first_step) {  // the first step pays for page faults and warm-up
       timed_seconds += m.step_ms / 1e3;
       timed_tokens += tokens_per_step;
     }
@@ -177,8 +197,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     if (log.is_root()) {
       metrics->write(to_json(m, memory));
       if (m.step == 1 || m.step % o.log_every == 0 || last) {
-        const double per_step = run_clock.seconds() / static_cast<double>(m.step);
-        log.info(progress_line(m, o.steps, memory, per_step * static_cast<double>(o.steps - m.step)));
+        const double per_step = run_clock.seconds() / static_cast<double>(m.step - first_step);
+        log.info(progress_line(m, o.steps, memory, per_step * static_cast<double>(end_step - m.step)));
       }
       if (m.val_loss >= 0) {
         std::ostringstream line;
@@ -186,6 +206,20 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
         if (entropy_rate > 0) line << " | source entropy " << entropy_rate << " (ratio " << m.val_loss / entropy_rate << ")";
         log.info(line.str());
       }
+    }
+    // Stop requests are agreed at the step boundary, so every rank checkpoints the same step.
+    double stop = signals.requested() ? 1.0 : 0.0;
+    world.all_reduce(std::span<double>(&stop, 1), comm::ReduceOp::sum);
+    const bool end_of_run = m.step == end_step || stop > 0;
+    if (checkpoints.enabled() && (end_of_run || checkpoints.due(m.step))) {
+      checkpoints.save({.step = m.step, .tokens = tokens_seen, .sampler = sampler->state(), .scaler = scaler.state(),
+                        .deck_text = {}, .strategy = {}, .world_size = 0, .nodes = 0, .mesh = {}});
+    }
+    if (stop > 0) {
+      summary.stopped_by_signal = true;
+      log.info("stop requested by a signal: ", checkpoints.enabled() ? "checkpointed" : "no checkpoint.dir, so NOT checkpointed",
+               " at step ", m.step, "; exiting with code 3 (requeue me)");
+      break;
     }
   }
   summary.steps = o.steps;

@@ -37,6 +37,8 @@ class MetricsLog {
  public:
   explicit MetricsLog(const std::string& dir);  // creates dir; data Error naming it if that fails
   void write(const std::string& json_line);
+  // On resume: keep the lines of steps <= `step` (0: none), so the log reads like one uninterrupted run.
+  void keep_through_step(std::int64_t step);
   const std::string& dir() const { return dir_; }
 
  private:

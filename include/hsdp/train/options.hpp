@@ -34,6 +34,14 @@ struct TrainOptions {
   shard::EngineOptions engine;  // strategy, precision, prefetch, buckets, grad_accum
   int threads = 0;  // 0 = cores of the node / ranks on it
 
+  std::int64_t stop_at_step = 0;  // 0: run to `steps`
+
+  std::string checkpoint_dir;  // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;
+  int checkpoint_keep = 3;
+  int checkpoint_keep_every = 0;
+  std::string resume = "auto";
+
   std::string log_dir = "runs/hsdp";
   std::int64_t log_every = 10;
   std::string deck_text;  // the resolved deck, recorded in summary.json

@@ -16,6 +16,8 @@ struct TrainSummary {
   double entropy_rate = -1;  // from data.entropy_json, if given
   double tokens_per_s = 0;   // mean over the steps after the first
   double seconds = 0;
+  std::int64_t resumed_from_step = 0;  // 0: a fresh start
+  bool stopped_by_signal = false;     // checkpointed on SIGUSR1/SIGTERM: exit 3 so the job requeues
 };
 
 // Validates the options against the data (collectively: a bad file on one rank ends every rank with one

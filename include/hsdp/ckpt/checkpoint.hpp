@@ -1,0 +1,125 @@
+#pragma once
+// Parallel HDF5 checkpoints: one file per checkpoint, `<dir>/step_<N>.h5`, written collectively by all ranks
+// and readable by any later world size and sharding.
+//
+// File layout (format_version 1):
+//   /meta                          attributes: format_version, step, tokens, deck, strategy, world_size, nodes,
+//                                  mesh, hsdp_version, checksum_algorithm, and the model shape (n_layer, n_head,
+//                                  n_embd, block_size, vocab_size, padded_vocab_size)
+//   /model/<nanoGPT name>          fp32, the LOGICAL shape (transformer.wte.weight is [vocab_size, C]: the padded
+//   /optim/exp_avg/<name>          rows are not saved and are zero after a load)
+//   /optim/exp_avg_sq/<name>
+//   /data                          attributes epoch, position (the sampler cursor)
+//   /scaler                        attributes scale, good_steps, skipped_steps (the fp16 loss scaler)
+// Every tensor dataset carries a uint64 attribute `checksum` (see checksum.hpp), verified on every load.
+//
+// Commit protocol (save_checkpoint): write `step_<N>.h5.tmp`, close, fsync, rename to `step_<N>.h5`, fsync the
+// directory; then write `latest.tmp` holding the file name, fsync, rename to `latest`, fsync the directory; only
+// then delete checkpoints that fall out of retention. A crash at any point leaves every complete checkpoint and
+// `latest` intact.
+//
+// All functions here are collective over the communicator they take, and throw a checkpoint Error (exit 2) with a
+// message naming the file (and the dataset, where one is involved) on the same ranks at the same time.
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "hsdp/core/log.hpp"
+#include "hsdp/data/sampler.hpp"
+#include "hsdp/model/layout.hpp"
+#include "hsdp/optim/loss_scaler.hpp"
+
+namespace hsdp::ckpt {
+
+inline constexpr int kFormatVersion = 1;
+
+// One contiguous range of one unit's flat fp32 buffer that this rank holds (from the sharding engine).
+struct UnitShard {
+  int unit = 0;                 // index into ModelLayout::units()
+  std::size_t begin = 0;        // first element of the unit's flat buffer this rank holds
+  std::size_t count = 0;        // valid elements (padding beyond the unit's numel is excluded)
+  float* params = nullptr;      // count elements each: fp32 master weights,
+  float* exp_avg = nullptr;     // Adam m,
+  float* exp_avg_sq = nullptr;  // Adam v
+};
+
+struct TrainState {
+  std::int64_t step = 0;
+  std::int64_t tokens = 0;
+  data::SamplerState sampler;
+  optim::LossScalerState scaler;
+  std::string deck_text;  // the resolved config deck (INI)
+  std::string strategy;
+  int world_size = 1;
+  int nodes = 1;
+  std::string mesh;
+};
+
+// How the tensor data travel to the file. Both are collective and produce the same file.
+enum class IoMode {
+  // One collective H5Dwrite/H5Dread per dataset (3 x 148 = 444 for GPT-2 124M), a hyperslab per shard-parameter
+  // intersection, empty selections for ranks without one; falls back to independent I/O are detected.
+  per_dataset,
+  // All datasets are created first (contiguous, allocated early, never filled); then ONE MPI-IO call per rank moves
+  // every shard-parameter intersection (a file view listing their byte ranges) through the MPI file handle of
+  // HDF5's mpio driver: MPI_File_write_at_all (collective) to save, MPI_File_read_at (independent; each rank's
+  // pieces are few large ranges) to load. The default: fewer calls, and faster in tools/bench/ckpt.sh.
+  single_call,
+};
+
+struct SaveOptions {
+  int keep = 3;        // keep the newest `keep` checkpoints (<= 0: keep all)
+  int keep_every = 0;  // and, if > 0, every step that is a multiple of it, forever
+  IoMode io = IoMode::single_call;
+  // Test hook: sleep this long in the middle of writing (after the /model datasets, before the file is closed),
+  // so a test can kill a rank mid-save. The environment variable HSDP_CKPT_PAUSE_IN_WRITE=<seconds> overrides it.
+  double pause_for_test_s = 0.0;
+  // If given, rank 0 warns through it (once per save) when MPI-IO fell back to independent transfers.
+  const Logger* logger = nullptr;
+};
+
+struct SaveResult {
+  std::string path;                   // the committed file
+  std::uint64_t tensor_bytes = 0;     // fp32 payload of the file (params + m + v, logical shapes)
+  int collective_transfers = 0;       // collective data calls this rank made
+  bool independent_fallback = false;  // per_dataset: HDF5 did some transfer as independent I/O (on any rank)
+  std::string fallback_cause;         // HDF5's reason, when it said
+  double write_s = 0.0;               // collective part: the four phases below and the rest
+  double checksum_s = 0.0;            //   checksums of this rank's pieces (and their allreduce)
+  double create_s = 0.0;              //   file, metadata and dataset creation
+  double data_s = 0.0;                //   moving the tensor data (test pause included)
+  double close_s = 0.0;               //   closing the file (metadata flush)
+  double commit_s = 0.0;              // fsync + renames + `latest` + retention
+};
+
+// Writes `<dir>/step_<state.step>.h5`, commits it, points `<dir>/latest` at it and applies retention.
+// `writer`: this rank writes its shards (exactly one replica of every range must be a writer; the writers' ranges
+// must cover every unit exactly once, else an internal Error). `state` is taken from rank 0.
+SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::ModelLayout& layout,
+                           std::span<const UnitShard> shards, bool writer, const TrainState& state,
+                           const SaveOptions& options = {});
+
+// Writes one checkpoint file at `path` (through `path.tmp`, fsync, rename, directory fsync) without touching
+// `latest` or other files. Used by save_checkpoint and by hsdp-ckpt (consolidate, import).
+SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                                 std::span<const UnitShard> shards, bool writer, const TrainState& state,
+                                 const SaveOptions& options = {});
+
+// Reads `path` into this rank's shards (any world size and sharding at save; ranges may repeat across ranks) and
+// returns the training state. Verifies that every dataset exists with the model's shape and that every checksum
+// matches; the padded rows of wte are set to zero. After an Error the shards' contents are unspecified.
+TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                           std::span<const UnitShard> shards, IoMode io = IoMode::single_call);
+
+// The checkpoint to resume from: `resume` is "auto" (the file `<dir>/latest` names, if there is one), "none", or a
+// path (which must exist). Collective: rank 0 looks, every rank gets the answer.
+std::optional<std::string> resolve_resume(MPI_Comm world, const std::string& dir, const std::string& resume);
+
+// "step_<N>.h5"
+std::string checkpoint_file_name(std::int64_t step);
+
+}  // namespace hsdp::ckpt

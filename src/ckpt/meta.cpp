@@ -1,0 +1,182 @@
+#include "meta.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "h5.hpp"
+#include "hsdp/ckpt/checksum.hpp"
+#include "hsdp/core/error.hpp"
+
+namespace hsdp::ckpt::meta {
+namespace {
+
+h5::Handle open_group(hid_t file, const std::string& name, const std::string& path) {
+  if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) {
+    throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "' has no group " + name);
+  }
+  return h5::group(H5Gopen2(file, name.c_str(), H5P_DEFAULT), "checkpoint '" + path + "': opening " + name);
+}
+
+h5::Handle create_group(hid_t file, const char* name) {
+  return h5::group(H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), std::string("creating ") + name);
+}
+
+int to_int(std::int64_t value, const std::string& what) {
+  if (value < INT32_MIN || value > INT32_MAX) throw Error(ErrorKind::checkpoint, what + " is out of range");
+  return static_cast<int>(value);
+}
+
+// Strings and numbers of the state, packed for one broadcast.
+void append(std::vector<char>& out, const void* data, std::size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  out.insert(out.end(), p, p + bytes);
+}
+void append(std::vector<char>& out, const std::string& text) {
+  const std::uint64_t n = text.size();
+  append(out, &n, sizeof n);
+  append(out, text.data(), text.size());
+}
+void take(const std::vector<char>& in, std::size_t& at, void* data, std::size_t bytes) {
+  std::memcpy(data, in.data() + at, bytes);
+  at += bytes;
+}
+void take(const std::vector<char>& in, std::size_t& at, std::string& text) {
+  std::uint64_t n = 0;
+  take(in, at, &n, sizeof n);
+  text.assign(in.data() + at, n);
+  at += n;
+}
+
+}  // namespace
+
+void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
+  h5::Handle m = create_group(file, "/meta");
+  h5::write_attribute(m.get(), "format_version", std::int64_t{kFormatVersion});
+  h5::write_attribute(m.get(), "step", s.step);
+  h5::write_attribute(m.get(), "tokens", s.tokens);
+  h5::write_attribute(m.get(), "deck", s.deck_text);
+  h5::write_attribute(m.get(), "strategy", s.strategy);
+  h5::write_attribute(m.get(), "world_size", std::int64_t{s.world_size});
+  h5::write_attribute(m.get(), "nodes", std::int64_t{s.nodes});
+  h5::write_attribute(m.get(), "mesh", s.mesh);
+  h5::write_attribute(m.get(), "hsdp_version", std::string(HSDP_VERSION));
+  h5::write_attribute(m.get(), "checksum_algorithm", std::string(kChecksumAlgorithm));
+  h5::write_attribute(m.get(), "n_layer", std::int64_t{config.n_layer});
+  h5::write_attribute(m.get(), "n_head", std::int64_t{config.n_head});
+  h5::write_attribute(m.get(), "n_embd", std::int64_t{config.n_embd});
+  h5::write_attribute(m.get(), "block_size", std::int64_t{config.block_size});
+  h5::write_attribute(m.get(), "vocab_size", std::int64_t{config.vocab_size});
+  h5::write_attribute(m.get(), "padded_vocab_size", std::int64_t{config.padded_vocab_size});
+
+  h5::Handle d = create_group(file, "/data");
+  h5::write_attribute(d.get(), "epoch", static_cast<std::uint64_t>(s.sampler.epoch));
+  h5::write_attribute(d.get(), "position", static_cast<std::uint64_t>(s.sampler.position));
+
+  h5::Handle sc = create_group(file, "/scaler");
+  h5::write_attribute(sc.get(), "scale", static_cast<double>(s.scaler.scale));
+  h5::write_attribute(sc.get(), "good_steps", s.scaler.good_steps);
+  h5::write_attribute(sc.get(), "skipped_steps", s.scaler.skipped_steps);
+}
+
+int read_format_version(hid_t file, const std::string& path) {
+  h5::Handle m = open_group(file, "/meta", path);
+  const std::string where = "checkpoint '" + path + "' /meta";
+  const std::int64_t version = h5::read_int_attribute(m.get(), "format_version", where);
+  if (version < 1 || version > kFormatVersion) {
+    throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "' has format_version " + std::to_string(version) +
+                                           "; this hsdp (" HSDP_VERSION ") reads versions 1 to " +
+                                           std::to_string(kFormatVersion));
+  }
+  return static_cast<int>(version);
+}
+
+TrainState read_state(hid_t file, const std::string& path) {
+  read_format_version(file, path);
+  TrainState s;
+  {
+    h5::Handle m = open_group(file, "/meta", path);
+    const std::string where = "checkpoint '" + path + "' /meta";
+    s.step = h5::read_int_attribute(m.get(), "step", where);
+    s.tokens = h5::read_int_attribute(m.get(), "tokens", where);
+    s.deck_text = h5::read_string_attribute(m.get(), "deck", where);
+    s.strategy = h5::read_string_attribute(m.get(), "strategy", where);
+    s.world_size = to_int(h5::read_int_attribute(m.get(), "world_size", where), where + " world_size");
+    s.nodes = to_int(h5::read_int_attribute(m.get(), "nodes", where), where + " nodes");
+    s.mesh = h5::read_string_attribute(m.get(), "mesh", where);
+  }
+  {
+    h5::Handle d = open_group(file, "/data", path);
+    const std::string where = "checkpoint '" + path + "' /data";
+    s.sampler.epoch = h5::read_uint_attribute(d.get(), "epoch", where);
+    s.sampler.position = h5::read_uint_attribute(d.get(), "position", where);
+  }
+  {
+    h5::Handle sc = open_group(file, "/scaler", path);
+    const std::string where = "checkpoint '" + path + "' /scaler";
+    s.scaler.scale = static_cast<float>(h5::read_real_attribute(sc.get(), "scale", where));
+    s.scaler.good_steps = h5::read_int_attribute(sc.get(), "good_steps", where);
+    s.scaler.skipped_steps = h5::read_int_attribute(sc.get(), "skipped_steps", where);
+  }
+  return s;
+}
+
+model::GptConfig read_model_config(hid_t file, const std::string& path) {
+  h5::Handle m = open_group(file, "/meta", path);
+  const std::string where = "checkpoint '" + path + "' /meta";
+  const auto get = [&](const char* key) { return to_int(h5::read_int_attribute(m.get(), key, where), where + key); };
+  model::GptConfig c;
+  c.n_layer = get("n_layer");
+  c.n_head = get("n_head");
+  c.n_embd = get("n_embd");
+  c.block_size = get("block_size");
+  c.vocab_size = get("vocab_size");
+  c.padded_vocab_size = get("padded_vocab_size");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(ErrorKind::checkpoint, where + " describes an impossible model: " + e.what());
+  }
+  return c;
+}
+
+TrainState broadcast(MPI_Comm comm, const TrainState& state) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::vector<char> packed;
+  if (rank == 0) {
+    const TrainState& s = state;
+    append(packed, &s.step, sizeof s.step);
+    append(packed, &s.tokens, sizeof s.tokens);
+    append(packed, &s.sampler, sizeof s.sampler);
+    append(packed, &s.scaler.scale, sizeof s.scaler.scale);
+    append(packed, &s.scaler.good_steps, sizeof s.scaler.good_steps);
+    append(packed, &s.scaler.skipped_steps, sizeof s.scaler.skipped_steps);
+    append(packed, &s.world_size, sizeof s.world_size);
+    append(packed, &s.nodes, sizeof s.nodes);
+    append(packed, s.deck_text);
+    append(packed, s.strategy);
+    append(packed, s.mesh);
+  }
+  std::uint64_t bytes = packed.size();
+  MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, comm);
+  packed.resize(bytes);
+  MPI_Bcast(packed.data(), static_cast<int>(bytes), MPI_CHAR, 0, comm);
+  if (rank == 0) return state;
+  TrainState s;
+  std::size_t at = 0;
+  take(packed, at, &s.step, sizeof s.step);
+  take(packed, at, &s.tokens, sizeof s.tokens);
+  take(packed, at, &s.sampler, sizeof s.sampler);
+  take(packed, at, &s.scaler.scale, sizeof s.scaler.scale);
+  take(packed, at, &s.scaler.good_steps, sizeof s.scaler.good_steps);
+  take(packed, at, &s.scaler.skipped_steps, sizeof s.scaler.skipped_steps);
+  take(packed, at, &s.world_size, sizeof s.world_size);
+  take(packed, at, &s.nodes, sizeof s.nodes);
+  take(packed, at, s.deck_text);
+  take(packed, at, s.strategy);
+  take(packed, at, s.mesh);
+  return s;
+}
+
+}  // namespace hsdp::ckpt::meta

@@ -1,0 +1,239 @@
+// load_checkpoint and resolve_resume: the collective read with resharding and verification (see checkpoint.hpp).
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+
+#include "agree.hpp"
+#include "diagnose.hpp"
+#include "h5.hpp"
+#include "hsdp/ckpt/checkpoint.hpp"
+#include "hsdp/ckpt/checksum.hpp"
+#include "hsdp/ckpt/commit.hpp"
+#include "hsdp/core/error.hpp"
+#include "meta.hpp"
+#include "plan.hpp"
+#include "transfer.hpp"
+
+namespace hsdp::ckpt {
+namespace fs = std::filesystem;
+namespace {
+
+[[noreturn]] void throw_checkpoint(const std::string& message) {
+  throw Error(ErrorKind::checkpoint, message);
+}
+
+std::string hex(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%016" PRIx64, value);
+  return text;
+}
+
+std::vector<std::string> expected_datasets(const model::ModelLayout& layout) {
+  std::vector<std::string> paths;
+  for (const plan::Tensor t : plan::kTensors) {
+    for (const model::ParamInfo& p : layout.params()) paths.push_back(plan::dataset_path(t, p.name));
+  }
+  return paths;
+}
+
+h5::Handle open_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout) {
+  const fs::path parent = fs::path(path).parent_path();
+  h5::Handle fapl = h5::mpio_file_access(world, parent.empty() ? "." : parent.string());
+  h5::Handle file;
+  agreed(world, [&] {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) throw_checkpoint("checkpoint '" + path + "' does not exist");
+  });
+  agreed(world, [&] {
+    const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+    if (id < 0) {
+      const std::string detail = h5::last_error();
+      H5Eclear2(H5E_DEFAULT);
+      throw_checkpoint(describe_open_failure(path, expected_datasets(layout), detail));
+    }
+    file = h5::Handle(id, H5Fclose);
+  });
+  return file;
+}
+
+// Every dataset exists with the model's shape; the model's head count matches. Same answer on every rank.
+void check_shapes(hid_t file, const std::string& path, const model::ModelLayout& layout) {
+  for (const plan::Tensor t : plan::kTensors) {
+    for (const model::ParamInfo& p : layout.params()) {
+      const std::string name = plan::dataset_path(t, p.name);
+      if (!h5::link_exists(file, name)) {
+        throw_checkpoint("checkpoint '" + path + "' has no dataset " + name + " (the model expects " +
+                         h5::shape_text(p.logical_shape) + ")");
+      }
+      h5::Handle d = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "checkpoint '" + path + "': " + name);
+      const std::vector<std::int64_t> shape = h5::dataset_shape(d.get());
+      if (shape != p.logical_shape) {
+        throw_checkpoint("checkpoint '" + path + "': dataset " + name + " has shape " + h5::shape_text(shape) +
+                         " but the model expects " + h5::shape_text(p.logical_shape) +
+                         " (the checkpoint was written for another model shape)");
+      }
+    }
+  }
+  const model::GptConfig saved = meta::read_model_config(file, path);
+  if (saved.n_head != layout.config().n_head) {
+    throw_checkpoint("checkpoint '" + path + "': /meta n_head is " + std::to_string(saved.n_head) +
+                     " but the model has n_head " + std::to_string(layout.config().n_head));
+  }
+}
+
+// Zeroes the rows of wte beyond vocab_size (and anything else stored but not saved) inside this rank's shards.
+void zero_unsaved(const model::ModelLayout& layout, std::span<const UnitShard> shards) {
+  for (const UnitShard& s : shards) {
+    for (const model::ParamInfo* p : layout.unit_params(s.unit)) {
+      const std::size_t lo = std::max(s.begin, p->offset + p->logical_numel());
+      const std::size_t hi = std::min(s.begin + s.count, p->offset + p->numel);
+      if (lo >= hi) continue;
+      for (const plan::Tensor t : plan::kTensors) std::fill_n(plan::tensor_data(s, t) + (lo - s.begin), hi - lo, 0.0f);
+    }
+  }
+}
+
+// The datasets of a checkpoint being read, what this rank reads of each, and the checksums the file holds.
+struct Reads {
+  std::vector<h5::Handle> handles;
+  std::vector<transfer::DatasetPieces> datasets;  // tensor-major, then parameter
+  std::vector<std::size_t> shard_pieces;          // per dataset: its first n pieces go to shards, the rest are gaps
+  std::vector<std::uint64_t> stored;              // per dataset
+  std::vector<std::vector<float>> scratch;        // the gaps' data, read only to be verified
+};
+
+// This rank reads its shards' pieces of every dataset, plus the gaps (held by no rank) assigned to it.
+Reads plan_reads(MPI_Comm world, hid_t file, const std::string& path, const model::ModelLayout& layout,
+                 std::span<const UnitShard> shards, const plan::Ownership& own) {
+  Reads r;
+  agreed(world, [&] {
+    for (const plan::Tensor t : plan::kTensors) {
+      for (const model::ParamInfo& info : layout.params()) {
+        const std::string name = plan::dataset_path(t, info.name);
+        r.handles.push_back(h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "opening " + name));
+        r.stored.push_back(
+            h5::read_uint_attribute(r.handles.back().get(), "checksum", "checkpoint '" + path + "' dataset " + name));
+      }
+    }
+  });
+  const std::vector<std::vector<plan::Piece>> mine = plan::shard_pieces(layout, shards);
+  for (const plan::Tensor t : plan::kTensors) {
+    for (std::size_t p = 0; p < layout.params().size(); ++p) {
+      const model::ParamInfo& info = layout.params()[p];
+      transfer::DatasetPieces d;
+      d.path = plan::dataset_path(t, info.name);
+      d.dims.assign(info.logical_shape.begin(), info.logical_shape.end());
+      d.dataset = r.handles[r.datasets.size()].get();
+      for (const plan::Piece& piece : mine[p]) {
+        d.pieces.push_back({piece.first, piece.count, plan::tensor_data(shards[piece.shard], t) + piece.shard_offset});
+      }
+      r.shard_pieces.push_back(d.pieces.size());
+      for (const plan::Piece& gap : own.gaps[p]) {
+        r.scratch.emplace_back(gap.count);
+        d.pieces.push_back({gap.first, gap.count, r.scratch.back().data()});
+      }
+      r.datasets.push_back(std::move(d));
+    }
+  }
+  return r;
+}
+
+// Every dataset's checksum over the data read: each rank adds the elements it owns (its shards minus lower ranks'
+// copies) and the gaps it read. Collective.
+std::vector<std::uint64_t> loaded_checksums(MPI_Comm world, const model::ModelLayout& layout,
+                                            std::span<const UnitShard> shards, const plan::Ownership& own,
+                                            const Reads& reads) {
+  const std::size_t param_count = layout.params().size();
+  std::vector<std::uint64_t> sums(3 * param_count, 0);
+  for (const plan::Tensor t : plan::kTensors) {
+    const std::size_t base = static_cast<std::size_t>(t) * param_count;
+    for (std::size_t p = 0; p < param_count; ++p) {
+      for (const plan::Piece& piece : own.owned[p]) {
+        const float* data = plan::tensor_data(shards[piece.shard], t) + piece.shard_offset;
+        sums[base + p] += checksum_range({data, piece.count}, piece.first);
+      }
+      const transfer::DatasetPieces& d = reads.datasets[base + p];
+      for (std::size_t k = reads.shard_pieces[base + p]; k < d.pieces.size(); ++k) {
+        sums[base + p] += checksum_range({d.pieces[k].memory, d.pieces[k].count}, d.pieces[k].first);
+      }
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, world);
+  return sums;
+}
+
+}  // namespace
+
+TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                           std::span<const UnitShard> shards, IoMode io) {
+  h5::silence_errors();
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  agreed(world, [&] { plan::validate_shards(layout, shards); });
+
+  h5::Handle file = open_file(world, path, layout);
+  TrainState state;
+  agreed(world, [&] {
+    state = meta::read_state(file.get(), path);
+    check_shapes(file.get(), path, layout);
+  });
+
+  const std::vector<plan::RankRange> all = plan::allgather_ranges(world, shards, true);
+  const plan::Ownership own = plan::ownership(layout, all, rank, size);
+
+  Reads reads = plan_reads(world, file.get(), path, layout, shards, own);
+  std::vector<transfer::DatasetPieces>& datasets = reads.datasets;
+
+  transfer::Stats stats;
+  if (io == IoMode::per_dataset) {
+    transfer::agree_rounds(world, datasets);
+    transfer::read_per_dataset(datasets, stats);
+  } else {
+    transfer::read_single_call(file.get(), datasets, stats);
+  }
+  zero_unsaved(layout, shards);
+
+  const std::vector<std::uint64_t> sums = loaded_checksums(world, layout, shards, own, reads);
+  reads.handles.clear();
+  file.close_checked("closing checkpoint '" + path + "'");
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    if (sums[i] != reads.stored[i]) {
+      throw_checkpoint("checkpoint '" + path + "': dataset " + datasets[i].path + " fails its checksum (stored " +
+                       hex(reads.stored[i]) + ", computed " + hex(sums[i]) + "): the file is damaged");
+    }
+  }
+  return state;
+}
+
+std::optional<std::string> resolve_resume(MPI_Comm world, const std::string& dir, const std::string& resume) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::string answer;  // empty: nothing to resume from
+  agreed(world, [&] {
+    if (rank != 0 || resume.empty() || resume == "none") return;
+    std::error_code ec;
+    if (resume == "auto") {
+      const std::optional<std::string> name = read_latest(dir);
+      if (!name) return;
+      const fs::path target = fs::path(*name).is_absolute() ? fs::path(*name) : fs::path(dir) / *name;
+      if (!fs::is_regular_file(target, ec)) {
+        throw_checkpoint("'" + (fs::path(dir) / "latest").string() + "' names " + *name + ", which does not exist");
+      }
+      answer = target.string();
+      return;
+    }
+    if (!fs::is_regular_file(resume, ec)) throw_checkpoint("resume checkpoint '" + resume + "' does not exist");
+    answer = resume;
+  });
+  std::uint64_t length = answer.size();
+  MPI_Bcast(&length, 1, MPI_UINT64_T, 0, world);
+  answer.resize(length);
+  MPI_Bcast(answer.data(), static_cast<int>(length), MPI_CHAR, 0, world);
+  if (answer.empty()) return std::nullopt;
+  return answer;
+}
+
+}  // namespace hsdp::ckpt

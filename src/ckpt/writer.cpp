@@ -1,0 +1,229 @@
+// save_checkpoint and write_checkpoint_file: the collective write and the commit protocol (see checkpoint.hpp).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "agree.hpp"
+#include "h5.hpp"
+#include "hsdp/ckpt/checkpoint.hpp"
+#include "hsdp/ckpt/checksum.hpp"
+#include "hsdp/ckpt/commit.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
+#include "meta.hpp"
+#include "plan.hpp"
+#include "transfer.hpp"
+
+namespace hsdp::ckpt {
+namespace fs = std::filesystem;
+namespace {
+
+double pause_seconds(const SaveOptions& options) {
+  if (const char* env = std::getenv("HSDP_CKPT_PAUSE_IN_WRITE"); env != nullptr && *env != '\0') {
+    return std::strtod(env, nullptr);
+  }
+  return options.pause_for_test_s;
+}
+
+std::string parent_dir(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+// Checksums of every dataset (tensor-major, then parameter), summed over the writers' pieces. Collective.
+std::vector<std::uint64_t> dataset_checksums(MPI_Comm world, const model::ModelLayout& layout,
+                                             std::span<const UnitShard> shards,
+                                             const std::vector<std::vector<plan::Piece>>& pieces) {
+  const std::size_t count = layout.params().size();
+  std::vector<std::uint64_t> sums(3 * count, 0);
+  for (const plan::Tensor t : plan::kTensors) {
+    for (std::size_t p = 0; p < count; ++p) {
+      for (const plan::Piece& piece : pieces[p]) {
+        const float* data = plan::tensor_data(shards[piece.shard], t) + piece.shard_offset;
+        sums[static_cast<std::size_t>(t) * count + p] += checksum_range({data, piece.count}, piece.first);
+      }
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, world);
+  return sums;
+}
+
+h5::Handle dataset_creation() {
+  h5::Handle dcpl = h5::plist(H5Pcreate(H5P_DATASET_CREATE), "creating a dataset property list");
+  h5::check_status(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), "contiguous layout");
+  h5::check_status(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "early allocation");
+  h5::check_status(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "no fill values");
+  return dcpl;
+}
+
+void sleep_for(double seconds) {
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// The tensor datasets of a checkpoint being written, with this rank's pieces of each.
+struct Datasets {
+  std::vector<h5::Handle> handles;
+  std::vector<transfer::DatasetPieces> pieces;  // tensor-major, then parameter (as `handles`)
+  std::uint64_t tensor_bytes = 0;
+};
+
+// Creates every dataset (contiguous, allocated, never filled) with its checksum before any data moves. Collective.
+Datasets create_datasets(hid_t file, const std::string& tmp, const model::ModelLayout& layout,
+                         std::span<const UnitShard> shards, const std::vector<std::vector<plan::Piece>>& pieces,
+                         const std::vector<std::uint64_t>& checksums) {
+  for (const char* name : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq"}) {
+    h5::group(H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), std::string("creating ") + name);
+  }
+  h5::Handle dcpl = dataset_creation();
+  const std::size_t param_count = layout.params().size();
+  Datasets out;
+  out.handles.reserve(3 * param_count);
+  out.pieces.reserve(3 * param_count);
+  for (const plan::Tensor t : plan::kTensors) {
+    for (std::size_t p = 0; p < param_count; ++p) {
+      const model::ParamInfo& info = layout.params()[p];
+      transfer::DatasetPieces d;
+      d.path = plan::dataset_path(t, info.name);
+      d.dims.assign(info.logical_shape.begin(), info.logical_shape.end());
+      h5::Handle space = h5::dataspace(H5Screate_simple(static_cast<int>(d.dims.size()), d.dims.data(), nullptr),
+                                       "dataspace of " + d.path);
+      out.handles.push_back(h5::dataset(
+          H5Dcreate2(file, d.path.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+          "creating " + d.path + " in '" + tmp + "'"));
+      h5::write_attribute(out.handles.back().get(), "checksum",
+                          checksums[static_cast<std::size_t>(t) * param_count + p]);
+      d.dataset = out.handles.back().get();
+      for (const plan::Piece& piece : pieces[p]) {
+        d.pieces.push_back({piece.first, piece.count, plan::tensor_data(shards[piece.shard], t) + piece.shard_offset});
+      }
+      out.tensor_bytes += info.logical_numel() * sizeof(float);
+      out.pieces.push_back(std::move(d));
+    }
+  }
+  return out;
+}
+
+// Moves the data: the model tensors first, then (after the test pause, if any) the optimizer state. Collective.
+void write_data(MPI_Comm world, hid_t file, std::vector<transfer::DatasetPieces>& datasets, std::size_t param_count,
+                const SaveOptions& options, transfer::Stats& stats) {
+  const double pause = pause_seconds(options);
+  const std::span<const transfer::DatasetPieces> all(datasets);
+  const std::span<const transfer::DatasetPieces> model_part = all.first(param_count);
+  const std::span<const transfer::DatasetPieces> optim_part = all.subspan(param_count);
+  if (options.io == IoMode::per_dataset) {
+    transfer::agree_rounds(world, datasets);
+    transfer::write_per_dataset(model_part, stats);
+    sleep_for(pause);
+    transfer::write_per_dataset(optim_part, stats);
+  } else if (pause > 0) {
+    transfer::write_single_call(file, model_part, stats);
+    sleep_for(pause);
+    transfer::write_single_call(file, optim_part, stats);
+  } else {
+    transfer::write_single_call(file, all, stats);
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(std::int64_t step) {
+  return "step_" + std::to_string(step) + ".h5";
+}
+
+SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                                 std::span<const UnitShard> shards, bool writer, const TrainState& state_in,
+                                 const SaveOptions& options) {
+  h5::silence_errors();
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  Stopwatch watch;
+  SaveResult result;
+  result.path = path;
+
+  agreed(world, [&] { plan::validate_shards(layout, shards); });
+  const TrainState state = meta::broadcast(world, state_in);
+  const std::vector<plan::RankRange> writers = plan::allgather_ranges(world, shards, writer);
+  agreed(world, [&] { plan::check_writer_coverage(layout, writers); });
+  const std::size_t param_count = layout.params().size();
+  const std::vector<std::vector<plan::Piece>> pieces =
+      writer ? plan::shard_pieces(layout, shards) : std::vector<std::vector<plan::Piece>>(param_count);
+  Stopwatch phase;
+  const std::vector<std::uint64_t> checksums = dataset_checksums(world, layout, shards, pieces);
+  result.checksum_s = phase.seconds();
+
+  const std::string dir = parent_dir(path);
+  const std::string tmp = path + ".tmp";
+  agreed(world, [&] {
+    if (rank != 0) return;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw Error(ErrorKind::checkpoint, "cannot create checkpoint directory '" + dir + "': " + ec.message());
+  });
+
+  phase.restart();
+  h5::Handle fapl = h5::mpio_file_access(world, dir);
+  h5::Handle file;
+  agreed(world, [&] {
+    file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                    "cannot create checkpoint file '" + tmp + "'");
+  });
+  meta::write(file.get(), state, layout.config());
+
+  Datasets created = create_datasets(file.get(), tmp, layout, shards, pieces, checksums);
+  result.tensor_bytes = created.tensor_bytes;
+  result.create_s = phase.seconds();
+
+  transfer::Stats stats;
+  phase.restart();
+  write_data(world, file.get(), created.pieces, param_count, options, stats);
+  result.data_s = phase.seconds();
+  phase.restart();
+  created.handles.clear();
+  file.close_checked("closing checkpoint file '" + tmp + "'");
+  result.close_s = phase.seconds();
+  result.write_s = watch.seconds();
+
+  Stopwatch commit;
+  agreed(world, [&] {
+    if (rank != 0) return;
+    fsync_file(tmp);
+    durable_rename(tmp, path);
+  });
+  result.commit_s = commit.seconds();
+
+  result.collective_transfers = stats.collective_calls;
+  int fallback = stats.fallback ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &fallback, 1, MPI_INT, MPI_LOR, world);
+  result.independent_fallback = fallback != 0;
+  result.fallback_cause = stats.fallback ? stats.cause : (fallback ? "seen on another rank" : "");
+  if (result.independent_fallback && options.logger != nullptr) {
+    options.logger->warn("checkpoint '", path, "': collective MPI-IO fell back to independent transfers (",
+                         result.fallback_cause, "); writes may be slow on parallel file systems");
+  }
+  return result;
+}
+
+SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::ModelLayout& layout,
+                           std::span<const UnitShard> shards, bool writer, const TrainState& state,
+                           const SaveOptions& options) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::int64_t step = state.step;
+  MPI_Bcast(&step, 1, MPI_INT64_T, 0, world);
+  const std::string name = checkpoint_file_name(step);
+  SaveResult result =
+      write_checkpoint_file(world, (fs::path(dir) / name).string(), layout, shards, writer, state, options);
+  Stopwatch commit;
+  agreed(world, [&] {
+    if (rank != 0) return;
+    write_latest(dir, name);
+    apply_retention(dir, step, options.keep, options.keep_every);
+  });
+  result.commit_s += commit.seconds();
+  return result;
+}
+
+}  // namespace hsdp::ckpt

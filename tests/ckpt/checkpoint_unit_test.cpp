@@ -1,0 +1,184 @@
+// Pieces of the checkpoint layer that need no MPI: the checksum, retention, and the model file formats.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "fixtures.hpp"
+#include "hsdp/ckpt/checksum.hpp"
+#include "hsdp/ckpt/commit.hpp"
+#include "hsdp/ckpt/export.hpp"
+#include "hsdp/core/error.hpp"
+
+namespace hsdp::ckpt::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<float> sample(std::size_t n) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = value_at(0, 1, i, 3);
+  return v;
+}
+
+TEST(Checksum, SumOfRangeChecksums_EqualsTheWholeChecksum) {
+  const std::vector<float> v = sample(1000);
+  const std::uint64_t whole = checksum_range(v, 0);
+  for (const std::size_t cut : {std::size_t{0}, std::size_t{1}, std::size_t{333}, std::size_t{999}}) {
+    const std::span<const float> all(v);
+    EXPECT_EQ(checksum_range(all.first(cut), 0) + checksum_range(all.subspan(cut), cut), whole) << cut;
+  }
+}
+
+TEST(Checksum, AnySingleBitFlip_ChangesTheChecksum) {
+  std::vector<float> v = sample(64);
+  const std::uint64_t original = checksum_range(v, 0);
+  for (std::size_t i = 0; i < v.size(); i += 7) {
+    for (int bit = 0; bit < 32; ++bit) {
+      const float keep = v[i];
+      v[i] = std::bit_cast<float>(std::bit_cast<std::uint32_t>(keep) ^ (1u << bit));
+      EXPECT_NE(checksum_range(v, 0), original) << "element " << i << " bit " << bit;
+      v[i] = keep;
+    }
+  }
+}
+
+TEST(Checksum, SwappedElements_ChangeTheChecksum) {
+  std::vector<float> v = sample(16);
+  const std::uint64_t original = checksum_range(v, 0);
+  std::swap(v[2], v[9]);
+  EXPECT_NE(checksum_range(v, 0), original);
+}
+
+TEST(Retention, KeepsNewestMilestonesAndLatest) {
+  const std::vector<std::int64_t> steps = {1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(steps_to_delete(steps, 7, 2, 3), (std::vector<std::int64_t>{1, 2, 4, 5}));
+  EXPECT_EQ(steps_to_delete(steps, 7, 3, 0), (std::vector<std::int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(steps_to_delete(steps, 7, 0, 0), (std::vector<std::int64_t>{}));
+  EXPECT_EQ(steps_to_delete(steps, 7, 100, 0), (std::vector<std::int64_t>{}));
+  // After a restart from step 3, `latest` names 4 while 5..7 are still on disk: 4 is never deleted.
+  EXPECT_EQ(steps_to_delete(steps, 4, 2, 0), (std::vector<std::int64_t>{1, 2, 3, 5}));
+}
+
+TEST(Retention, FileNamesParseToSteps) {
+  EXPECT_EQ(step_of_file_name("step_12.h5"), std::optional<std::int64_t>(12));
+  EXPECT_EQ(step_of_file_name("step_0.h5"), std::optional<std::int64_t>(0));
+  EXPECT_EQ(step_of_file_name("step_12.h5.tmp"), std::nullopt);
+  EXPECT_EQ(step_of_file_name("step_.h5"), std::nullopt);
+  EXPECT_EQ(step_of_file_name("step_1x.h5"), std::nullopt);
+  EXPECT_EQ(step_of_file_name("latest"), std::nullopt);
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("hsdp_ckpt_unit_" + std::to_string(::getpid()))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<Buffer<float>> unit_values(const model::ModelLayout& layout) {
+  std::vector<Buffer<float>> units;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    units.emplace_back(layout.unit(u).numel);
+    for (std::size_t i = 0; i < units.back().size(); ++i) units.back()[i] = value_at(0, u, i, 1);
+  }
+  const model::ParamInfo& wte = layout.param("transformer.wte.weight");
+  std::fill(units[0].begin() + static_cast<std::ptrdiff_t>(wte.logical_numel()),
+            units[0].begin() + static_cast<std::ptrdiff_t>(wte.numel), 0.0f);
+  return units;
+}
+
+TEST(Llmc, WriteThenRead_GivesTheSameConfigValuesAndBytes) {
+  TempDir tmp;
+  const model::ModelLayout layout(tiny_config());
+  const std::vector<Buffer<float>> units = unit_values(layout);
+  write_llmc(tmp / "a.bin", layout, units);
+  const std::string bytes = file_bytes(tmp / "a.bin");
+  ASSERT_EQ(bytes.size(), 1024 + 4 * layout.total_numel());
+  std::int32_t header[8];
+  std::memcpy(header, bytes.data(), sizeof header);
+  EXPECT_EQ(header[0], 20240326);
+  EXPECT_EQ(header[1], 3);
+  EXPECT_EQ(header[2], 8);   // maxT
+  EXPECT_EQ(header[3], 50);  // V
+  EXPECT_EQ(header[4], 2);   // L
+  EXPECT_EQ(header[5], 2);   // NH
+  EXPECT_EQ(header[6], 16);  // C
+  EXPECT_EQ(header[7], 64);  // Vp
+  // llm.c's order: wte, wpe, then ln1w of every layer: the first float after wpe is layer 0's ln_1.weight[0].
+  float ln1w0 = 0;
+  std::memcpy(&ln1w0, bytes.data() + 1024 + 4 * (64 * 16 + 8 * 16), 4);
+  EXPECT_EQ(ln1w0, units[1][layout.block_offsets().ln_1_weight]);
+
+  const LlmcModel back = read_llmc(tmp / "a.bin");
+  EXPECT_EQ(back.config.n_layer, 2);
+  EXPECT_EQ(back.nonzero_padding, 0u);
+  write_llmc(tmp / "b.bin", layout, back.unit_params);
+  EXPECT_EQ(file_bytes(tmp / "b.bin"), bytes);
+}
+
+TEST(Llmc, BadMagicVersionOrSize_AreCheckpointErrorsNamingTheFile) {
+  TempDir tmp;
+  const model::ModelLayout layout(tiny_config());
+  write_llmc(tmp / "a.bin", layout, unit_values(layout));
+  std::string bytes = file_bytes(tmp / "a.bin");
+  const auto expect_error = [&](const std::string& content, const std::string& words) {
+    std::ofstream(tmp / "bad.bin", std::ios::binary) << content;
+    try {
+      read_llmc(tmp / "bad.bin");
+      ADD_FAILURE() << "no error for " << words;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::checkpoint);
+      EXPECT_NE(std::string(e.what()).find(tmp / "bad.bin"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  expect_error(bytes.substr(0, bytes.size() - 4), "bytes but its header describes");
+  std::string version5 = bytes;
+  version5[4] = 5;
+  expect_error(version5, "version 5 holds bf16");
+  std::string magic = bytes;
+  magic[0] = 0;
+  expect_error(magic, "not an llm.c model file");
+  expect_error("short", "header");
+}
+
+TEST(Safetensors, HeaderIsAlignedJsonWithContiguousOffsets) {
+  TempDir tmp;
+  const model::ModelLayout layout(tiny_config());
+  write_safetensors(tmp / "m.safetensors", layout, unit_values(layout), {true, {{"step", "1"}}});
+  const std::string bytes = file_bytes(tmp / "m.safetensors");
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(n % 8, 0u);
+  const std::string header = bytes.substr(8, n);
+  EXPECT_EQ(header.front(), '{');
+  EXPECT_NE(header.find("\"__metadata__\":{\"step\":\"1\"}"), std::string::npos);
+  EXPECT_NE(header.find("\"transformer.wte.weight\":{\"dtype\":\"F32\",\"shape\":[50,16],\"data_offsets\":[0,3200]}"),
+            std::string::npos);
+  EXPECT_NE(header.find("\"lm_head.weight\""), std::string::npos);
+  // Every logical parameter plus the lm_head copy.
+  EXPECT_EQ(bytes.size(), 8 + n + 4 * (layout.logical_numel() + 50 * 16));
+}
+
+}  // namespace
+}  // namespace hsdp::ckpt::testing

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# hsdp-ckpt end to end: help, inspect, verify, consolidate, export (llmc, safetensors), import; the llm.c byte
+# round trip (import then export gives back the same bytes); bad input exits 2 with one line naming the problem.
+#   cli_test.sh HSDP_CKPT PROBE MPIEXEC...
+set -uo pipefail
+bin=$1 probe=$2
+shift 2
+mpiexec=("$@")
+dir=$(mktemp -d "${TMPDIR:-/tmp}/hsdp_ckpt_cli.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect CODE PATTERN CMD...: runs CMD, checks its exit code and that its output matches PATTERN.
+expect() {
+  local code=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  [[ $rc -eq $code ]] || fail "'$*' exited $rc, expected $code: $out"
+  grep -qE -- "$pattern" <<<"$out" || fail "'$*' output lacks /$pattern/: $out"
+  if [[ $code -eq 2 && $(wc -l <<<"$out") -ne 1 ]]; then fail "'$*' error is not one line: $out"; fi
+}
+
+expect 0 'commands:' "$bin" --help
+for command in inspect verify consolidate export import; do
+  expect 0 "usage: hsdp-ckpt $command" "$bin" "$command" --help
+done
+expect 0 'load_state_dict' "$bin" export --help
+expect 2 'missing command' "$bin"
+expect 2 "unknown command 'frobnicate'" "$bin" frobnicate
+expect 2 "'--file' is required|the option '--file' is required" "$bin" inspect
+expect 2 "unrecognised option '--bogus'" "$bin" verify --bogus
+expect 2 "'--output' is required" "$bin" export "$dir/x.h5" --format llmc
+expect 2 "--format must be safetensors or llmc, got 'onnx'" "$bin" export "$dir/x.h5" --format onnx --output "$dir/o"
+expect 2 "checkpoint '.*absent.h5' cannot be opened|does not exist" "$bin" inspect "$dir/absent.h5"
+
+# llm.c -> checkpoint -> llm.c: the same bytes.
+"$probe" make-llmc "$dir/model.bin" || fail "ckpt_probe make-llmc"
+expect 0 "wrote .*step_0.h5: step 0, n_layer 2, n_head 2, n_embd 16" \
+  "$bin" import --format llmc "$dir/model.bin" --output "$dir/imported/step_0.h5"
+expect 0 "OK .*step_0.h5: step 0, 84 datasets" "$bin" verify "$dir/imported/step_0.h5"
+expect 0 "strategy imported" "$bin" inspect "$dir/imported/step_0.h5" --summary
+expect 0 "n_layer = 2" h5dump -a /meta/deck "$dir/imported/step_0.h5"
+expect 0 "wrote .*back.bin \(llmc\)" "$bin" export "$dir/imported/step_0.h5" --format llmc --output "$dir/back.bin"
+cmp "$dir/model.bin" "$dir/back.bin" || fail "llm.c round trip changed the bytes"
+expect 2 "version 5 holds bf16" bash -c "printf '\xc6\xd7\x34\x01\x05\x00\x00\x00' | cat - <(head -c 2000 /dev/zero) \
+  > '$dir/v5.bin' && '$bin' import --format llmc '$dir/v5.bin' --output '$dir/v5.h5'"
+expect 2 "holds [0-9]+ bytes but its header describes" bash -c "head -c 5000 '$dir/model.bin' > '$dir/cut.bin' && \
+  '$bin' import --format llmc '$dir/cut.bin' --output '$dir/cut.h5'"
+
+# A 4-rank checkpoint with replicated ranges: inspect, verify, consolidate to one rank, same values.
+"${mpiexec[@]}" "$probe" save "$dir/run" 12 replicas >/dev/null || fail "4-rank save"
+ck=$dir/run/step_12.h5
+expect 0 "saved by 4 rank\(s\) on 2 node\(s\), mesh 2x2, strategy full_shard" "$bin" inspect "$ck"
+expect 0 "transformer.h.1.mlp.c_proj.weight +\[16, 64\]" "$bin" inspect "$ck"
+expect 0 "/optim/exp_avg_sq/" "$bin" inspect "$ck"
+expect 0 "OK .*step_12.h5" "$bin" verify "$ck"
+expect 0 "wrote .*one.h5: step 12, world_size 1" "$bin" consolidate "$ck" --output "$dir/one.h5"
+expect 0 "saved by 1 rank\(s\) on 1 node\(s\), mesh 1x1" "$bin" inspect "$dir/one.h5" --summary
+"$probe" compare "$dir/one.h5" 12 || fail "the consolidated checkpoint holds other values"
+"${mpiexec[@]}" "$probe" compare "$dir/one.h5" 12 || fail "the consolidated checkpoint does not load on 4 ranks"
+expect 0 "wrote .*m.safetensors \(safetensors\)" "$bin" export "$ck" --format safetensors --output "$dir/m.safetensors"
+expect 0 "wrote .*n.safetensors" "$bin" export "$ck" --format safetensors --output "$dir/n.safetensors" --no-lm-head
+[[ $(stat -c %s "$dir/m.safetensors") -gt $(stat -c %s "$dir/n.safetensors") ]] || fail "--no-lm-head changed nothing"
+
+# Damage: verify names the file and the dataset, exit 2, one line.
+cp "$ck" "$dir/damaged.h5"
+offset=$("$bin" inspect "$dir/damaged.h5" | grep -m1 ' transformer.wpe.weight ' | sed 's/.*at byte //')
+if [[ $offset =~ ^[0-9]+$ ]]; then
+  pos=$((offset + 41))
+  old=$(od -An -tu1 -j "$pos" -N1 "$dir/damaged.h5" | tr -d ' ')
+  printf "\\x$(printf %02x $((old ^ 1)))" | dd of="$dir/damaged.h5" bs=1 seek="$pos" conv=notrunc status=none
+  expect 2 "damaged.h5': dataset /model/transformer.wpe.weight fails its checksum" "$bin" verify "$dir/damaged.h5"
+  expect 2 "fails its checksum" "$bin" export "$dir/damaged.h5" --format llmc --output "$dir/never.bin"
+  [[ ! -e $dir/never.bin ]] || fail "export of a damaged checkpoint wrote a file"
+else
+  fail "inspect shows no byte offset for transformer.wpe.weight: '$offset'"
+fi
+truncate -s 20000 "$dir/damaged.h5"
+expect 2 "damaged.h5' is truncated: 20000 of its [0-9]+ bytes" "$bin" verify "$dir/damaged.h5"
+
+if [[ $failures -ne 0 ]]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all hsdp-ckpt checks passed"

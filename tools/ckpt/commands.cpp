@@ -1,0 +1,266 @@
+#include "commands.hpp"
+
+#include <mpi.h>
+
+#include <boost/program_options.hpp>
+#include <cinttypes>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "hsdp/ckpt/checkpoint.hpp"
+#include "hsdp/ckpt/export.hpp"
+#include "hsdp/ckpt/inspect.hpp"
+#include "hsdp/core/error.hpp"
+
+namespace po = boost::program_options;
+
+namespace hsdp::ckpt_tool {
+namespace {
+
+constexpr unsigned kHelpWidth = 100;
+
+// Parses `args` against `options` (plus --help), with `positional` naming the options that may be given bare;
+// returns nullopt when help was printed.
+std::optional<po::variables_map> parse(const std::vector<std::string>& args, po::options_description& options,
+                                       const po::positional_options_description& positional, const char* usage) {
+  options.add_options()("help,h", "print this help and exit");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << usage << "\n" << options;
+    return std::nullopt;
+  }
+  po::notify(vm);
+  return vm;
+}
+
+po::positional_options_description one_positional(const char* name) {
+  po::positional_options_description p;
+  p.add(name, 1);
+  return p;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int u = 0;
+  while (value >= 1024.0 && u < 4) value /= 1024.0, ++u;
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(u == 0 ? 0 : 1) << value << ' ' << units[u];
+  return s.str();
+}
+
+std::string hex(std::uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof text, "0x%016" PRIx64, value);
+  return text;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+std::string describe_model(const model::GptConfig& c) {
+  const model::ModelLayout layout(c);
+  return "n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
+         std::to_string(c.n_embd) + ", block_size " + std::to_string(c.block_size) + ", vocab_size " +
+         std::to_string(c.vocab_size) + " (padded " + std::to_string(c.padded_vocab_size) +
+         "): " + std::to_string(layout.logical_numel()) + " parameters";
+}
+
+// A checkpoint with everything but the model: world size 1 (for consolidate and import).
+void write_one_rank(const std::string& output, ckpt::FullCheckpoint& full) {
+  const model::ModelLayout layout(full.config);
+  const std::vector<ckpt::UnitShard> shards = full.whole_units();
+  ckpt::write_checkpoint_file(MPI_COMM_SELF, output, layout, shards, true, full.state);
+}
+
+}  // namespace
+
+int run_inspect(const std::vector<std::string>& args) {
+  po::options_description options("options", kHelpWidth);
+  // clang-format off
+  options.add_options()
+      ("file", po::value<std::string>()->required(), "checkpoint file (.h5); may be given without --file")
+      ("summary", po::bool_switch(), "print the header only, not every dataset");
+  // clang-format on
+  const auto vm = parse(args, options, one_positional("file"),
+                        "usage: hsdp-ckpt inspect FILE [--summary]\n\n"
+                        "Prints what a checkpoint holds: step, tokens, data and loss-scaler state, the world size,\n"
+                        "nodes, mesh and strategy it was saved with, the model shape, and every dataset with its\n"
+                        "shape, size and checksum. Reads metadata only (fast on any size).\n");
+  if (!vm) return kExitOk;
+  const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint((*vm)["file"].as<std::string>());
+  const ckpt::TrainState& s = info.state;
+  std::cout << "checkpoint " << info.path << " (" << human_bytes(info.file_bytes) << ", format " << info.format_version
+            << ", written by hsdp " << info.hsdp_version << ")\n"
+            << "  step " << s.step << ", tokens " << s.tokens << ", sampler epoch " << s.sampler.epoch << " position "
+            << s.sampler.position << ", loss scale " << s.scaler.scale << " (good steps " << s.scaler.good_steps
+            << ", skipped " << s.scaler.skipped_steps << ")\n"
+            << "  saved by " << s.world_size << " rank(s) on " << s.nodes << " node(s), mesh " << s.mesh
+            << ", strategy " << s.strategy << "\n"
+            << "  model " << describe_model(info.config) << "\n";
+  if ((*vm)["summary"].as<bool>()) {
+    std::cout << "  " << info.datasets.size() << " datasets\n";
+    return kExitOk;
+  }
+  std::string group;
+  for (const ckpt::DatasetInfo& d : info.datasets) {
+    const std::string parent = d.path.substr(0, d.path.rfind('/'));
+    if (parent != group) {
+      group = parent;
+      std::cout << group << "/\n";
+    }
+    std::cout << "  " << std::left << std::setw(40) << d.path.substr(parent.size() + 1) << std::setw(14)
+              << shape_text(d.shape) << std::right << std::setw(11) << human_bytes(d.bytes) << "  checksum "
+              << (d.checksum ? hex(*d.checksum) : "(none)") << "  at byte " << d.file_offset << "\n";
+  }
+  return kExitOk;
+}
+
+int run_verify(const std::vector<std::string>& args) {
+  po::options_description options("options", kHelpWidth);
+  options.add_options()("file", po::value<std::string>()->required(), "checkpoint file; may be given bare");
+  const auto vm = parse(args, options, one_positional("file"),
+                        "usage: hsdp-ckpt verify FILE\n\n"
+                        "Checks a checkpoint completely: the metadata is readable, every parameter and Adam\n"
+                        "moment of the model described in /meta is present with its shape, and every dataset's\n"
+                        "checksum matches its data. Exit 0 when intact, 2 with one line naming the file and the\n"
+                        "dataset otherwise.\n");
+  if (!vm) return kExitOk;
+  const std::string path = (*vm)["file"].as<std::string>();
+  const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
+  const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint(path);
+  const model::ModelLayout layout(full.config);
+  const std::size_t expected = 3 * layout.params().size();
+  if (info.datasets.size() != expected) {
+    throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "' holds " + std::to_string(info.datasets.size()) +
+                                           " datasets; its model has " + std::to_string(expected));
+  }
+  std::cout << "OK " << path << ": step " << full.state.step << ", " << expected << " datasets ("
+            << layout.logical_numel() << " parameters, Adam m and v) complete, all checksums match\n";
+  return kExitOk;
+}
+
+int run_consolidate(const std::vector<std::string>& args) {
+  po::options_description options("options", kHelpWidth);
+  // clang-format off
+  options.add_options()
+      ("file", po::value<std::string>()->required(), "checkpoint to read; may be given bare")
+      ("output", po::value<std::string>()->required(), "checkpoint to write (as OUTPUT.tmp, then renamed)");
+  // clang-format on
+  const auto vm = parse(args, options, one_positional("file"),
+                        "usage: hsdp-ckpt consolidate FILE --output OUT.h5\n\n"
+                        "Rewrites a checkpoint as if one rank had saved it (same format, world_size 1, nodes 1,\n"
+                        "mesh 1x1), verifying every checksum on the way. Any checkpoint already loads at any\n"
+                        "world size; this makes one that says so and is independent of the original run.\n");
+  if (!vm) return kExitOk;
+  ckpt::FullCheckpoint full = ckpt::read_full_checkpoint((*vm)["file"].as<std::string>());
+  full.state.world_size = 1;
+  full.state.nodes = 1;
+  full.state.mesh = "1x1";
+  const std::string output = (*vm)["output"].as<std::string>();
+  write_one_rank(output, full);
+  std::cout << "wrote " << output << ": step " << full.state.step << ", world_size 1\n";
+  return kExitOk;
+}
+
+int run_export(const std::vector<std::string>& args) {
+  po::options_description options("options", kHelpWidth);
+  // clang-format off
+  options.add_options()
+      ("file", po::value<std::string>()->required(), "checkpoint to read; may be given bare")
+      ("format", po::value<std::string>()->required(), "safetensors or llmc")
+      ("output", po::value<std::string>()->required(), "file to write (as OUTPUT.tmp, then renamed)")
+      ("no-lm-head", po::bool_switch(), "safetensors: do not add lm_head.weight (a copy of the tied wte)");
+  // clang-format on
+  const auto vm = parse(args, options, one_positional("file"),
+                        "usage: hsdp-ckpt export FILE --format safetensors|llmc --output OUT\n\n"
+                        "Writes the model weights (fp32; no optimizer state) for other programs:\n"
+                        "  safetensors  nanoGPT state_dict names and shapes (transformer.wte.weight is\n"
+                        "               [vocab_size, C]), plus lm_head.weight as a copy of wte, so that nanoGPT's\n"
+                        "               model.load_state_dict(safetensors.torch.load_file(OUT)) loads strictly on\n"
+                        "               PyTorch >= 2.0 (flash attention: no attn.bias buffers). With older PyTorch\n"
+                        "               or --no-lm-head pass strict=False (attn.bias / lm_head.weight are then\n"
+                        "               rebuilt or tied by nanoGPT). Build nanoGPT with the checkpoint's vocab_size.\n"
+                        "  llmc         llm.c's GPT-2 model file (train_gpt2.c, version 3, fp32): 256-int32 header\n"
+                        "               {20240326, 3, maxT, V, L, NH, C, Vp}, then the tensors in llm.c's order with\n"
+                        "               wte padded to Vp rows of zeros.\n");
+  if (!vm) return kExitOk;
+  const std::string format = (*vm)["format"].as<std::string>();
+  if (format != "safetensors" && format != "llmc") {
+    throw Error(ErrorKind::config, "--format must be safetensors or llmc, got '" + format + "'");
+  }
+  const std::string path = (*vm)["file"].as<std::string>();
+  const std::string output = (*vm)["output"].as<std::string>();
+  const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
+  const model::ModelLayout layout(full.config);
+  if (format == "safetensors") {
+    ckpt::SafetensorsOptions st;
+    st.tied_lm_head = !(*vm)["no-lm-head"].as<bool>();
+    st.metadata = {{"format", "pt"},
+                   {"source", path},
+                   {"step", std::to_string(full.state.step)},
+                   {"tokens", std::to_string(full.state.tokens)},
+                   {"hsdp_version", HSDP_VERSION}};
+    ckpt::write_safetensors(output, layout, full.params, st);
+  } else {
+    ckpt::write_llmc(output, layout, full.params);
+  }
+  std::cout << "wrote " << output << " (" << format << "): " << layout.logical_numel() << " parameters of step "
+            << full.state.step << "\n";
+  return kExitOk;
+}
+
+int run_import(const std::vector<std::string>& args) {
+  po::options_description options("options", kHelpWidth);
+  // clang-format off
+  options.add_options()
+      ("input", po::value<std::string>()->required(), "model file to read; may be given bare")
+      ("format", po::value<std::string>()->required(), "llmc (llm.c's fp32 GPT-2 model file, version 3)")
+      ("output", po::value<std::string>()->required(), "checkpoint to write, e.g. run/step_0.h5");
+  // clang-format on
+  const auto vm = parse(args, options, one_positional("input"),
+                        "usage: hsdp-ckpt import --format llmc gpt2.bin --output step_0.h5\n\n"
+                        "Makes a step-0 checkpoint from llm.c's model file: the weights, zero Adam state, and a\n"
+                        "deck ([model] section) with the model's shape, so hsdp-train can resume from it with a\n"
+                        "deck of the same model shape. `latest` is not written: name the file when resuming, or\n"
+                        "import into a run directory and write its name into <dir>/latest yourself. llm.c's padded\n"
+                        "vocabulary rows are not kept (a warning says if they were not zero).\n");
+  if (!vm) return kExitOk;
+  const std::string format = (*vm)["format"].as<std::string>();
+  if (format != "llmc") throw Error(ErrorKind::config, "--format must be llmc, got '" + format + "'");
+  const std::string input = (*vm)["input"].as<std::string>();
+  const std::string output = (*vm)["output"].as<std::string>();
+  ckpt::LlmcModel imported = ckpt::read_llmc(input);
+  if (imported.nonzero_padding > 0) {
+    std::cerr << "hsdp-ckpt import: warning: " << imported.nonzero_padding
+              << " values in the padded vocabulary rows of '" << input << "' are not zero and are dropped\n";
+  }
+  ckpt::FullCheckpoint full = ckpt::empty_checkpoint(imported.config);
+  full.params = std::move(imported.unit_params);
+  const model::GptConfig& c = imported.config;
+  std::ostringstream deck;
+  deck << "# Imported from '" << input << "' (llm.c model file, version " << ckpt::kLlmcVersion
+       << ") by hsdp-ckpt import.\n"
+       << "[model]\n"
+       << "n_layer = " << c.n_layer << "\nn_head = " << c.n_head << "\nn_embd = " << c.n_embd
+       << "\nblock_size = " << c.block_size << "\nvocab_size = " << c.vocab_size
+       << "\npadded_vocab_size = " << c.padded_vocab_size << "\n";
+  full.state.deck_text = deck.str();
+  full.state.strategy = "imported";
+  full.state.world_size = 1;
+  full.state.nodes = 1;
+  full.state.mesh = "1x1";
+  write_one_rank(output, full);
+  std::cout << "wrote " << output << ": step 0, " << describe_model(c) << ", zero Adam state\n";
+  return kExitOk;
+}
+
+}  // namespace hsdp::ckpt_tool
