@@ -29,3 +29,8 @@ echo "== hsdp-data synth: a Markov source whose exact entropy rate is the best l
 echo
 echo "== hsdp-train: input/quickstart.ini on 4 ranks (2 emulated nodes x 2), metrics in runs/quickstart/"
 "${mpirun[@]}" "$build/bin/hsdp-train" --config input/quickstart.ini --topology.ranks_per_node=2
+
+echo
+echo "== hsdp-ckpt: the final checkpoint, written collectively by the 4 ranks"
+"$build/bin/hsdp-ckpt" inspect runs/quickstart/checkpoints/step_300.h5 --summary
+"$build/bin/hsdp-ckpt" verify runs/quickstart/checkpoints/step_300.h5

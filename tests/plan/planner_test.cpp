@@ -1,0 +1,156 @@
+// hsdp-plan's numbers for large models (Llama shapes) against the closed forms of DESIGN.md, and its
+// recommendations on clusters where the answer is known.
+#include "plan/planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "hsdp/core/error.hpp"
+#include "plan/report.hpp"
+#include "plan/shapes.hpp"
+#include "plan/unit_formulas.hpp"
+
+namespace hsdp::plan {
+namespace {
+
+using comm::Sharding;
+
+const StrategyPlan& row(const Plan& plan, const std::string& name) {
+  for (const auto& s : plan.strategies) {
+    if (s.variant.name == name) return s;
+  }
+  throw std::runtime_error("no row " + name);
+}
+
+PlanInputs inputs(const PlanModel& model, int nodes, int ranks_per_node) {
+  PlanInputs in;
+  in.model = model;
+  in.cluster.nodes = nodes;
+  in.cluster.ranks_per_node = ranks_per_node;
+  in.base.grad_accum = in.work.grad_accum;
+  return in;
+}
+
+TEST(Shapes, LlamaParameterCounts_AreThePublishedOnes) {
+  // Published: 6.74e9, 13.0e9 (13.02e9), 68.98e9; to the digits given.
+  EXPECT_NEAR(static_cast<double>(named_model("llama-7b").params()), 6.74e9, 0.005e9);
+  EXPECT_NEAR(static_cast<double>(named_model("llama-13b").params()), 13.0e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(named_model("llama-70b").params()), 68.98e9, 0.005e9);
+  EXPECT_EQ(named_model("llama-70b").unit_numel.size(), 82u);  // embedding, 80 blocks, norm + head
+  EXPECT_EQ(named_model("gpt2-124m").params(), 124475904u);    // with the vocabulary padded to 50304 rows
+  EXPECT_THROW(named_model("llama-8b"), Error);
+}
+
+// hsdp's accounting on 8 ranks (1 node x 8 and 2 x 4): full_shard 16P/8, no_shard 16P, zero1 8P + 16P/8. Each of
+// the U = 82 units is padded to a multiple of n = 8 elements, i.e. by at most n - 1 = 7 elements; so full_shard may
+// exceed 16P/n by at most 16 U (n-1)/n bytes and zero1 8P + 16P/n by at most 8 U (n-1) + 16 U (n-1)/n. (Llama-70B's
+// units all divide by 8, so both are in fact exact.)
+TEST(Llama70b, ModelStateOn8Ranks_IsTheClosedFormUpToUnitPadding) {
+  const PlanModel llama = named_model("llama-70b");
+  const double p = static_cast<double>(llama.params());
+  const double units = static_cast<double>(llama.unit_numel.size());
+  const int n = 8;
+  for (const auto& [nodes, per_node] : {std::pair{1, 8}, std::pair{2, 4}}) {
+    const Plan plan = make_plan(inputs(llama, nodes, per_node));
+    const double full = static_cast<double>(row(plan, "full_shard").model_state);
+    EXPECT_GE(full, 16 * p / n);
+    EXPECT_LE(full - 16 * p / n, 16 * units * (n - 1) / n);
+    EXPECT_EQ(row(plan, "no_shard").model_state, static_cast<std::int64_t>(16 * llama.params()));
+    const double zero1 = static_cast<double>(row(plan, "zero1").model_state);
+    EXPECT_GE(zero1, 8 * p + 16 * p / n);
+    EXPECT_LE(zero1 - (8 * p + 16 * p / n), 8 * units * (n - 1) + 16 * units * (n - 1) / n);
+    // The ZeRO paper's mixed-precision numbers, printed next to hsdp's.
+    EXPECT_DOUBLE_EQ(row(plan, "no_shard").zero_paper_state, 16 * p);
+    EXPECT_DOUBLE_EQ(row(plan, "zero1").zero_paper_state, 4 * p + 12 * p / n);
+    EXPECT_DOUBLE_EQ(row(plan, "shard_grad_op").zero_paper_state, 2 * p + 14 * p / n);
+    EXPECT_DOUBLE_EQ(row(plan, "full_shard").zero_paper_state, 16 * p / n);
+    EXPECT_DOUBLE_EQ(row(plan, "hybrid_shard").zero_paper_state, 16 * p / per_node);
+  }
+}
+
+TEST(Llama70b, NoShardWithBf16Params_Is20P) {
+  const PlanModel llama = named_model("llama-70b");
+  EXPECT_EQ(model_state_bytes(UnitSizes{llama.unit_numel, false}, Sharding::no_shard, 1, DType::bf16),
+            static_cast<std::int64_t>(20 * llama.params()));
+}
+
+TEST(Recommendation, TinyModelOnAFastCluster_IsNoShard) {
+  model::GptConfig tiny;
+  tiny.n_layer = 2;
+  tiny.n_head = 2;
+  tiny.n_embd = 64;
+  tiny.block_size = 64;
+  tiny.vocab_size = 64;
+  tiny.padded_vocab_size = 64;
+  for (const int nodes : {1, 2}) {
+    PlanInputs in = inputs(gpt_model(tiny, "tiny"), nodes, 4);
+    in.cluster.intra = {300, 2};
+    in.cluster.inter = {200, 3};
+    const Plan plan = make_plan(in);
+    EXPECT_EQ(plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name, "no_shard") << plan.reason;
+    EXPECT_NE(plan.reason.find("first of no_shard"), std::string::npos) << plan.reason;
+  }
+}
+
+TEST(Recommendation, Llama70bOn8x80GiB_SlowInterNode_IsSharded_AndSaysWhatItNeeds) {
+  PlanInputs in = inputs(named_model("llama-70b"), 2, 4);
+  in.cluster.memory_per_rank_gib = 80;
+  in.cluster.inter = {3, 20};
+  in.work = {1, 2048, 1};
+  const Plan plan = make_plan(in);
+  const std::string pick = plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name;
+  EXPECT_TRUE(pick == "full_shard" || pick.find("qgZ") != std::string::npos) << pick << ": " << plan.reason;
+  // 16P/8 = 128 GiB of model state per rank: nothing fits on 8 x 80 GiB, and the reason says how many nodes would.
+  EXPECT_EQ(row(plan, "full_shard").fit, Fit::no);
+  EXPECT_NE(plan.reason.find("nothing fits"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("full_shard fits on"), std::string::npos) << plan.reason;
+}
+
+TEST(Recommendation, Llama70bOn8Nodes_SlowInterNode_IsZeroPP) {
+  PlanInputs in = inputs(named_model("llama-70b"), 8, 8);
+  in.cluster.inter = {3, 20};
+  in.work = {1, 2048, 1};
+  in.base.param_dtype = DType::bf16;
+  in.base.reduce_dtype = DType::bf16;
+  const Plan plan = make_plan(in);
+  const std::string pick = plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name;
+  EXPECT_NE(pick.find("qgZ"), std::string::npos) << pick << ": " << plan.reason;
+  EXPECT_NE(plan.reason.find("exceeds its compute"), std::string::npos) << plan.reason;
+}
+
+TEST(Report, JsonHasOneObjectPerStrategy_AndOneRecommendation) {
+  const PlanInputs in = inputs(named_model("gpt2-124m"), 2, 2);
+  const Plan plan = make_plan(in);
+  std::istringstream lines(json_report(in, plan));
+  int objects = 0, recommended = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++objects;
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_EQ(line.back(), '}');
+    for (const char* key :
+         {"\"strategy\":", "\"model_state_bytes\":", "\"bytes_intra\":", "\"bytes_inter\":",
+          "\"bytes_intra_all_ranks\":", "\"activation_bytes_checkpointed\":", "\"step_ms\":", "\"fits\":"}) {
+      EXPECT_NE(line.find(key), std::string::npos) << key;
+    }
+    if (line.find("\"recommended\":true") != std::string::npos) ++recommended;
+  }
+  EXPECT_EQ(objects, 8);
+  EXPECT_EQ(recommended, 1);
+}
+
+TEST(Cost, AllReduceOnTwoNodes_IsTwoStepsOfAlphaPlusBytesOverInterBandwidth) {
+  shard::GroupView g;
+  g.rank = 0;
+  g.node_of_rank = {0, 1};
+  Cluster c;
+  c.inter = {10, 5};
+  const CollectiveCall call{&g, comm::Collective::all_reduce, 1000, 4, 1, 0, Phase::cross_node_reduce};
+  // 2 (n-1) alpha + 2 (n-1) ceil(1000/2) 4 B / 10 GB/s
+  EXPECT_DOUBLE_EQ(collective_seconds(call, c), 2 * 5e-6 + 4000.0 / 10e9);
+}
+
+}  // namespace
+}  // namespace hsdp::plan

@@ -1,0 +1,119 @@
+#include "plan/cost.hpp"
+
+#include <algorithm>
+
+#include "hsdp/comm/traffic.hpp"
+#include "hsdp/shard/flat_param.hpp"
+#include "plan/mesh_groups.hpp"
+
+namespace hsdp::plan {
+
+using comm::Collective;
+using comm::Sharding;
+
+double collective_seconds(const CollectiveCall& call, const Cluster& cluster) {
+  const shard::GroupView& group = *call.group;
+  const int n = group.size();
+  if (n <= 1) return 0;
+  const LinkClass& link = spans_nodes(group) ? cluster.inter : cluster.intra;
+  const comm::LinkBytes bytes =
+      comm::traffic_bytes(call.op, call.count, call.elem_bytes, group.rank, group.node_of_rank);
+  const double alpha = link.latency_us * 1e-6;
+  const auto per_second = [](const LinkClass& l) { return l.gbps * 1e9; };
+  switch (call.op) {
+    case Collective::all_reduce:
+      return 2.0 * (n - 1) * alpha + static_cast<double>(bytes.total()) / per_second(link);
+    case Collective::all_to_all:
+      return (n - 1) * alpha + static_cast<double>(bytes.intra) / per_second(cluster.intra) +
+             static_cast<double>(bytes.inter) / per_second(cluster.inter);
+    default:
+      return (n - 1) * alpha + static_cast<double>(bytes.total()) / per_second(link);
+  }
+}
+
+double StepTime::overlapped_s() const {
+  return exposed_s + std::max(compute_s, comm_s - exposed_s);
+}
+
+double step_flops(const PlanModel& model, const Workload& work, bool checkpointing) {
+  const double p = static_cast<double>(model.params());
+  const double attention = static_cast<double>(model.activation.n_layer) *
+                           static_cast<double>(model.activation.n_embd) * static_cast<double>(work.seq_len);
+  double per_token = 6.0 * p + 12.0 * attention;
+  if (checkpointing) per_token += 2.0 * p + 4.0 * attention;
+  return per_token * static_cast<double>(work.tokens_per_rank());
+}
+
+StepTime step_time(const PlanModel& model, const Workload& work, const Cluster& cluster,
+                   const shard::EngineOptions& options, const shard::MeshGroups& groups, bool checkpointing) {
+  StepTime t;
+  t.compute_s = step_flops(model, work, checkpointing) / (cluster.compute_tflops * 1e12);
+  const UnitSizes units{model.unit_numel, model.tied_head};
+  const int k = options.grad_accum;
+  for_each_collective(units, options, groups, [&](const CollectiveCall& call) {
+    const double one = collective_seconds(call, cluster);
+    const double all = one * call.times;
+    t.comm_s += all;
+    if (spans_nodes(*call.group)) t.comm_inter_s += all;
+    if (call.op == Collective::all_to_all || call.phase == Phase::post_step_gather) {
+      t.exposed_s += all;
+    } else if (call.unit == 0 && call.phase == Phase::forward_gather && call.group == &groups.shard) {
+      t.exposed_s += one * std::min(call.times, k);
+    } else if (call.unit == 0 && (call.phase == Phase::reduce || call.phase == Phase::cross_node_reduce ||
+                                  call.phase == Phase::bucket_all_reduce)) {
+      t.exposed_s += one;
+    }
+  });
+  return t;
+}
+
+std::int64_t transient_bytes(const UnitSizes& units, const shard::EngineOptions& o, int shard_size) {
+  std::int64_t padded_total = 0, shard_total = 0, largest = 0, hpz_units = 0;
+  const int n_units = static_cast<int>(units.numel.size());
+  for (int u = 0; u < n_units; ++u) {
+    const auto geo = shard::UnitGeometry::make(units.numel[static_cast<std::size_t>(u)], shard_size, 0);
+    const auto pp = static_cast<std::int64_t>(geo.padded_numel);
+    padded_total += pp;
+    shard_total += static_cast<std::int64_t>(geo.shard_numel);
+    largest = std::max(largest, pp);
+    const bool block = u >= 1 && u < n_units - 1;
+    if (block || (u == 0 && units.tied_head)) hpz_units += pp;
+  }
+  const auto bp = static_cast<std::int64_t>(size_of(o.param_dtype));
+  const auto br = static_cast<std::int64_t>(size_of(o.reduce_dtype));
+  const Sharding s = o.strategy;
+  const bool replicated = s == Sharding::no_shard || s == Sharding::zero1;
+  const bool keeps_gathered = s == Sharding::shard_grad_op || s == Sharding::hybrid_shard_zero2;
+  std::int64_t bytes = 0;
+  if (keeps_gathered)
+    bytes += 4 * padded_total;
+  else if (!replicated)
+    bytes += 3 * 4 * largest;
+  if (!replicated) {
+    bytes += (o.grad_accum > 1 && !comm::is_hybrid(s)) ? 4 * padded_total : 3 * 4 * largest;
+    if (bp != 4) bytes += bp * largest;
+  }
+  if (br != 4) bytes += br * (replicated ? padded_total : 3 * largest);
+  if (s != Sharding::no_shard) bytes += br * shard_total;
+  if (o.zeropp.hpz_partition_size > 0) bytes += bp * hpz_units / o.zeropp.hpz_partition_size;
+  return bytes;
+}
+
+double zero_paper_state_bytes(double p, Sharding strategy, int shard_size) {
+  const double n = shard_size;
+  switch (strategy) {
+    case Sharding::no_shard:
+      return 16 * p;
+    case Sharding::zero1:
+      return 4 * p + 12 * p / n;
+    case Sharding::shard_grad_op:
+    case Sharding::hybrid_shard_zero2:
+      return 2 * p + 14 * p / n;
+    case Sharding::full_shard:
+    case Sharding::hybrid_shard:
+      return 16 * p / n;
+  }
+  return 0;
+}
+
+}  // namespace hsdp::plan

@@ -1,0 +1,88 @@
+#pragma once
+// The cost model of hsdp-plan: an alpha-beta time for every collective of a step, compute time from FLOPs, and
+// the memory a step needs beyond the persistent model state.
+//
+// Time of one collective on a group of n ranks (0 when n = 1). The group's link is inter-node when its members are
+// on more than one node (a ring runs at the pace of its slowest hop), else intra-node:
+//   all_reduce                  2 (n-1) alpha + B / bw          B = the bytes this rank sends (comm/traffic.hpp):
+//   reduce_scatter, all_gather    (n-1) alpha + B / bw              2 (n-1) ceil(c/n) b, (n-1) c b
+//   all_to_all                    (n-1) alpha + B_intra / bw_intra + B_inter / bw_inter  (its blocks, by target)
+// bw is what hsdp-commbench calls busbw (bytes one rank moves per second on that link class, with every rank of a
+// node communicating at once); alpha the latency of one message.
+//
+// Compute per rank and step: tokens x (6 P + 12 L C T) FLOPs (the PaLM count: 6 P for the matmuls of forward and
+// backward, 12 L C T for attention scores and values), + (2 P + 4 L C T) per token of forward recomputation with
+// activation checkpointing; divided by --compute-tflops.
+//
+// Overlap: without prefetch (parallel.prefetch = false) step = compute + comm. With prefetch,
+//   step = exposed + max(compute, comm - exposed)
+// where `exposed` is the communication nothing can hide: the embedding's first forward gather of each micro-batch
+// (no compute runs before it), the embedding's gradient reduction after the last backward (nothing runs after it;
+// no_shard: the bucket holding the embedding), zero1's all-gather after AdamW, and qgZ's all-to-alls (hsdp runs the
+// two hops blocking).
+#include <cstdint>
+#include <string>
+
+#include "plan/shapes.hpp"
+#include "plan/unit_formulas.hpp"
+
+namespace hsdp::plan {
+
+struct LinkClass {
+  double gbps = 0;        // GB/s (1e9 bytes) per rank
+  double latency_us = 0;  // per message
+};
+
+struct Cluster {
+  int nodes = 1;
+  int ranks_per_node = 8;
+  comm::Placement placement = comm::Placement::block;
+  double memory_per_rank_gib = 80;
+  double memory_margin = 0.10;  // fraction of a rank's memory kept free (runtime, allocator, communication library)
+  LinkClass intra{150, 5};
+  LinkClass inter{25, 10};
+  double compute_tflops = 400;  // sustained per rank
+  int world() const { return nodes * ranks_per_node; }
+};
+
+struct Workload {
+  std::int64_t micro_batch = 4, seq_len = 64;
+  int grad_accum = 1;
+  std::int64_t tokens_per_rank() const { return micro_batch * seq_len * grad_accum; }
+};
+
+double collective_seconds(const CollectiveCall& call, const Cluster& cluster);
+
+struct StepTime {
+  double compute_s = 0;
+  double comm_s = 0;        // all collectives, one after the other
+  double comm_inter_s = 0;  // of which on groups that span nodes
+  double exposed_s = 0;     // of which cannot overlap compute (see above)
+  double serial_s() const { return compute_s + comm_s; }
+  double overlapped_s() const;
+};
+
+double step_flops(const PlanModel& model, const Workload& work, bool checkpointing);
+StepTime step_time(const PlanModel& model, const Workload& work, const Cluster& cluster,
+                   const shard::EngineOptions& options, const shard::MeshGroups& groups, bool checkpointing);
+
+// Bytes a step holds beyond model state and activations: an estimate of hsdp's allocations (fp32 compute), meant
+// to be on the safe side (on the 2x2 test model it is 1.1x to 2x what hsdp-train's peak shows; the e2e test of
+// tests/plan prints both). What it counts:
+//   gathered weights   fp32: shard_grad_op/hybrid_shard_zero2 keep every unit gathered from forward to backward
+//                      (4 Pp); full_shard/hybrid_shard at most 3 units at once (the unit, the prefetched one, and the
+//                      tied embedding at the head): 3 x 4 x largest unit;
+//   full gradients     fp32, sharded strategies: 3 units (the one computing, two whose reductions are in flight);
+//                      with grad_accum > 1 and not hybrid every unit's (4 Pp), kept across micro-batches;
+//   staging            param-dtype receive buffer of one gather (when not fp32); reduce-dtype copies of gradients in
+//                      flight (no_shard, zero1: all of them; others: 3 units); the reduce-scatter receive buffers of
+//                      every unit (reduce bytes x sum of shards: hsdp completes them at the latest before AdamW);
+//   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k.
+std::int64_t transient_bytes(const UnitSizes& units, const shard::EngineOptions& options, int shard_size);
+
+// ZeRO paper (mixed-precision Adam: 2-byte params and grads, 12 bytes of fp32 master + moments), P parameters,
+// n = shard group size: no_shard 16P, zero1 4P + 12P/n, shard_grad_op 2P + 14P/n, full_shard 16P/n (hybrid: n =
+// ranks per node).
+double zero_paper_state_bytes(double params, comm::Sharding strategy, int shard_size);
+
+}  // namespace hsdp::plan

@@ -1,0 +1,333 @@
+// hsdp-plan: per strategy, the memory per rank, bytes per link and predicted step time of a model on a cluster, and
+// which strategy to pick. Pure arithmetic: no MPI job, no data.
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hsdp/app/options.hpp"
+#include "hsdp/core/dtype.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/quant/blockwise.hpp"
+#include "plan/calibrate.hpp"
+#include "plan/planner.hpp"
+#include "plan/report.hpp"
+
+namespace po = boost::program_options;
+
+namespace {
+
+using hsdp::app::ConfigDeck;
+using hsdp::plan::Cluster;
+
+constexpr const char* kAbout =
+    R"(usage: hsdp-plan [--config deck.ini] [--section.key=value ...] [--model NAME] [cluster flags] [--json]
+
+For a model and a cluster, prints per strategy (no_shard, zero1, shard_grad_op, full_shard, hybrid_shard,
+hybrid_shard_zero2, full_shard+qwZ+hpZ+qgZ, hybrid_shard+qgZ): model-state memory per rank (hsdp's accounting and
+the ZeRO paper's), activation memory with and without activation checkpointing, whether it fits, the bytes a step
+sends per link class (rank 0, exactly what hsdp-train's metrics.jsonl reports as bytes_intra/bytes_inter, and the
+sum over all ranks), a predicted step time, and a recommendation with its reason.
+
+The model: the deck's [model] (GPT-2, planned with hsdp's ModelLayout and the formulas the engine is tested
+against), or --model (GPT-2 shapes the same way; Llama shapes as embedding, L equal blocks and a final unit holding
+the norm and the untied LM head, with Llama's parameter counts; their activations as GPT-2-style blocks of Llama's
+width and MLP size). micro-batch, sequence length, grad_accum, precision, prefetch, bucket size and the [zeropp]
+block and grad_bits come from the deck; the flags below override them. Nodes are emulated as hsdp-train's
+--topology.ranks_per_node builds them (placement from topology.placement).
+)";
+
+constexpr const char* kTimeModel = R"(
+time model (alpha-beta):
+  per collective on a group of n ranks: alpha x messages (ring reduce_scatter/all_gather n-1, all_reduce 2(n-1),
+  all_to_all n-1) + bytes this rank sends / bandwidth. A group whose ranks span nodes runs at the inter-node link
+  (a ring goes at its slowest hop), else intra-node; all_to_all splits its blocks by target. Bandwidths are per rank
+  with all ranks of a node communicating (hsdp-commbench's busbw).
+  compute: tokens per rank x (6P + 12 L C T) FLOPs / --compute-tflops (+ 2P + 4 L C T per token of recomputation
+  when only activation checkpointing fits).
+  overlap: parallel.prefetch=false: step = compute + comm. prefetch on: step = exposed + max(compute, comm -
+  exposed), exposed = the embedding's first gather per micro-batch, its gradient reduction after the last backward
+  (no_shard: the last bucket), zero1's post-step all-gather, and qgZ's all-to-alls (blocking in hsdp).
+
+memory: fits = model state + transient (gathered units, full gradients, staging, hpZ copies: an estimate of what
+  hsdp allocates during a step) + activations <= memory per rank x (1 - --memory-margin).
+
+recommendation rule:
+)";
+
+constexpr const char* kExamples = R"(
+examples:
+  hsdp-plan --config input/quickstart.ini --nodes 2 --ranks-per-node 2
+  hsdp-plan --model llama-70b --nodes 2 --ranks-per-node 4 --inter-gbps 3 --micro-batch 1 --seq-len 2048
+  mpirun -np 16 hsdp-commbench --topology.ranks_per_node=8 --json > bench.json
+  hsdp-plan --model gpt2-1.5b --nodes 2 --ranks-per-node 8 --calibrate bench.json --json
+
+exit codes: 0 done; 1 internal error; 2 bad input (the message names the flag, key or file).
+)";
+
+struct Flags {
+  bool help = false, version = false, json = false;
+  std::optional<std::string> config, model, calibrate, param_dtype, reduce_dtype;
+  std::optional<long long> micro_batch, seq_len, grad_accum;
+  int nodes = 1, ranks_per_node = 0, hpz = 0;
+  Cluster cluster;
+  std::vector<std::string> explicit_links;  // link flags the user gave (they win over --calibrate)
+};
+
+po::options_description flag_description(Flags& f) {
+  po::options_description d("flags");
+  const Cluster defaults;
+  d.add_options()("help,h", po::bool_switch(&f.help), "this text")("version", po::bool_switch(&f.version),
+                                                                   "print the version")(
+      "config,c", po::value<std::string>()->value_name("FILE"), "read the deck from FILE (as hsdp-train)")(
+      "model", po::value<std::string>()->value_name("NAME"),
+      "a named shape instead of the deck's [model]: gpt2-124m|gpt2-350m|gpt2-1.5b|llama-7b|llama-13b|llama-70b")(
+      "nodes", po::value(&f.nodes)->default_value(1), "nodes")(
+      "ranks-per-node", po::value(&f.ranks_per_node)->default_value(0),
+      "ranks per node; 0 = the deck's topology.ranks_per_node if > 0, else 8")(
+      "memory-per-rank-gib", po::value(&f.cluster.memory_per_rank_gib)->default_value(defaults.memory_per_rank_gib),
+      "memory of one rank (GiB)")(
+      "memory-margin", po::value(&f.cluster.memory_margin)->default_value(defaults.memory_margin, "0.1"),
+      "fraction of a rank's memory kept free for the runtime, allocator and communication library")(
+      "intra-gbps", po::value(&f.cluster.intra.gbps)->default_value(defaults.intra.gbps),
+      "intra-node bandwidth per rank, GB/s (busbw)")(
+      "inter-gbps", po::value(&f.cluster.inter.gbps)->default_value(defaults.inter.gbps),
+      "inter-node bandwidth per rank with every rank of the node sending, GB/s (busbw)")(
+      "intra-latency-us", po::value(&f.cluster.intra.latency_us)->default_value(defaults.intra.latency_us),
+      "intra-node latency per message, us")(
+      "inter-latency-us", po::value(&f.cluster.inter.latency_us)->default_value(defaults.inter.latency_us),
+      "inter-node latency per message, us")(
+      "compute-tflops", po::value(&f.cluster.compute_tflops)->default_value(defaults.compute_tflops),
+      "sustained compute per rank, TFLOP/s")("micro-batch", po::value<long long>(),
+                                             "sequences per micro-batch per rank (train.micro_batch)")(
+      "seq-len", po::value<long long>(), "tokens per sequence (train.seq_len)")(
+      "grad-accum", po::value<long long>(), "micro-batches per step (train.grad_accum)")(
+      "param-dtype", po::value<std::string>(), "fp32|bf16|fp16 (precision.param)")(
+      "reduce-dtype", po::value<std::string>(), "fp32|bf16|fp16 (precision.reduce)")(
+      "hpz-partition-size", po::value(&f.hpz)->default_value(0),
+      "hpZ group of the full_shard+qwZ+hpZ+qgZ row; 0 = zeropp.hpz_partition_size if > 0, else ranks per node")(
+      "calibrate", po::value<std::string>()->value_name("FILE"),
+      "derive intra/inter bandwidth (busbw at the largest size) and latency (time per message at the smallest) "
+      "from hsdp-commbench --json lines; link flags given explicitly still win")(
+      "json", po::bool_switch(&f.json), "one JSON object per strategy instead of the tables");
+  return d;
+}
+
+// `--section.key=value` and `--section.key value` are deck overrides; everything else is a flag of hsdp-plan.
+void split_arguments(int argc, char** argv, std::vector<std::string>& flags,
+                     std::vector<std::pair<std::string, std::string>>& deck) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const std::string name = arg.rfind("--", 0) == 0 ? arg.substr(2, arg.find('=') - 2) : "";
+    if (name.find('.') == std::string::npos) {
+      flags.push_back(arg);
+      continue;
+    }
+    if (arg.find('=') != std::string::npos) {
+      deck.emplace_back(name, arg.substr(arg.find('=') + 1));
+    } else if (i + 1 < argc) {
+      deck.emplace_back(name, argv[++i]);
+    } else {
+      hsdp::throw_config("--" + name + " needs a value");
+    }
+  }
+}
+
+std::string deck_dtype(const std::string& text, const char* flag) {
+  switch (hsdp::parse_dtype(text, flag)) {
+    case hsdp::DType::f32:
+      return "fp32";
+    case hsdp::DType::bf16:
+      return "bf16";
+    case hsdp::DType::f16:
+      return "fp16";
+    default:
+      hsdp::throw_config(std::string(flag) + ": '" + text + "' is not a parameter/reduction dtype (fp32|bf16|fp16)");
+  }
+}
+
+ConfigDeck build_deck(const Flags& f, const std::vector<std::pair<std::string, std::string>>& overrides) {
+  ConfigDeck deck = ConfigDeck::defaults();
+  if (f.config) {
+    std::ifstream file(*f.config);
+    if (!file) hsdp::throw_config("--config: cannot open deck '" + *f.config + "' (no such file or not readable)");
+    std::stringstream text;
+    text << file.rdbuf();
+    deck = ConfigDeck::from_text(text.str(), "deck '" + *f.config + "'");
+  }
+  if (f.model && f.model->rfind("gpt2", 0) == 0) {
+    const auto named = hsdp::plan::named_model(*f.model);
+    const hsdp::model::GptConfig& g = *named.gpt;
+    for (const auto& [key, value] :
+         std::vector<std::pair<std::string, int>>{{"model.n_layer", g.n_layer},
+                                                  {"model.n_head", g.n_head},
+                                                  {"model.n_embd", g.n_embd},
+                                                  {"model.block_size", g.block_size},
+                                                  {"model.vocab_size", g.vocab_size},
+                                                  {"model.padded_vocab_size", g.padded_vocab_size}}) {
+      deck.set(key, std::to_string(value));
+    }
+  }
+  for (const auto& [key, value] : overrides) deck.set(key, value);
+  if (f.micro_batch) deck.set("train.micro_batch", std::to_string(*f.micro_batch));
+  if (f.seq_len) deck.set("train.seq_len", std::to_string(*f.seq_len));
+  if (f.grad_accum) deck.set("train.grad_accum", std::to_string(*f.grad_accum));
+  if (f.param_dtype) deck.set("precision.param", deck_dtype(*f.param_dtype, "--param-dtype"));
+  if (f.reduce_dtype) deck.set("precision.reduce", deck_dtype(*f.reduce_dtype, "--reduce-dtype"));
+  return deck;
+}
+
+hsdp::plan::PlanModel model_of(const Flags& f, const ConfigDeck& deck, std::int64_t seq_len) {
+  if (f.model && f.model->rfind("llama", 0) == 0) return hsdp::plan::named_model(*f.model);
+  if (f.model) hsdp::plan::named_model(*f.model);  // an unknown name fails here, naming --model
+  hsdp::model::GptConfig c;
+  const auto integer = [&](const char* key) { return static_cast<int>(deck.get_int(key)); };
+  c.n_layer = integer("model.n_layer");
+  c.n_head = integer("model.n_head");
+  c.n_embd = integer("model.n_embd");
+  c.block_size = integer("model.block_size");
+  c.vocab_size = integer("model.vocab_size");
+  c.padded_vocab_size = integer("model.padded_vocab_size");
+  if (c.padded_vocab_size == 0) c.padded_vocab_size = (c.vocab_size + 127) / 128 * 128;  // as hsdp-train
+  if (c.padded_vocab_size < c.vocab_size) {
+    hsdp::throw_config("model.padded_vocab_size (" + std::to_string(c.padded_vocab_size) +
+                       ") must be 0 or >= model.vocab_size (" + std::to_string(c.vocab_size) + ")");
+  }
+  if (seq_len > c.block_size) {
+    hsdp::throw_config("train.seq_len (" + std::to_string(seq_len) + ") exceeds model.block_size (" +
+                       std::to_string(c.block_size) + ")");
+  }
+  return hsdp::plan::gpt_model(c, f.model ? *f.model : f.config ? "deck " + *f.config : "deck defaults");
+}
+
+void check_cluster(const Cluster& c) {
+  const auto positive = [](double x, const char* flag) {
+    if (!(x > 0)) hsdp::throw_config(std::string(flag) + " must be positive");
+  };
+  positive(c.memory_per_rank_gib, "--memory-per-rank-gib");
+  positive(c.intra.gbps, "--intra-gbps");
+  positive(c.inter.gbps, "--inter-gbps");
+  positive(c.compute_tflops, "--compute-tflops");
+  if (!(c.memory_margin >= 0 && c.memory_margin < 1)) hsdp::throw_config("--memory-margin must be in [0, 1)");
+  if (!(c.intra.latency_us >= 0) || !(c.inter.latency_us >= 0)) {
+    hsdp::throw_config("--intra-latency-us and --inter-latency-us must be >= 0");
+  }
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> flag_args;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  split_arguments(argc, argv, flag_args, overrides);
+  Flags f;
+  const po::options_description description = flag_description(f);
+  po::variables_map vm;
+  try {
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(flag_args).options(description).style(style).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    hsdp::throw_config(std::string(e.what()) + " (hsdp-plan --help lists the flags)");
+  }
+  if (f.help) {
+    std::cout << kAbout << "\n" << description << kTimeModel;
+    std::istringstream rule(hsdp::plan::kRecommendationRule());
+    for (std::string line; std::getline(rule, line);) std::cout << "  " << line << "\n";
+    std::cout << kExamples;
+    return hsdp::kExitOk;
+  }
+  if (f.version) {
+    std::cout << "hsdp-plan " << HSDP_VERSION << "\n";
+    return hsdp::kExitOk;
+  }
+  const auto text = [&](const char* key, std::optional<std::string>& out) {
+    if (vm.count(key)) out = vm[key].as<std::string>();
+  };
+  const auto whole = [&](const char* key, std::optional<long long>& out) {
+    if (vm.count(key)) out = vm[key].as<long long>();
+  };
+  text("config", f.config);
+  text("model", f.model);
+  text("calibrate", f.calibrate);
+  text("param-dtype", f.param_dtype);
+  text("reduce-dtype", f.reduce_dtype);
+  whole("micro-batch", f.micro_batch);
+  whole("seq-len", f.seq_len);
+  whole("grad-accum", f.grad_accum);
+
+  const ConfigDeck deck = build_deck(f, overrides);
+  hsdp::plan::PlanInputs in;
+  in.work.micro_batch = deck.get_int("train.micro_batch");
+  in.work.seq_len = deck.get_int("train.seq_len");
+  in.work.grad_accum = static_cast<int>(deck.get_int("train.grad_accum"));
+  in.model = model_of(f, deck, in.work.seq_len);
+
+  Cluster& c = in.cluster;
+  c = f.cluster;
+  c.nodes = f.nodes;
+  const long long deck_ranks = deck.get_int("topology.ranks_per_node");
+  c.ranks_per_node = f.ranks_per_node > 0 ? f.ranks_per_node : deck_ranks > 0 ? static_cast<int>(deck_ranks) : 8;
+  if (f.ranks_per_node < 0) hsdp::throw_config("--ranks-per-node must be >= 0");
+  c.placement = hsdp::comm::parse_placement(deck.get("topology.placement"));
+  hsdp::plan::ReportContext context;
+  if (f.calibrate) {
+    const hsdp::plan::Calibration cal = hsdp::plan::read_commbench(*f.calibrate);
+    const auto apply = [&](const std::optional<hsdp::plan::LinkCalibration>& link, hsdp::plan::LinkClass& into,
+                           const std::string& group, const std::string& gbps_flag, const std::string& latency_flag) {
+      if (!link) {
+        context.cluster_notes += "calibration: " + cal.source + " has no " + group + " ring collectives; --" +
+                                 gbps_flag + " and --" + latency_flag + " keep their values\n";
+        return;
+      }
+      context.cluster_notes += "calibration: " + link->how + "\n";
+      if (vm[gbps_flag].defaulted())
+        into.gbps = link->gbps;
+      else
+        context.cluster_notes += "  --" + gbps_flag + " given: it wins over the calibration\n";
+      if (vm[latency_flag].defaulted())
+        into.latency_us = link->latency_us;
+      else
+        context.cluster_notes += "  --" + latency_flag + " given: it wins over the calibration\n";
+    };
+    apply(cal.intra, c.intra, "intra-node", "intra-gbps", "intra-latency-us");
+    apply(cal.inter, c.inter, "inter-node", "inter-gbps", "inter-latency-us");
+  }
+  check_cluster(c);
+
+  hsdp::shard::EngineOptions& o = in.base;
+  o.param_dtype = hsdp::parse_dtype(deck.get("precision.param"), "precision.param");
+  o.reduce_dtype = hsdp::parse_dtype(deck.get("precision.reduce"), "precision.reduce");
+  o.prefetch = deck.get_bool("parallel.prefetch");
+  o.bucket_mb = deck.get_real("parallel.bucket_mb");
+  o.grad_accum = in.work.grad_accum;
+  in.deck_zeropp.grad_bits = deck.get("zeropp.grad_bits") == "8" ? hsdp::quant::Bits::int8 : hsdp::quant::Bits::int4;
+  in.deck_zeropp.block = static_cast<std::size_t>(deck.get_int("zeropp.block"));
+  hsdp::quant::validate({in.deck_zeropp.grad_bits, in.deck_zeropp.block});
+  if (f.hpz < 0) hsdp::throw_config("--hpz-partition-size must be >= 0");
+  in.hpz_partition_size = f.hpz > 0 ? f.hpz : static_cast<int>(deck.get_int("zeropp.hpz_partition_size"));
+
+  const hsdp::plan::Plan plan = hsdp::plan::make_plan(in);
+  if (f.json) {
+    if (!context.cluster_notes.empty()) std::cerr << context.cluster_notes;
+    std::cout << hsdp::plan::json_report(in, plan);
+  } else {
+    std::cout << hsdp::plan::table_report(in, plan, context);
+  }
+  return hsdp::kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const hsdp::Error& e) {
+    std::cerr << "hsdp-plan: " << hsdp::to_string(e.kind()) << " error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "hsdp-plan: internal error: " << e.what() << "\n";
+    return hsdp::kExitInternal;
+  }
+}

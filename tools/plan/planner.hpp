@@ -1,0 +1,94 @@
+#pragma once
+// The plan: every strategy's memory, bytes and predicted step time for one model on one cluster, and the
+// recommendation.
+//
+// The recommendation is the classic decision tree with numbers (kRecommendationRule says it to users):
+//   fits(s)  = model state + transient + activations <= memory per rank x (1 - margin); activations without
+//              checkpointing, or with it when only that fits (then the time includes the recomputation).
+//   1 memory  the first of no_shard, zero1, shard_grad_op, full_shard that fits (DDP when it fits, ...).
+//   2 hybrid  on several nodes with intra >= 4 x inter bandwidth: the hybrid counterpart (full_shard ->
+//             hybrid_shard, the others -> hybrid_shard_zero2) when it fits in a node's share and its predicted step
+//             is faster.
+//   3 ZeRO++  on several nodes when the pick's inter-node communication time exceeds its compute time: the ZeRO++
+//             variant of its family (hybrid -> hybrid_shard+qgZ, else full_shard+qwZ+hpZ+qgZ) when it fits and is
+//             predicted at least 10% faster (quantization costs some accuracy; a small gain does not pay for it).
+//   4 none fits: the strategy with the least memory, saying by how much it misses and how many nodes (of the same
+//             ranks per node) full_shard needs.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hsdp/comm/types.hpp"
+#include "hsdp/shard/engine.hpp"
+#include "plan/cost.hpp"
+#include "plan/shapes.hpp"
+
+namespace hsdp::plan {
+
+inline constexpr double kHybridBandwidthRatio = 4.0;
+inline constexpr double kZeroPPMinimumGain = 0.10;
+const char* kRecommendationRule();
+
+struct Variant {
+  std::string name;  // "full_shard", "full_shard+qwZ+hpZ+qgZ", ...
+  comm::Sharding sharding = comm::Sharding::no_shard;
+  shard::ZeroPPOptions zeropp;
+};
+
+// The eight rows: the six strategies, full_shard+qwZ+hpZ+qgZ and hybrid_shard+qgZ. The ZeRO++ rows take grad_bits
+// and block from `deck_zeropp` and hpZ's partition size `hpz`.
+std::vector<Variant> strategy_variants(const shard::ZeroPPOptions& deck_zeropp, int hpz);
+
+struct PlanInputs {
+  PlanModel model;
+  Cluster cluster;
+  Workload work;
+  shard::EngineOptions base;  // dtypes, prefetch, bucket_mb, grad_accum; strategy and zeropp come from each variant
+  shard::ZeroPPOptions deck_zeropp;
+  int hpz_partition_size = 0;  // 0: the ranks per node
+};
+
+enum class Fit { yes, with_checkpointing, no };
+const char* to_string(Fit f);
+
+struct StrategyPlan {
+  Variant variant;
+  shard::EngineOptions options;
+  int shard_size = 1;
+  std::int64_t model_state = 0;  // hsdp's accounting (shard/formulas.hpp): params + grads + optimizer per rank
+  double zero_paper_state = 0;   // the ZeRO paper's mixed-precision numbers, for comparison
+  std::int64_t transient = 0;
+  std::int64_t activations = 0, activations_checkpointed = 0;
+  std::int64_t peak() const { return model_state + transient + activations; }
+  std::int64_t peak_checkpointed() const { return model_state + transient + activations_checkpointed; }
+  Fit fit = Fit::no;
+  comm::LinkBytes rank0;      // what rank 0 sends in one step (hsdp-train's metrics.jsonl bytes_intra/bytes_inter)
+  comm::LinkBytes all_ranks;  // summed over every rank
+  StepTime time;              // with checkpointing when only that fits
+  bool checkpointing = false;
+  double step_s = 0;  // overlapped with prefetch, serial without
+};
+
+struct Plan {
+  std::vector<StrategyPlan> strategies;
+  int recommended = 0;  // index into strategies
+  std::string reason;
+  double budget_bytes = 0;
+  std::int64_t global_tokens = 0;  // per step, all ranks
+};
+
+Plan make_plan(const PlanInputs& inputs);
+
+// Rank 0's and all ranks' bytes of one step. The sum over ranks visits every rank when the world has at most
+// `every_rank_up_to` ranks, else the ranks of node 0 times the number of nodes: every node sends what node 0 sends
+// (nodes of equal size, groups built from membership; tests/plan compares both ways on many meshes).
+struct Traffic {
+  comm::LinkBytes rank0, all_ranks;
+};
+inline constexpr int kEveryRankUpTo = 64;
+Traffic plan_traffic(const PlanModel& model, const Cluster& cluster, const shard::EngineOptions& options,
+                     int every_rank_up_to = kEveryRankUpTo);
+comm::LinkBytes rank_traffic(const PlanModel& model, const Cluster& cluster, const shard::EngineOptions& options,
+                             int rank);
+
+}  // namespace hsdp::plan

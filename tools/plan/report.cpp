@@ -1,0 +1,180 @@
+#include "plan/report.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include "hsdp/core/json.hpp"
+
+namespace hsdp::plan {
+namespace {
+
+std::string fixed(double x, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, x);
+  return text;
+}
+
+// Three significant digits.
+std::string sig3(double x) {
+  return fixed(x, x >= 100 ? 0 : x >= 10 ? 1 : 2);
+}
+
+std::string count(double n) {
+  if (n >= 1e9) return sig3(n / 1e9) + "G";
+  if (n >= 1e6) return sig3(n / 1e6) + "M";
+  if (n >= 1e3) return sig3(n / 1e3) + "K";
+  return fixed(n, 0);
+}
+
+std::string millis(double seconds) {
+  const double ms = seconds * 1e3;
+  return fixed(ms, ms < 1 ? 3 : ms < 100 ? 2 : 1);
+}
+
+std::string pad(const std::string& text, std::size_t width, bool left = false) {
+  if (text.size() >= width) return text;
+  const std::string fill(width - text.size(), ' ');
+  return left ? text + fill : fill + text;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "fp32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "fp16";
+    default:
+      return "?";
+  }
+}
+
+std::string fit_cell(const StrategyPlan& p) {
+  switch (p.fit) {
+    case Fit::yes:
+      return "yes";
+    case Fit::with_checkpointing:
+      return "ckpt";
+    case Fit::no:
+      return "no";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) {
+    bytes /= 1024;
+    ++u;
+  }
+  return (u == 0 ? fixed(bytes, 0) : sig3(bytes)) + " " + units[u];
+}
+
+std::string table_report(const PlanInputs& in, const Plan& plan, const ReportContext& context) {
+  const PlanModel& m = in.model;
+  const Cluster& c = in.cluster;
+  const Workload& w = in.work;
+  const shard::EngineOptions& o = in.base;
+  std::ostringstream out;
+  out << "hsdp-plan: model " << m.name << ", P = " << m.params() << " parameters ("
+      << count(static_cast<double>(m.params())) << "; " << m.unit_numel.size() << " units: embedding "
+      << count(static_cast<double>(m.unit_numel.front())) << ", " << m.blocks() << " blocks of "
+      << count(static_cast<double>(m.unit_numel[1])) << ", final " << count(static_cast<double>(m.unit_numel.back()))
+      << (m.tied_head ? "; LM head tied to the embedding" : "; untied LM head in the final unit") << ")\n";
+  out << "cluster: " << c.nodes << " node(s) x " << c.ranks_per_node << " ranks (" << comm::to_string(c.placement)
+      << " placement), " << fixed(c.memory_per_rank_gib, 1) << " GiB per rank, " << fixed(c.memory_margin * 100, 0)
+      << "% kept free: " << human_bytes(plan.budget_bytes) << " usable; intra-node " << sig3(c.intra.gbps) << " GB/s, "
+      << sig3(c.intra.latency_us) << " us; inter-node " << sig3(c.inter.gbps) << " GB/s, " << sig3(c.inter.latency_us)
+      << " us; " << sig3(c.compute_tflops) << " TFLOP/s per rank\n";
+  if (!context.cluster_notes.empty()) out << context.cluster_notes;
+  out << "workload: micro_batch " << w.micro_batch << " x seq_len " << w.seq_len << " x grad_accum " << w.grad_accum
+      << " = " << w.tokens_per_rank() << " tokens per rank, " << plan.global_tokens << " per step; param "
+      << dtype_name(o.param_dtype) << ", reduce " << dtype_name(o.reduce_dtype) << "; prefetch "
+      << (o.prefetch ? "on" : "off") << "\n\n";
+
+  out << "memory per rank (state: hsdp's accounting, fp32 master + grads + Adam m, v, and fp32 compute copies;\n"
+         "ZeRO paper: mixed-precision Adam with 2-byte params and grads)\n";
+  const std::size_t name_w = 24;
+  out << pad("strategy", name_w, true) << pad("state", 11) << pad("ZeRO paper", 12) << pad("transient", 11)
+      << pad("activations", 13) << pad("act (ckpt)", 12) << pad("peak", 11) << pad("peak (ckpt)", 13) << pad("fits", 6)
+      << "\n";
+  for (std::size_t i = 0; i < plan.strategies.size(); ++i) {
+    const StrategyPlan& p = plan.strategies[i];
+    out << pad((static_cast<int>(i) == plan.recommended ? "* " : "  ") + p.variant.name, name_w, true)
+        << pad(human_bytes(static_cast<double>(p.model_state)), 11) << pad(human_bytes(p.zero_paper_state), 12)
+        << pad(human_bytes(static_cast<double>(p.transient)), 11)
+        << pad(human_bytes(static_cast<double>(p.activations)), 13)
+        << pad(human_bytes(static_cast<double>(p.activations_checkpointed)), 12)
+        << pad(human_bytes(static_cast<double>(p.peak())), 11)
+        << pad(human_bytes(static_cast<double>(p.peak_checkpointed())), 13) << pad(fit_cell(p), 6) << "\n";
+  }
+  out << "\nbytes sent per step (rank 0, as hsdp-train's metrics.jsonl bytes_intra/bytes_inter; and all ranks) and "
+         "predicted time (ms)\n";
+  out << pad("strategy", name_w, true) << pad("intra r0", 11) << pad("inter r0", 11) << pad("intra all", 11)
+      << pad("inter all", 11) << pad("compute", 10) << pad("comm", 10) << pad("inter", 10) << pad("exposed", 10)
+      << pad("step", 10) << pad("tokens/s", 11) << "\n";
+  for (std::size_t i = 0; i < plan.strategies.size(); ++i) {
+    const StrategyPlan& p = plan.strategies[i];
+    const double tokens_per_s = static_cast<double>(plan.global_tokens) / p.step_s;
+    out << pad((static_cast<int>(i) == plan.recommended ? "* " : "  ") + p.variant.name, name_w, true)
+        << pad(human_bytes(static_cast<double>(p.rank0.intra)), 11)
+        << pad(human_bytes(static_cast<double>(p.rank0.inter)), 11)
+        << pad(human_bytes(static_cast<double>(p.all_ranks.intra)), 11)
+        << pad(human_bytes(static_cast<double>(p.all_ranks.inter)), 11) << pad(millis(p.time.compute_s), 10)
+        << pad(millis(p.time.comm_s), 10) << pad(millis(p.time.comm_inter_s), 10) << pad(millis(p.time.exposed_s), 10)
+        << pad(millis(p.step_s) + (p.checkpointing ? "c" : ""), 10) << pad(count(tokens_per_s), 11) << "\n";
+  }
+  out << "\ntime: per collective, alpha x messages (ring n-1, all_reduce 2(n-1)) + bytes / bandwidth of its link\n"
+         "(inter-node when the group spans nodes); compute = tokens x (6P + 12 L C T) FLOPs / rate (c: plus the\n"
+         "recomputation of activation checkpointing, used when only that fits);\n"
+      << (o.prefetch
+              ? "step = exposed + max(compute, comm - exposed): prefetch is on, so communication overlaps compute\n"
+                "except what nothing can hide (`exposed`): the embedding's first gather and last reduction,\n"
+                "zero1's post-step gather and qgZ's blocking all-to-alls"
+              : "step = compute + comm: prefetch is off, nothing overlaps")
+      << "\nstate: hsdp no_shard 16P (20P with a non-fp32 param dtype), zero1 8P + 16P/n, sharded 16P/n;\n"
+         "ZeRO paper 16P, 4P + 12P/n, 2P + 14P/n, 16P/n (n = shard group: world, or ranks per node for hybrid)\n";
+  out << "\nrecommendation: " << plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name << " -- "
+      << plan.reason << "\nrule:\n";
+  std::istringstream rule(kRecommendationRule());
+  for (std::string line; std::getline(rule, line);) out << "  " << line << "\n";
+  return out.str();
+}
+
+std::string json_report(const PlanInputs& in, const Plan& plan) {
+  std::ostringstream out;
+  const Cluster& c = in.cluster;
+  for (std::size_t i = 0; i < plan.strategies.size(); ++i) {
+    const StrategyPlan& p = plan.strategies[i];
+    const bool recommended = static_cast<int>(i) == plan.recommended;
+    JsonLine j;
+    j.add("model", in.model.name).add("params", static_cast<std::uint64_t>(in.model.params()));
+    j.add("strategy", p.variant.name).add("sharding", comm::to_string(p.variant.sharding));
+    j.add("qwZ", p.options.zeropp.quantized_weights).add("hpZ", p.options.zeropp.hpz_partition_size);
+    j.add("qgZ", p.options.zeropp.quantized_gradients);
+    j.add("param_dtype", dtype_name(p.options.param_dtype)).add("reduce_dtype", dtype_name(p.options.reduce_dtype));
+    j.add("nodes", c.nodes).add("ranks_per_node", c.ranks_per_node).add("shard_size", p.shard_size);
+    j.add("model_state_bytes", p.model_state).add("zero_paper_state_bytes", p.zero_paper_state);
+    j.add("transient_bytes", p.transient).add("activation_bytes", p.activations);
+    j.add("activation_bytes_checkpointed", p.activations_checkpointed);
+    j.add("peak_bytes", p.peak()).add("peak_bytes_checkpointed", p.peak_checkpointed());
+    j.add("memory_budget_bytes", plan.budget_bytes).add("fits", to_string(p.fit));
+    j.add("bytes_intra", p.rank0.intra).add("bytes_inter", p.rank0.inter);
+    j.add("bytes_intra_all_ranks", p.all_ranks.intra).add("bytes_inter_all_ranks", p.all_ranks.inter);
+    j.add("compute_ms", p.time.compute_s * 1e3).add("comm_ms", p.time.comm_s * 1e3);
+    j.add("comm_inter_ms", p.time.comm_inter_s * 1e3).add("exposed_comm_ms", p.time.exposed_s * 1e3);
+    j.add("step_ms_serial", p.time.serial_s() * 1e3).add("step_ms_overlapped", p.time.overlapped_s() * 1e3);
+    j.add("overlap", p.options.prefetch ? "prefetch" : "none").add("checkpointing", p.checkpointing);
+    j.add("step_ms", p.step_s * 1e3).add("tokens_per_s", static_cast<double>(plan.global_tokens) / p.step_s);
+    j.add("recommended", recommended);
+    if (recommended) j.add("reason", plan.reason);
+    out << j.str() << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace hsdp::plan
