@@ -180,10 +180,22 @@ ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli
   po::options_description all;
   all.add(flags).add(deck_description());
 
+  // `--section.key=` means the empty value (e.g. checkpoint.dir, where empty means off); Boost rejects an empty
+  // value after '=', but takes it as a separate argument.
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.back() == '=') {
+      args.push_back(arg.substr(0, arg.size() - 1));
+      args.emplace_back();
+    } else {
+      args.push_back(arg);
+    }
+  }
   po::variables_map vm;
   try {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(argc, argv).options(all).style(style).run(), vm);
+    po::store(po::command_line_parser(args).options(all).style(style).run(), vm);
   } catch (const po::error& e) {
     rethrow_as_config(e, "");
   }

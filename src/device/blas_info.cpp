@@ -28,7 +28,11 @@ std::string recommended_blas_coretype() {
   for (const std::string_view name : kPreAvx2) outdated = outdated || core == name;
   if (!outdated) return "";
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return "SkylakeX";
+  // OpenBLAS's SkylakeX kernels use AVX-512 F, BW, DQ and VL.
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl")) {
+    return "SkylakeX";
+  }
   if (__builtin_cpu_supports("avx2")) return "Haswell";
   return "";
 }

@@ -134,9 +134,10 @@ void gemm(Op op_a, Op op_b, int m, int n, int k, T alpha, const T* a, int lda, c
   check_arguments<T>(op_a, op_b, m, n, k, lda, ldb, ldc);
   if (m == 0 || n == 0) return;
   SingleThreadedBlas single;
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // The split depends on the shape only, never on the thread count, so that results are the same for
+  // any number of threads (one thread works through the same panels in turn).
   const double macs = static_cast<double>(m) * n * k;
-  if (threads <= 1 || macs < kSplitMinMacs) {
+  if (macs < kSplitMinMacs) {
     cblas_call(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }

@@ -78,6 +78,13 @@ TEST(ConfigDeck, MissingDeckFileIsNamed) {
             "--config: cannot open deck 'input/does-not-exist.ini' (no such file or not readable)");
 }
 
+TEST(ConfigDeck, KeyWithEqualsAndNothingAfterIt_SetsTheEmptyValue) {
+  const std::string path = write_deck("c.ini", "[checkpoint]\ndir = runs/x\n");
+  CommandLine cli;
+  const ConfigDeck deck = parse({"--config", path, "--checkpoint.dir="}, cli);
+  EXPECT_EQ(deck.get("checkpoint.dir"), "");
+}
+
 TEST(ConfigDeck, AbbreviatedKeysAreNotGuessed) {
   EXPECT_NE(error_of({"--train.micro=4"}).find("unknown option"), std::string::npos);
 }

@@ -9,6 +9,9 @@ mpiexec=("$@")
 dir=$(mktemp -d "${TMPDIR:-/tmp}/hsdp_ckpt_crash.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# A killed job cannot remove its shared-memory segments: keep them in the test's directory, not /dev/shm.
+mkdir -p "$dir/shm"
+export OMPI_MCA_btl_vader_backing_directory=$dir/shm
 
 "${mpiexec[@]}" "$probe" save "$dir" 1
 [[ $(cat "$dir/latest") == step_1.h5 ]] || fail "latest should name step_1.h5 after the first save"

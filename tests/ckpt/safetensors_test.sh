@@ -24,4 +24,6 @@ trap 'rm -rf "$dir"' EXIT
 "$probe" make-llmc "$dir/model.bin"
 "$tool" import --format llmc "$dir/model.bin" --output "$dir/step_0.h5" >/dev/null
 "$tool" export "$dir/step_0.h5" --format safetensors --output "$dir/model.safetensors" >/dev/null
-exec "$python" "$reader" "$mode" "$dir/model.safetensors" "$dir/model.bin"
+status=0
+"$python" "$reader" "$mode" "$dir/model.safetensors" "$dir/model.bin" || status=$?
+exit "$status"

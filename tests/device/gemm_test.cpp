@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/device/threads.hpp"
 
 namespace hsdp::device {
 namespace {
@@ -69,6 +70,57 @@ TEST(Gemm, TooSmallLeadingDimension_ThrowsInternalError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::internal);
   }
+}
+
+// Shapes large enough for gemm() to split: into column panels, row panels, and depth slices. Compared
+// with one plain OpenBLAS call to 1e-5 of the largest |C| (float; depth slices and different blocking
+// change the order of a sum of up to 8192 terms of size <= 1: rounding ~ sqrt(k) * 6e-8 * |terms|).
+struct SplitCase {
+  const char* what;
+  Op op_a, op_b;
+  int m, n, k;
+};
+
+class GemmSplit : public ::testing::TestWithParam<SplitCase> {};
+
+TEST_P(GemmSplit, MatchesOnePlainBlasCall_AndIsBitIdenticalForOneAndTwoThreads) {
+  const SplitCase s = GetParam();
+  const int lda = s.op_a == Op::none ? s.k : s.m, ldb = s.op_b == Op::none ? s.n : s.k;
+  std::vector<float> a(static_cast<std::size_t>(s.m) * s.k), b(static_cast<std::size_t>(s.k) * s.n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.013 * static_cast<double>(i)));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.007 * static_cast<double>(i)));
+  const std::size_t cn = static_cast<std::size_t>(s.m) * s.n;
+  std::vector<float> c_init(cn);
+  for (std::size_t i = 0; i < cn; ++i) c_init[i] = static_cast<float>(0.001 * static_cast<double>(i % 101));
+  std::vector<float> expected = c_init, one = c_init, two = c_init;
+  blas_gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, expected.data(), s.n);
+  {
+    ThreadCountScope scope(1);
+    gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, one.data(), s.n);
+  }
+  {
+    ThreadCountScope scope(2);
+    gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, two.data(), s.n);
+  }
+  float scale = 0;
+  for (const float v : expected) scale = std::max(scale, std::abs(v));
+  for (std::size_t i = 0; i < cn; ++i) ASSERT_NEAR(two[i], expected[i], 1e-5 * scale) << s.what << " at " << i;
+  // The split is fixed by the shape: one thread works through the same panels/slices.
+  ASSERT_EQ(one, two) << s.what;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmSplit,
+                         ::testing::Values(SplitCase{"column panels", Op::none, Op::transpose, 64, 4096, 512},
+                                           SplitCase{"row panels", Op::transpose, Op::none, 4096, 64, 512},
+                                           SplitCase{"depth slices", Op::none, Op::none, 32, 48, 8192}));
+
+TEST(Gemm, DepthSlices_IgnoreNanInC_WhenBetaIsZero) {
+  const int m = 16, n = 16, k = 8192;
+  std::vector<float> a(static_cast<std::size_t>(m) * k, 0.5f), b(static_cast<std::size_t>(k) * n, 0.25f);
+  std::vector<float> c(static_cast<std::size_t>(m) * n, std::nanf(""));
+  ThreadCountScope scope(2);
+  gemm<float>(Op::none, Op::none, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+  for (const float v : c) ASSERT_EQ(v, 1024.0f);  // 8192 * 0.125, exact in float
 }
 
 TEST(Gemm, FlopCount_IsTwoMNK) { EXPECT_EQ(gemm_flops(2, 3, 4), 48.0); }

@@ -9,6 +9,7 @@
 
 #include "gradcheck.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/device/threads.hpp"
 #include "hsdp/model/unit_buffers.hpp"
 
 namespace hsdp::model {
@@ -235,6 +236,23 @@ TEST(Gpt, SameInputs_GiveBitIdenticalResults_RunToRun_AndEvaluateEqualsForward) 
   const auto tokens = token_ids(64, 256, 5), targets = token_ids(64, 256, 6);
   const float evaluated = model.evaluate(tokens, targets, params.const_pointers());
   EXPECT_EQ(std::memcmp(&evaluated, &a.loss, sizeof(float)), 0);
+}
+
+// Kernels and GEMM splits depend on shapes only, never on the thread count.
+TEST(Gpt, LossAndGrads_AreBitIdentical_WithOneAndTwoThreads) {
+  const ModelLayout layout(small_config());
+  UnitBuffers<float> params(layout);
+  params.init(layout, 71);
+  const auto one = [&] {
+    device::ThreadCountScope scope(1);
+    return train_step<float>(layout, params, false, 4, 64);
+  }();
+  const auto two = [&] {
+    device::ThreadCountScope scope(2);
+    return train_step<float>(layout, params, false, 4, 64);
+  }();
+  EXPECT_EQ(std::memcmp(&one.loss, &two.loss, sizeof(float)), 0);
+  EXPECT_TRUE(bitwise_equal(one.grads, two.grads));
 }
 
 TEST(Gpt, TokenOutsideVocabulary_ThrowsDataError) {

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <sstream>
 

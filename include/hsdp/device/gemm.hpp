@@ -4,12 +4,13 @@
 // where op(X) is X or its transpose and lda/ldb/ldc are row strides in elements. cblas.h stays private to
 // src/device so no other layer depends on the BLAS header.
 //
-// gemm() is what the kernels use: it splits C into one panel per OpenMP thread (along its longer side)
-// and each thread runs a single-threaded OpenBLAS call on its panel. The kernels' other loops run on the
-// same OpenMP team, so no second thread pool competes for the cores: with OpenBLAS's own pool, its
-// spinning workers and OpenMP's spinning workers took turns stealing the cores (measured: a quarter of a
-// GPT-2 step lost on 2 cores). Each element of C is computed by one thread; with a given thread count the
-// result is the same on every run. Called inside a parallel region it runs on the calling thread only.
+// gemm() is what the kernels use: it splits C into panels along its longer side (or, when k dwarfs m and
+// n, splits k into slices summed in a fixed order) and the OpenMP threads take panels dynamically, each
+// running a single-threaded OpenBLAS call. The kernels' other loops run on the same OpenMP team, so no
+// second thread pool competes for the cores: with OpenBLAS's own pool, its spinning workers and OpenMP's
+// took turns stealing the cores (measured: a quarter of a GPT-2 step lost on 2 cores). The split depends
+// on the shape only, so results are bit-identical run to run and for any thread count. Called inside a
+// parallel region it runs the same panels on the calling thread.
 //
 // blas_gemm() is one plain call with OpenBLAS's own threading (openblas_get_num_threads() threads), for
 // callers outside the kernels and as the reference a benchmark compares against.

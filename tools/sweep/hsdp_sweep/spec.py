@@ -188,6 +188,11 @@ def expand(spec, out_dir, train):
         # hsdp-train resolves the deck (base + overrides) and checks every value: a bad one fails here.
         cmd = [train, "--config", spec.base, *overrides, f"--log.dir={point_dir}", "--print-config"]
         out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
+        # Points run at the same time (a job array): each gets its own checkpoint directory, unless the spec says.
+        spec_keys = {k for k, _ in spec.fixed + values}
+        if out.returncode == 0 and "checkpoint.dir" not in spec_keys and checkpoint_dir_of(out.stdout):
+            cmd = cmd[:-1] + [f"--checkpoint.dir={os.path.join(point_dir, 'checkpoints')}", "--print-config"]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
         if out.returncode != 0:
             point = " ".join(f"{k}={v}" for k, v in values)
             raise InputError(f"point {index} ({point}): hsdp-train rejects it: {out.stderr.strip()}")
@@ -198,6 +203,18 @@ def expand(spec, out_dir, train):
         expanded.append((index, values, deck))
     write_points(out_dir, expanded)
     return expanded
+
+
+def checkpoint_dir_of(printed_deck):
+    """The checkpoint.dir value of a deck printed by `hsdp-train --print-config` ('' when off)."""
+    section = None
+    for line in printed_deck.splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "checkpoint" and line.startswith("dir") and "=" in line:
+            return line.split("=", 1)[1].strip()
+    return ""
 
 
 def write_points(out_dir, expanded):

@@ -1,0 +1,86 @@
+#pragma once
+// The GPT-2 layers on the GPU: the same *_forward / *_backward pairs, layouts and contracts as
+// hsdp/model/layers.hpp (read that first), as kernels enqueued on a stream. Every pointer is device memory.
+//
+// Types: T is the storage type of activations and of the compute copy of the parameters, float or bf16_t;
+// arithmetic is fp32 throughout. Parameter gradients (dweight, dbias, dwte, dwpe) are always fp32, so they
+// accumulate over micro-batches without bf16 rounding. Layer-norm statistics and losses are fp32.
+//
+// Contract, as on the CPU: every *_backward ADDS into what it produces (callers zero first), except
+// softmax_xent_backward / softmax_xent_forward_backward, which write d-logits.
+// Determinism: no floating-point atomics; every sum has a fixed order, so a run repeats bit for bit.
+// The GEMM layers (matmul, lm_head) are in blas.hpp.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hsdp/core/dtype.hpp"
+
+namespace hsdp::device::cuda {
+
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
+template <typename T>
+void encoder_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
+                     cudaStream_t stream);
+// Rows of a repeated token are added in row order (bit-identical to the CPU in fp32).
+template <typename T>
+void encoder_backward(float* dwte, float* dwpe, const T* dout, const std::int32_t* tokens, int B, int T_, int C,
+                      cudaStream_t stream);
+
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
+                       cudaStream_t stream);
+// scratch: column_sum_scratch_floats(C, 2) floats of device memory.
+template <typename T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
+                        const T* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+
+// dbias[c] += sum over rows n of dout[n, c] (the bias gradient of a matmul); scratch: column_sum_scratch_floats(C, 1).
+template <typename T>
+void bias_backward(float* dbias, float* scratch, const T* dout, int N, int C, cudaStream_t stream);
+// Scratch floats of a column sum of `quantities` values per column over C columns.
+std::size_t column_sum_scratch_floats(int C, int quantities);
+
+// Causal self-attention over qkv [B, T, 3C]; att [B, NH, T, T] keeps the probabilities (zeros above the
+// diagonal). Head size C / NH must be at most 256. One block per 8 query rows of a (batch, head); the scores
+// of those rows live in shared memory (8 * T floats), so T is bounded by the GPU's shared memory per block
+// (about 6000 on an H100); beyond that the call throws naming the limit.
+template <typename T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream);
+// scratch: B * NH * T floats (the per-row sum of att * datt, shared by the two backward kernels).
+template <typename T>
+void attention_backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
+                        int NH, cudaStream_t stream);
+
+// GELU, tanh approximation (x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)); backward adds into dinp.
+template <typename T>
+void gelu_forward(T* out, const T* inp, std::size_t n, cudaStream_t stream);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n, cudaStream_t stream);
+
+template <typename T>
+void residual_forward(T* out, const T* inp1, const T* inp2, std::size_t n, cudaStream_t stream);
+template <typename T>
+void residual_backward(T* dinp1, T* dinp2, const T* dout, std::size_t n, cudaStream_t stream);
+
+// Fused softmax + cross-entropy over the first V of each row's Vp logits (columns V..Vp-1 untouched);
+// probs may alias logits.
+template <typename T>
+void softmax_xent_forward(T* probs, float* losses, const T* logits, const std::int32_t* targets, int N, int V, int Vp,
+                          cudaStream_t stream);
+// dlogits[n, :V] = dloss_per_row * (probs[n, :V] - onehot(targets[n])); dlogits may alias probs.
+template <typename T>
+void softmax_xent_backward(T* dlogits, const T* probs, const std::int32_t* targets, float dloss_per_row, int N, int V,
+                           int Vp, cudaStream_t stream);
+// Both in one pass over the logits (what a training step needs): losses, and d-logits written over the logits
+// (dlogits may alias logits); the probabilities are never stored.
+template <typename T>
+void softmax_xent_forward_backward(T* dlogits, float* losses, const T* logits, const std::int32_t* targets,
+                                   float dloss_per_row, int N, int V, int Vp, cudaStream_t stream);
+
+// Element type conversions (the bf16 compute copy of fp32 parameters, and back for checks).
+void convert(bf16_t* out, const float* in, std::size_t n, cudaStream_t stream);
+void convert(float* out, const bf16_t* in, std::size_t n, cudaStream_t stream);
+
+}  // namespace hsdp::device::cuda

@@ -1,0 +1,304 @@
+#include "hsdp/device/cuda/blas.hpp"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <type_traits>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/device/cuda/layers.hpp"
+#include "hsdp/device/cuda/runtime.hpp"
+
+namespace hsdp::device::cuda {
+namespace {
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw_internal(std::string(what) + ": " + cublasLtGetStatusName(status) + ": " + cublasLtGetStatusString(status));
+  }
+}
+
+cudaDataType_t lt_type(DType t) {
+  if (t == DType::f32) return CUDA_R_32F;
+  if (t == DType::bf16) return CUDA_R_16BF;
+  throw_internal("cuBLASLt GEMM: element type " + std::string(to_string(t)) + " is not f32 or bf16");
+}
+
+// The largest power of two (at most 256) that divides the address: cuBLASLt picks kernels by alignment.
+std::uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+std::string describe(const GemmArgs& g) {
+  return "D[" + std::to_string(g.m) + "x" + std::to_string(g.n) + "] = op(A) op(B) with K=" + std::to_string(g.k) +
+         (g.trans_a ? ", A^T" : "") + (g.trans_b ? ", B^T" : "") + ", lda/ldb/ldd " + std::to_string(g.lda) + "/" +
+         std::to_string(g.ldb) + "/" + std::to_string(g.ldd) + ", " + std::string(to_string(g.ab_type)) + " -> " +
+         std::string(to_string(g.d_type)) + (g.bias != nullptr ? ", bias" : "");
+}
+
+// What decides a plan: shapes, types, epilogue and the pointers' alignments.
+using PlanKey = std::array<std::int64_t, 16>;
+
+PlanKey key_of(const GemmArgs& g) {
+  return {g.trans_a,
+          g.trans_b,
+          g.m,
+          g.n,
+          g.k,
+          g.lda,
+          g.ldb,
+          g.ldd,
+          static_cast<std::int64_t>(g.ab_type),
+          static_cast<std::int64_t>(g.d_type),
+          g.bias != nullptr,
+          alignment_of(g.a),
+          alignment_of(g.b),
+          alignment_of(g.d),
+          g.bias != nullptr ? alignment_of(g.bias) : 0,
+          g.beta != 0.0f};
+}
+
+// Descriptors of one GEMM shape in cuBLASLt's column-major terms, and the algorithm the heuristic chose.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr;
+  cublasLtMatrixLayout_t b = nullptr;
+  cublasLtMatrixLayout_t d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+}  // namespace
+
+struct BlasLt::Impl {
+  cublasLtHandle_t handle = nullptr;
+  DeviceBuffer<std::uint8_t> workspace;
+  std::map<PlanKey, Plan> plans;
+
+  // Row-major D = op(A) op(B) is column-major D^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" our A,
+  // each with its transpose flag, and its M x N is our N x M.
+  Plan& plan_for(const GemmArgs& g) {
+    const PlanKey key = key_of(g);
+    if (const auto it = plans.find(key); it != plans.end()) return it->second;
+    Plan& plan = plans[key];
+    try {
+      build(plan, g);
+    } catch (...) {
+      plans.erase(key);
+      throw;
+    }
+    return plan;
+  }
+
+  void build(Plan& plan, const GemmArgs& g) const {
+    const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A = our B
+    const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B = our A
+    const auto m = static_cast<std::uint64_t>(g.n);
+    const auto n = static_cast<std::uint64_t>(g.m);
+    const auto k = static_cast<std::uint64_t>(g.k);
+    check_lt(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a),
+             "cublasLtMatmulDescSetAttribute(TRANSA)");
+    check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b),
+             "cublasLtMatmulDescSetAttribute(TRANSB)");
+    if (g.bias != nullptr) {
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+               "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+      const cudaDataType_t bias_type = lt_type(g.d_type);
+      check_lt(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
+          "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+      check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias),
+               "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+    }
+    const cudaDataType_t ab = lt_type(g.ab_type);
+    const cudaDataType_t dt = lt_type(g.d_type);
+    check_lt(op_a == CUBLAS_OP_N ? cublasLtMatrixLayoutCreate(&plan.a, ab, m, k, g.ldb)
+                                 : cublasLtMatrixLayoutCreate(&plan.a, ab, k, m, g.ldb),
+             "cublasLtMatrixLayoutCreate(A)");
+    check_lt(op_b == CUBLAS_OP_N ? cublasLtMatrixLayoutCreate(&plan.b, ab, k, n, g.lda)
+                                 : cublasLtMatrixLayoutCreate(&plan.b, ab, n, k, g.lda),
+             "cublasLtMatrixLayoutCreate(B)");
+    check_lt(cublasLtMatrixLayoutCreate(&plan.d, dt, m, n, g.ldd), "cublasLtMatrixLayoutCreate(D)");
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+    const std::uint64_t workspace_bytes = workspace.size_bytes();
+    const std::uint32_t align_a = alignment_of(g.b);
+    const std::uint32_t align_b = alignment_of(g.a);
+    const std::uint32_t align_d = alignment_of(g.d);
+    cublasLtMatmulHeuristicResult_t result{};
+    int returned = 0;
+    cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                 &workspace_bytes, sizeof workspace_bytes);
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof align_a);
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof align_b);
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                    sizeof align_d);
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                    sizeof align_d);
+    }
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, preference, 1, &result,
+                                              &returned);
+    }
+    cublasLtMatmulPreferenceDestroy(preference);
+    check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
+    if (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+      throw_internal("cuBLASLt has no algorithm for " + describe(g));
+    }
+    plan.algo = result.algo;
+  }
+};
+
+BlasLt::BlasLt(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  check_lt(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+  impl_->workspace = DeviceBuffer<std::uint8_t>(workspace_bytes);
+}
+
+BlasLt::~BlasLt() {
+  impl_->plans.clear();
+  if (impl_->handle != nullptr) cublasLtDestroy(impl_->handle);
+}
+
+std::size_t BlasLt::cached_plans() const {
+  return impl_->plans.size();
+}
+
+void BlasLt::gemm(const GemmArgs& g, cudaStream_t stream) {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
+    if (g.m < 0 || g.n < 0 || g.k < 0) throw_internal("cuBLASLt GEMM with a negative dimension: " + describe(g));
+    return;
+  }
+  if (g.bias != nullptr && g.beta != 0.0f) throw_internal("cuBLASLt GEMM: a bias needs beta = 0: " + describe(g));
+  Plan& plan = impl_->plan_for(g);
+  if (g.bias != nullptr) {  // the plan may come from an earlier call with another (equally aligned) bias
+    check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias),
+             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  }
+  check_lt(cublasLtMatmul(impl_->handle, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.d, plan.d, g.d,
+                          plan.d, &plan.algo, impl_->workspace.data(), impl_->workspace.size_bytes(), stream),
+           ("cublasLtMatmul " + describe(g)).c_str());
+}
+
+// ---- the GEMM layers ----
+
+template <typename T>
+constexpr DType dtype_v = std::is_same_v<T, float> ? DType::f32 : DType::bf16;
+
+template <typename T>
+void matmul_forward(BlasLt& blas, T* out, const T* inp, const T* weight, const T* bias, int N, int IC, int OC,
+                    cudaStream_t stream) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = N, g.n = OC, g.k = IC;
+  g.a = inp, g.lda = IC;
+  g.b = weight, g.ldb = IC;
+  g.d = out, g.ldd = OC;
+  g.ab_type = g.d_type = dtype_v<T>;
+  g.bias = bias;
+  blas.gemm(g, stream);
+}
+
+template <typename T>
+void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
+                     const T* weight, int N, int IC, int OC, cudaStream_t stream) {
+  GemmArgs data;  // dinp[N, IC] += dout[N, OC] @ weight[OC, IC]
+  data.m = N, data.n = IC, data.k = OC;
+  data.a = dout, data.lda = OC;
+  data.b = weight, data.ldb = IC;
+  data.d = dinp, data.ldd = IC;
+  data.ab_type = data.d_type = dtype_v<T>;
+  data.beta = 1.0f;
+  blas.gemm(data, stream);
+  GemmArgs wgrad;  // dweight[OC, IC] += dout^T @ inp
+  wgrad.trans_a = true;
+  wgrad.m = OC, wgrad.n = IC, wgrad.k = N;
+  wgrad.a = dout, wgrad.lda = OC;
+  wgrad.b = inp, wgrad.ldb = IC;
+  wgrad.d = dweight, wgrad.ldd = IC;
+  wgrad.ab_type = dtype_v<T>;
+  wgrad.d_type = DType::f32;
+  wgrad.beta = 1.0f;
+  blas.gemm(wgrad, stream);
+  if (dbias != nullptr) bias_backward(dbias, scratch, dout, N, OC, stream);
+}
+
+template <typename T>
+void lm_head_forward(BlasLt& blas, T* logits, const T* inp, const T* wte, int N, int C, int V, int Vp,
+                     cudaStream_t stream) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = N, g.n = V, g.k = C;
+  g.a = inp, g.lda = C;
+  g.b = wte, g.ldb = C;
+  g.d = logits, g.ldd = Vp;
+  g.ab_type = g.d_type = dtype_v<T>;
+  blas.gemm(g, stream);
+}
+
+template <typename T>
+void lm_head_backward(BlasLt& blas, T* dinp, float* dwte, const T* dlogits, const T* inp, const T* wte, int N, int C,
+                      int V, int Vp, cudaStream_t stream) {
+  GemmArgs data;  // dinp[N, C] += dlogits[N, :V] @ wte[:V, C]
+  data.m = N, data.n = C, data.k = V;
+  data.a = dlogits, data.lda = Vp;
+  data.b = wte, data.ldb = C;
+  data.d = dinp, data.ldd = C;
+  data.ab_type = data.d_type = dtype_v<T>;
+  data.beta = 1.0f;
+  blas.gemm(data, stream);
+  GemmArgs wgrad;  // dwte[:V, C] += dlogits[:, :V]^T @ inp
+  wgrad.trans_a = true;
+  wgrad.m = V, wgrad.n = C, wgrad.k = N;
+  wgrad.a = dlogits, wgrad.lda = Vp;
+  wgrad.b = inp, wgrad.ldb = C;
+  wgrad.d = dwte, wgrad.ldd = C;
+  wgrad.ab_type = dtype_v<T>;
+  wgrad.d_type = DType::f32;
+  wgrad.beta = 1.0f;
+  blas.gemm(wgrad, stream);
+}
+
+template void matmul_forward<float>(BlasLt&, float*, const float*, const float*, const float*, int, int, int,
+                                    cudaStream_t);
+template void matmul_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, int, int, int,
+                                     cudaStream_t);
+template void matmul_backward<float>(BlasLt&, float*, float*, float*, float*, const float*, const float*, const float*,
+                                     int, int, int, cudaStream_t);
+template void matmul_backward<bf16_t>(BlasLt&, bf16_t*, float*, float*, float*, const bf16_t*, const bf16_t*,
+                                      const bf16_t*, int, int, int, cudaStream_t);
+template void lm_head_forward<float>(BlasLt&, float*, const float*, const float*, int, int, int, int, cudaStream_t);
+template void lm_head_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, int, int, int, int, cudaStream_t);
+template void lm_head_backward<float>(BlasLt&, float*, float*, const float*, const float*, const float*, int, int, int,
+                                      int, cudaStream_t);
+template void lm_head_backward<bf16_t>(BlasLt&, bf16_t*, float*, const bf16_t*, const bf16_t*, const bf16_t*, int, int,
+                                       int, int, cudaStream_t);
+
+}  // namespace hsdp::device::cuda

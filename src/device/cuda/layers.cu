@@ -1,0 +1,379 @@
+// Encoder, layer norm, bias gradient, GELU, residual and conversions on the GPU (see layers.hpp).
+#include <cmath>
+#include <string>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/device/cuda/layers.hpp"
+#include "kernel_util.cuh"
+
+namespace hsdp::device::cuda {
+namespace {
+
+using detail::grid_for;
+using detail::kWarp;
+using detail::load;
+using detail::store;
+
+constexpr int kThreads = 256;
+// A column sum splits the rows into this many fixed chunks; the partial sums of a column are then added in
+// chunk order, so the result does not depend on scheduling.
+constexpr int kColumnChunks = 64;
+constexpr int kColumnWidth = 32;  // columns per block of the partial-sum kernel
+constexpr int kColumnRows = 8;    // threads along the rows in that block
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+constexpr double kLayerNormEps = 1e-5;  // hsdp::model::kLayerNormEps
+
+// ---- encoder ----
+
+template <typename T>
+__global__ void encoder_forward_kernel(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int T_, int C,
+                                       std::size_t total) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t n = i / static_cast<std::size_t>(C);
+    const std::size_t c = i % static_cast<std::size_t>(C);
+    const std::size_t t = n % static_cast<std::size_t>(T_);
+    store(out + i, load(wte + static_cast<std::size_t>(tokens[n]) * C + c) + load(wpe + t * C + c));
+  }
+}
+
+// One block per row n. Only the block of a token's first row writes that token's gradient row, adding every
+// row of that token in row order: no atomics, the CPU's order of additions.
+template <typename T>
+__global__ void encoder_backward_wte_kernel(float* dwte, const T* dout, const std::int32_t* tokens, int N, int C) {
+  __shared__ int rows[kThreads];
+  __shared__ int warp_offset[kThreads / kWarp + 1];
+  const int n = blockIdx.x;
+  const std::int32_t token = tokens[n];
+  bool earlier = false;
+  for (int m = threadIdx.x; m < n; m += blockDim.x) earlier = earlier || tokens[m] == token;
+  if (__syncthreads_or(earlier)) return;
+  float* grad = dwte + static_cast<std::size_t>(token) * C;
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  for (int m0 = n; m0 < N; m0 += blockDim.x) {
+    const int m = m0 + threadIdx.x;
+    const bool match = m < N && tokens[m] == token;
+    const unsigned ballot = __ballot_sync(detail::kFullMask, match);
+    if (lane == 0) warp_offset[warp + 1] = __popc(ballot);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      warp_offset[0] = 0;
+      for (int w = 1; w <= static_cast<int>(blockDim.x / kWarp); ++w) warp_offset[w] += warp_offset[w - 1];
+    }
+    __syncthreads();
+    if (match) rows[warp_offset[warp] + __popc(ballot & ((1u << lane) - 1u))] = m;
+    const int found = warp_offset[blockDim.x / kWarp];
+    __syncthreads();
+    for (int r = 0; r < found; ++r) {
+      const T* d = dout + static_cast<std::size_t>(rows[r]) * C;
+      for (int c = threadIdx.x; c < C; c += blockDim.x) grad[c] += load(d + c);
+    }
+    __syncthreads();
+  }
+}
+
+// dwpe[t, c] += dout[b, t, c] for b in order.
+template <typename T>
+__global__ void encoder_backward_wpe_kernel(float* dwpe, const T* dout, int B, int T_, int C) {
+  const std::size_t total = static_cast<std::size_t>(T_) * C;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    float acc = dwpe[i];
+    for (int b = 0; b < B; ++b) acc += load(dout + static_cast<std::size_t>(b) * total + i);
+    dwpe[i] = acc;
+  }
+}
+
+// ---- column sums (deterministic) ----
+
+// What a column sum adds up, per (row, column): the bias gradient (one value) or layer norm's (two).
+template <typename T>
+struct BiasTerms {
+  const T* dout;
+  int C;
+  __device__ void operator()(int n, int c, float* v) const { v[0] = load(dout + static_cast<std::size_t>(n) * C + c); }
+};
+
+template <typename T>
+struct LayerNormTerms {
+  const T* dout;
+  const T* inp;
+  const float* mean;
+  const float* rstd;
+  int C;
+  __device__ void operator()(int n, int c, float* v) const {
+    const std::size_t i = static_cast<std::size_t>(n) * C + c;
+    const float d = load(dout + i);
+    v[0] = (load(inp + i) - mean[n]) * rstd[n] * d;
+    v[1] = d;
+  }
+};
+
+// partial[q][chunk][c] = sum over the chunk's rows of terms(n, c)[q]; block (kColumnWidth, kColumnRows).
+template <int kQ, typename Terms>
+__global__ void column_partials_kernel(float* partial, Terms terms, int N, int C) {
+  __shared__ float cell[kQ][kColumnRows][kColumnWidth];
+  const int c = blockIdx.x * kColumnWidth + threadIdx.x;
+  const int chunk = blockIdx.y;
+  const int rows_per_chunk = (N + kColumnChunks - 1) / kColumnChunks;
+  const int begin = chunk * rows_per_chunk;
+  const int end = min(N, begin + rows_per_chunk);
+  float acc[kQ] = {};
+  if (c < C) {
+    for (int n = begin + threadIdx.y; n < end; n += kColumnRows) {
+      float v[kQ];
+      terms(n, c, v);
+      for (int q = 0; q < kQ; ++q) acc[q] += v[q];
+    }
+  }
+  for (int q = 0; q < kQ; ++q) cell[q][threadIdx.y][threadIdx.x] = acc[q];
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int q = 0; q < kQ; ++q) {
+      float sum = 0.0f;
+      for (int r = 0; r < kColumnRows; ++r) sum += cell[q][r][threadIdx.x];
+      partial[(static_cast<std::size_t>(q) * kColumnChunks + chunk) * C + c] = sum;
+    }
+  }
+}
+
+// out_q[c] += sum over chunks (in order) of partial[q][chunk][c].
+__global__ void column_finish_kernel(float* out0, float* out1, const float* partial, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float* outs[2] = {out0, out1};
+  for (int q = 0; q < 2; ++q) {
+    if (outs[q] == nullptr) continue;
+    float sum = 0.0f;
+    for (int chunk = 0; chunk < kColumnChunks; ++chunk)
+      sum += partial[(static_cast<std::size_t>(q) * kColumnChunks + chunk) * C + c];
+    outs[q][c] += sum;
+  }
+}
+
+template <int kQ, typename Terms>
+void column_sums(float* out0, float* out1, float* scratch, Terms terms, int N, int C, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  const dim3 grid((C + kColumnWidth - 1) / kColumnWidth, kColumnChunks);
+  column_partials_kernel<kQ><<<grid, dim3(kColumnWidth, kColumnRows), 0, stream>>>(scratch, terms, N, C);
+  check_launch("column_partials_kernel");
+  column_finish_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, stream>>>(out0, out1, scratch, C);
+  check_launch("column_finish_kernel");
+}
+
+// ---- layer norm ----
+
+// One warp per row: two passes (mean, then the variance of centred values) as on the CPU.
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                                         int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= N) return;
+  const T* x = inp + static_cast<std::size_t>(row) * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarp) sum += load(x + c);
+  const float m = detail::warp_sum(sum) / static_cast<float>(C);
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += kWarp) {
+    const float d = load(x + c) - m;
+    sq += d * d;
+  }
+  const float s = 1.0f / sqrtf(detail::warp_sum(sq) / static_cast<float>(C) + static_cast<float>(kLayerNormEps));
+  T* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += kWarp) store(o + c, (load(x + c) - m) * s * load(weight + c) + load(bias + c));
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+template <typename T>
+__global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
+                                          const float* rstd, int N, int C) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= N) return;
+  const std::size_t base = static_cast<std::size_t>(row) * C;
+  const float m = mean[row];
+  const float s = rstd[row];
+  float dnorm_sum = 0.0f;
+  float dnorm_norm_sum = 0.0f;
+  for (int c = lane; c < C; c += kWarp) {
+    const float dnorm = load(weight + c) * load(dout + base + c);
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * (load(inp + base + c) - m) * s;
+  }
+  const float dnorm_mean = detail::warp_sum(dnorm_sum) / static_cast<float>(C);
+  const float dnorm_norm_mean = detail::warp_sum(dnorm_norm_sum) / static_cast<float>(C);
+  for (int c = lane; c < C; c += kWarp) {
+    const float norm = (load(inp + base + c) - m) * s;
+    const float dx = (load(weight + c) * load(dout + base + c) - dnorm_mean - norm * dnorm_norm_mean) * s;
+    store(dinp + base + c, load(dinp + base + c) + dx);
+  }
+}
+
+// ---- elementwise ----
+
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float x = load(inp + i);
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    store(out + i, x / (1.0f + expf(-2.0f * u)));
+  }
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float x = load(inp + i);
+    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float s = 1.0f / (1.0f + expf(-2.0f * u));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    store(dinp + i, load(dinp + i) + load(dout + i) * (s + 2.0f * x * s * (1.0f - s) * du));
+  }
+}
+
+template <typename T>
+__global__ void residual_forward_kernel(T* out, const T* inp1, const T* inp2, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    store(out + i, load(inp1 + i) + load(inp2 + i));
+  }
+}
+
+template <typename T>
+__global__ void residual_backward_kernel(T* dinp1, T* dinp2, const T* dout, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float d = load(dout + i);
+    store(dinp1 + i, load(dinp1 + i) + d);
+    store(dinp2 + i, load(dinp2 + i) + d);
+  }
+}
+
+template <typename To, typename From>
+__global__ void convert_kernel(To* out, const From* in, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    store(out + i, load(in + i));
+  }
+}
+
+unsigned warp_rows_grid(int rows) {
+  constexpr int kRowsPerBlock = kThreads / kWarp;
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+}  // namespace
+
+std::size_t column_sum_scratch_floats(int C, int quantities) {
+  return static_cast<std::size_t>(quantities) * kColumnChunks * static_cast<std::size_t>(C);
+}
+
+template <typename T>
+void encoder_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
+                     cudaStream_t stream) {
+  const std::size_t total = static_cast<std::size_t>(B) * T_ * C;
+  if (total == 0) return;
+  encoder_forward_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(out, tokens, wte, wpe, T_, C, total);
+  check_launch("encoder_forward_kernel");
+}
+
+template <typename T>
+void encoder_backward(float* dwte, float* dwpe, const T* dout, const std::int32_t* tokens, int B, int T_, int C,
+                      cudaStream_t stream) {
+  const int N = B * T_;
+  if (N == 0 || C == 0) return;
+  encoder_backward_wte_kernel<<<N, kThreads, 0, stream>>>(dwte, dout, tokens, N, C);
+  check_launch("encoder_backward_wte_kernel");
+  const std::size_t positions = static_cast<std::size_t>(T_) * C;
+  encoder_backward_wpe_kernel<<<grid_for(positions, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, T_, C);
+  check_launch("encoder_backward_wpe_kernel");
+}
+
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
+                       cudaStream_t stream) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  check_launch("layernorm_forward_kernel");
+}
+
+template <typename T>
+void layernorm_backward(T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
+                        const T* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+  if (N == 0) return;
+  layernorm_backward_kernel<<<warp_rows_grid(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  check_launch("layernorm_backward_kernel");
+  column_sums<2>(dweight, dbias, scratch, LayerNormTerms<T>{dout, inp, mean, rstd, C}, N, C, stream);
+}
+
+template <typename T>
+void bias_backward(float* dbias, float* scratch, const T* dout, int N, int C, cudaStream_t stream) {
+  column_sums<1>(dbias, nullptr, scratch, BiasTerms<T>{dout, C}, N, C, stream);
+}
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, inp, n);
+  check_launch("gelu_forward_kernel");
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dinp, inp, dout, n);
+  check_launch("gelu_backward_kernel");
+}
+
+template <typename T>
+void residual_forward(T* out, const T* inp1, const T* inp2, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  residual_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, inp1, inp2, n);
+  check_launch("residual_forward_kernel");
+}
+
+template <typename T>
+void residual_backward(T* dinp1, T* dinp2, const T* dout, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  residual_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dinp1, dinp2, dout, n);
+  check_launch("residual_backward_kernel");
+}
+
+void convert(bf16_t* out, const float* in, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  convert_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+  check_launch("convert_kernel");
+}
+
+void convert(float* out, const bf16_t* in, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  convert_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+  check_launch("convert_kernel");
+}
+
+#define HSDP_INSTANTIATE_LAYERS(T)                                                                               \
+  template void encoder_forward<T>(T*, const std::int32_t*, const T*, const T*, int, int, int, cudaStream_t);    \
+  template void encoder_backward<T>(float*, float*, const T*, const std::int32_t*, int, int, int, cudaStream_t); \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, int, cudaStream_t);  \
+  template void layernorm_backward<T>(T*, float*, float*, float*, const T*, const T*, const T*, const float*,    \
+                                      const float*, int, int, cudaStream_t);                                     \
+  template void bias_backward<T>(float*, float*, const T*, int, int, cudaStream_t);                              \
+  template void gelu_forward<T>(T*, const T*, std::size_t, cudaStream_t);                                        \
+  template void gelu_backward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                             \
+  template void residual_forward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                          \
+  template void residual_backward<T>(T*, T*, const T*, std::size_t, cudaStream_t);
+
+HSDP_INSTANTIATE_LAYERS(float)
+HSDP_INSTANTIATE_LAYERS(bf16_t)
+#undef HSDP_INSTANTIATE_LAYERS
+
+}  // namespace hsdp::device::cuda

@@ -1,0 +1,28 @@
+# Included by cmake/cuda.cmake at the end of the top-level directory (after the layers exist; a deferred call may
+# not add subdirectories, hence an included file with absolute source paths).
+
+# hsdp_device_select: device.type = cpu | cuda (select_device.hpp). Built in every build so hsdp-train can link it;
+# with CUDA it picks and sets the rank's GPU, without it `cuda` is a config error saying the build lacks CUDA.
+add_library(hsdp_device_select ${CMAKE_CURRENT_LIST_DIR}/select_device.cpp)
+target_link_libraries(hsdp_device_select PUBLIC hsdp_core PRIVATE hsdp_warnings)
+if(NOT HSDP_HAVE_CUDA)
+  return()
+endif()
+
+# Warnings are errors in CUDA targets too: C++ files get hsdp_warnings' flags; .cu files get nvcc's warnings as
+# errors and the host compiler's -Wall -Wextra -Werror on their host code (not -Wpedantic, which nvcc's generated
+# host stubs do not pass).
+add_library(hsdp_cuda_warnings INTERFACE)
+target_compile_options(hsdp_cuda_warnings INTERFACE
+  "$<$<COMPILE_LANGUAGE:CXX>:$<TARGET_PROPERTY:hsdp_warnings,INTERFACE_COMPILE_OPTIONS>>"
+  "$<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings;-Xcompiler=-Wall,-Wextra,-Werror>")
+
+# hsdp_device_cuda: RAII CUDA handles, cuBLASLt GEMMs, the layer kernels, AdamW and block-wise quantization.
+set(_hsdp_device_cuda_sources runtime.cpp blas.cpp layers.cu attention.cu softmax_xent.cu adamw.cu quant.cu spin.cu)
+list(TRANSFORM _hsdp_device_cuda_sources PREPEND ${CMAKE_CURRENT_LIST_DIR}/)
+add_library(hsdp_device_cuda ${_hsdp_device_cuda_sources})
+set_target_properties(hsdp_device_cuda PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
+target_compile_definitions(hsdp_device_cuda PUBLIC HSDP_HAVE_CUDA=1)
+target_link_libraries(hsdp_device_cuda PUBLIC hsdp_core CUDA::cudart PRIVATE CUDA::cublasLt hsdp_cuda_warnings)
+
+target_link_libraries(hsdp_device_select PRIVATE hsdp_device_cuda)

@@ -1,0 +1,421 @@
+// hsdp-bench-train-gpu: single-GPU training throughput of a GPT (GPT-2 124M by default) with hsdp's CUDA
+// kernels: bf16 activations and compute weights, cuBLASLt bf16 GEMMs with fp32 accumulation, fp32 gradients,
+// fp32 master weights and AdamW (which also writes the next step's bf16 weights). --warmup steps, then --steps
+// timed steps of forward + backward + AdamW, timed with CUDA events around each step (no host sync inside one).
+//
+// FLOPs per step = tokens * (6 * P_matmul + 6 * L * T * C), as hsdp-bench-train-cpu counts them:
+//   P_matmul = L * 12 * C^2 + V * C (the block GEMMs and the tied LM head over the real vocabulary);
+//   6 * L * T * C = causal attention (QK^T and AV, halved for causality, forward + backward).
+// MFU = achieved FLOP/s / the card's dense bf16 peak, from a table by device name (H100 SXM 989, H100 PCIe 756,
+// H200 989, A100 312 TFLOP/s) or --peak_tflops. Exit 77 with a message when no GPU is visible.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/json.hpp"
+#include "hsdp/device/cuda/adamw.hpp"
+#include "hsdp/device/cuda/blas.hpp"
+#include "hsdp/device/cuda/layers.hpp"
+#include "hsdp/device/cuda/runtime.hpp"
+#include "hsdp/model/layout.hpp"
+#include "hsdp/model/rng.hpp"
+#include "hsdp/model/unit_buffers.hpp"
+
+namespace po = boost::program_options;
+namespace cuda = hsdp::device::cuda;
+using hsdp::bf16_t;
+using hsdp::model::GptConfig;
+using hsdp::model::ModelLayout;
+
+namespace {
+
+constexpr int kNoDeviceExit = 77;
+
+struct Options {
+  GptConfig model = GptConfig::gpt2_124m();
+  int batch = 8;
+  int seq_len = 1024;
+  int steps = 10;
+  int warmup = 3;
+  double peak_tflops = 0.0;
+  bool json_only = false;
+};
+
+struct Peak {
+  double tflops = 0.0;
+  std::string entry;  // the table row used, or why none
+};
+
+// Dense bf16 tensor-core peaks (NVIDIA data sheets, without sparsity).
+Peak peak_for(const std::string& name, double override_tflops) {
+  if (override_tflops > 0) return {override_tflops, "--peak_tflops"};
+  const auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("H200")) return {989.0, "H200"};
+  if (has("H100") && has("PCIe")) return {756.0, "H100 PCIe"};
+  if (has("H100") && !has("NVL")) return {989.0, "H100 SXM"};
+  if (has("A100")) return {312.0, "A100"};
+  return {0.0, "not in the table (H100 SXM, H100 PCIe, H200, A100): give --peak_tflops"};
+}
+
+double step_flops(const GptConfig& c, std::int64_t tokens, int seq_len) {
+  const double C = c.n_embd, L = c.n_layer;
+  const double p_matmul = L * 12.0 * C * C + static_cast<double>(c.vocab_size) * C;
+  return static_cast<double>(tokens) * (6.0 * p_matmul + 6.0 * L * seq_len * C);
+}
+
+// One block's activations, kept from forward to backward (bf16, statistics in fp32).
+struct BlockActivations {
+  cuda::DeviceBuffer<bf16_t> ln1, qkv, att, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj, residual3;
+  cuda::DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  BlockActivations(std::size_t N, std::size_t C, std::size_t att_n)
+      : ln1(N * C),
+        qkv(N * 3 * C),
+        att(att_n),
+        atty(N * C),
+        attproj(N * C),
+        residual2(N * C),
+        ln2(N * C),
+        fch(N * 4 * C),
+        fch_gelu(N * 4 * C),
+        fcproj(N * C),
+        residual3(N * C),
+        ln1_mean(N),
+        ln1_rstd(N),
+        ln2_mean(N),
+        ln2_rstd(N) {}
+};
+
+// The whole model on one GPU: parameters in one flat buffer (fp32 master, bf16 copy, fp32 grads and moments)
+// addressed through the layout's offset table, activations, and the step.
+class GpuTrainer {
+ public:
+  GpuTrainer(const ModelLayout& layout, int B, int T)
+      : layout_(layout),
+        cfg_(layout.config()),
+        B_(B),
+        T_(T),
+        N_(static_cast<std::size_t>(B) * T),
+        total_(layout.total_numel()),
+        params_(total_),
+        param_copy_(total_),
+        grads_(total_),
+        m_(total_),
+        v_(total_),
+        runs_(decay_runs(layout), total_),
+        encoded_(N_ * C()),
+        lnf_(N_ * C()),
+        logits_(N_ * cfg_.padded_vocab_size),
+        lnf_mean_(N_),
+        lnf_rstd_(N_),
+        losses_(N_),
+        dresidual_(N_ * C()),
+        d_ln_(N_ * C()),
+        d_atty_(N_ * C()),
+        d_qkv_(N_ * 3 * C()),
+        d_fch_(N_ * 4 * C()),
+        d_fch_gelu_(N_ * 4 * C()),
+        column_scratch_(cuda::column_sum_scratch_floats(4 * cfg_.n_embd, 2)),
+        att_scratch_(static_cast<std::size_t>(B) * cfg_.n_head * T),
+        tokens_(N_),
+        targets_(N_) {
+    std::size_t base = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      unit_base_.push_back(base);
+      base += layout.unit(u).numel;
+    }
+    const std::size_t att_n = static_cast<std::size_t>(B) * cfg_.n_head * T * T;
+    blocks_.reserve(static_cast<std::size_t>(cfg_.n_layer));
+    for (int l = 0; l < cfg_.n_layer; ++l) blocks_.emplace_back(N_, C(), att_n);
+    // GPT-2 initialization on the host (hsdp::model::init), uploaded once.
+    hsdp::model::UnitBuffers<float> host(layout);
+    host.init(layout, 1337);
+    for (int u = 0; u < layout.num_units(); ++u) {
+      cuda::copy_to_device(params_.data() + unit_base_[u], host.unit(u).data(), host.unit(u).size(), stream_);
+    }
+    cuda::convert(param_copy_.data(), params_.data(), total_, stream_);
+    cuda::zero_on_device(m_.data(), total_, stream_);
+    cuda::zero_on_device(v_.data(), total_, stream_);
+    std::vector<std::int32_t> data(N_ + 1);
+    hsdp::model::Rng rng(7);
+    for (auto& t : data) t = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(cfg_.vocab_size));
+    cuda::copy_to_device(tokens_.data(), data.data(), N_, stream_);
+    cuda::copy_to_device(targets_.data(), data.data() + 1, N_, stream_);
+    stream_.synchronize();
+  }
+
+  cudaStream_t stream() const { return stream_.get(); }
+
+  // Forward, backward and AdamW, all enqueued on the stream; nothing waits for the GPU.
+  void step(std::int64_t t) {
+    cuda::zero_on_device(grads_.data(), total_, stream_);
+    forward();
+    backward();
+    cuda::AdamWValues values;
+    values.lr = 3e-4f;
+    values.bias_correction1 = cuda::adamw_bias_correction(values.beta1, t);
+    values.bias_correction2 = cuda::adamw_bias_correction(values.beta2, t);
+    cuda::adamw_update(values, runs_, params_.data(), grads_.data(), m_.data(), v_.data(), param_copy_.data(), stream_);
+  }
+
+  // The mean loss of the last step (waits for the stream: call it outside the timed region).
+  double mean_loss() {
+    std::vector<float> losses(N_);
+    cuda::copy_to_host(losses.data(), losses_.data(), N_, stream_);
+    stream_.synchronize();
+    return std::accumulate(losses.begin(), losses.end(), 0.0) / static_cast<double>(N_);
+  }
+
+  std::size_t parameters() const { return total_; }
+
+ private:
+  std::size_t C() const { return static_cast<std::size_t>(cfg_.n_embd); }
+  const bf16_t* w(int unit, std::size_t offset) const { return param_copy_.data() + unit_base_[unit] + offset; }
+  float* g(int unit, std::size_t offset) { return grads_.data() + unit_base_[unit] + offset; }
+
+  static std::vector<cuda::DecayRun> decay_runs(const ModelLayout& layout) {
+    std::vector<cuda::DecayRun> runs;
+    std::size_t base = 0;
+    for (int u = 0; u < layout.num_units(); ++u) {
+      for (const auto* p : layout.unit_params(u)) runs.push_back({base + p->offset, p->numel, p->weight_decay});
+      base += layout.unit(u).numel;
+    }
+    return runs;
+  }
+
+  void forward() {
+    const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
+    const auto& e = layout_.embedding_offsets();
+    const auto& o = layout_.block_offsets();
+    const int emb = ModelLayout::embedding_unit();
+    cuda::encoder_forward(encoded_.data(), tokens_.data(), w(emb, e.wte), w(emb, e.wpe), B_, T_, C, stream_);
+    const bf16_t* x = encoded_.data();
+    for (int l = 0; l < cfg_.n_layer; ++l) {
+      const int u = ModelLayout::block_unit(l);
+      BlockActivations& a = blocks_[l];
+      cuda::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w(u, o.ln_1_weight),
+                              w(u, o.ln_1_bias), N, C, stream_);
+      cuda::matmul_forward(blas_, a.qkv.data(), a.ln1.data(), w(u, o.c_attn_weight), w(u, o.c_attn_bias), N, C, 3 * C,
+                           stream_);
+      cuda::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, C, NH, stream_);
+      cuda::matmul_forward(blas_, a.attproj.data(), a.atty.data(), w(u, o.attn_proj_weight), w(u, o.attn_proj_bias), N,
+                           C, C, stream_);
+      cuda::residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream_);
+      cuda::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(),
+                              w(u, o.ln_2_weight), w(u, o.ln_2_bias), N, C, stream_);
+      cuda::matmul_forward(blas_, a.fch.data(), a.ln2.data(), w(u, o.c_fc_weight), w(u, o.c_fc_bias), N, C, 4 * C,
+                           stream_);
+      cuda::gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream_);
+      cuda::matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), w(u, o.mlp_proj_bias), N,
+                           4 * C, C, stream_);
+      cuda::residual_forward(a.residual3.data(), a.residual2.data(), a.fcproj.data(), N_ * C, stream_);
+      x = a.residual3.data();
+    }
+    const int fin = layout_.final_norm_unit();
+    const auto& f = layout_.final_norm_offsets();
+    cuda::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, w(fin, f.weight), w(fin, f.bias), N, C,
+                            stream_);
+    cuda::lm_head_forward(blas_, logits_.data(), lnf_.data(), w(emb, e.wte), N, C, cfg_.vocab_size,
+                          cfg_.padded_vocab_size, stream_);
+    // Loss and d-logits in one pass, written over the logits (mean loss: dloss = 1 / N per row).
+    cuda::softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets_.data(),
+                                        1.0f / static_cast<float>(N), N, cfg_.vocab_size, cfg_.padded_vocab_size,
+                                        stream_);
+  }
+
+  // The residual stream's gradient lives in dresidual_: each residual add passes it through, and each layer norm
+  // backward adds its input gradient into it.
+  void backward() {
+    const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
+    const auto& e = layout_.embedding_offsets();
+    const auto& o = layout_.block_offsets();
+    const auto& f = layout_.final_norm_offsets();
+    const int emb = ModelLayout::embedding_unit(), fin = layout_.final_norm_unit();
+    float* scratch = column_scratch_.data();
+    cuda::zero_on_device(d_ln_.data(), N_ * C, stream_);
+    cuda::lm_head_backward(blas_, d_ln_.data(), g(emb, e.wte), logits_.data(), lnf_.data(), w(emb, e.wte), N, C,
+                           cfg_.vocab_size, cfg_.padded_vocab_size, stream_);
+    cuda::zero_on_device(dresidual_.data(), N_ * C, stream_);
+    const bf16_t* last = cfg_.n_layer > 0 ? blocks_.back().residual3.data() : encoded_.data();
+    cuda::layernorm_backward(dresidual_.data(), g(fin, f.weight), g(fin, f.bias), scratch, d_ln_.data(), last,
+                             w(fin, f.weight), lnf_mean_.data(), lnf_rstd_.data(), N, C, stream_);
+    for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+      const int u = ModelLayout::block_unit(l);
+      BlockActivations& a = blocks_[l];
+      const bf16_t* x = l > 0 ? blocks_[l - 1].residual3.data() : encoded_.data();
+      cuda::zero_on_device(d_fch_gelu_.data(), N_ * 4 * C, stream_);
+      cuda::matmul_backward(blas_, d_fch_gelu_.data(), g(u, o.mlp_proj_weight), g(u, o.mlp_proj_bias), scratch,
+                            dresidual_.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), N, 4 * C, C, stream_);
+      cuda::zero_on_device(d_fch_.data(), N_ * 4 * C, stream_);
+      cuda::gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream_);
+      cuda::zero_on_device(d_ln_.data(), N_ * C, stream_);
+      cuda::matmul_backward(blas_, d_ln_.data(), g(u, o.c_fc_weight), g(u, o.c_fc_bias), scratch, d_fch_.data(),
+                            a.ln2.data(), w(u, o.c_fc_weight), N, C, 4 * C, stream_);
+      cuda::layernorm_backward(dresidual_.data(), g(u, o.ln_2_weight), g(u, o.ln_2_bias), scratch, d_ln_.data(),
+                               a.residual2.data(), w(u, o.ln_2_weight), a.ln2_mean.data(), a.ln2_rstd.data(), N, C,
+                               stream_);
+      cuda::zero_on_device(d_atty_.data(), N_ * C, stream_);
+      cuda::matmul_backward(blas_, d_atty_.data(), g(u, o.attn_proj_weight), g(u, o.attn_proj_bias), scratch,
+                            dresidual_.data(), a.atty.data(), w(u, o.attn_proj_weight), N, C, C, stream_);
+      cuda::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream_);
+      cuda::attention_backward(d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_,
+                               C, NH, stream_);
+      cuda::zero_on_device(d_ln_.data(), N_ * C, stream_);
+      cuda::matmul_backward(blas_, d_ln_.data(), g(u, o.c_attn_weight), g(u, o.c_attn_bias), scratch, d_qkv_.data(),
+                            a.ln1.data(), w(u, o.c_attn_weight), N, C, 3 * C, stream_);
+      cuda::layernorm_backward(dresidual_.data(), g(u, o.ln_1_weight), g(u, o.ln_1_bias), scratch, d_ln_.data(), x,
+                               w(u, o.ln_1_weight), a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream_);
+    }
+    cuda::encoder_backward(g(emb, e.wte), g(emb, e.wpe), dresidual_.data(), tokens_.data(), B_, T_, C, stream_);
+  }
+
+  const ModelLayout& layout_;
+  const GptConfig& cfg_;
+  int B_, T_;
+  std::size_t N_, total_;
+  std::vector<std::size_t> unit_base_;
+  cuda::Stream stream_;
+  cuda::BlasLt blas_;
+  cuda::DeviceBuffer<float> params_;
+  cuda::DeviceBuffer<bf16_t> param_copy_;
+  cuda::DeviceBuffer<float> grads_, m_, v_;
+  cuda::DeviceDecayRuns runs_;
+  cuda::DeviceBuffer<bf16_t> encoded_, lnf_, logits_;
+  cuda::DeviceBuffer<float> lnf_mean_, lnf_rstd_, losses_;
+  cuda::DeviceBuffer<bf16_t> dresidual_, d_ln_, d_atty_, d_qkv_, d_fch_, d_fch_gelu_;
+  cuda::DeviceBuffer<float> column_scratch_, att_scratch_;
+  cuda::DeviceBuffer<std::int32_t> tokens_, targets_;
+  std::vector<BlockActivations> blocks_;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  po::options_description desc("hsdp-bench-train-gpu options");
+  // clang-format off
+  desc.add_options()("help,h", "print this help")
+      ("n_layer", po::value(&o.model.n_layer)->default_value(o.model.n_layer), "transformer blocks")
+      ("n_head", po::value(&o.model.n_head)->default_value(o.model.n_head), "attention heads")
+      ("n_embd", po::value(&o.model.n_embd)->default_value(o.model.n_embd), "embedding width C")
+      ("vocab_size", po::value(&o.model.vocab_size)->default_value(o.model.vocab_size), "real vocabulary V")
+      ("padded_vocab_size", po::value(&o.model.padded_vocab_size)->default_value(o.model.padded_vocab_size),
+       "stored rows of wte Vp")
+      ("batch", po::value(&o.batch)->default_value(o.batch), "micro-batch B")
+      ("seq_len", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length T (<= block_size)")
+      ("steps", po::value(&o.steps)->default_value(o.steps), "timed steps")
+      ("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first (plans, caches, clocks)")
+      ("peak_tflops", po::value(&o.peak_tflops)->default_value(0.0), "dense bf16 peak for MFU (0: by device name)")
+      ("json", po::bool_switch(&o.json_only), "print only the JSON line");
+  // clang-format on
+  po::variables_map vm;
+  po::store(po::parse_command_line(argc, argv, desc), vm);
+  if (vm.count("help")) {
+    std::cout << desc << "\n";
+    std::exit(0);
+  }
+  po::notify(vm);
+  o.model.block_size = std::max(o.model.block_size, o.seq_len);
+  if (o.steps < 1) hsdp::throw_config("--steps (" + std::to_string(o.steps) + ") must be >= 1");
+  if (o.warmup < 0) hsdp::throw_config("--warmup (" + std::to_string(o.warmup) + ") must be >= 0");
+  if (o.batch < 1 || o.seq_len < 1) hsdp::throw_config("--batch and --seq_len must be >= 1");
+  return o;
+}
+
+int run(const Options& o) {
+  std::string reason;
+  if (cuda::visible_device_count(&reason) == 0) {
+    std::fprintf(stderr, "hsdp-bench-train-gpu: no CUDA device visible (%s); this benchmark needs one GPU\n",
+                 reason.c_str());
+    return kNoDeviceExit;
+  }
+  cuda::check(cudaSetDevice(0), "cudaSetDevice(0)");
+  const cuda::DeviceInfo device = cuda::current_device_info();
+  const Peak peak = peak_for(device.name, o.peak_tflops);
+  const ModelLayout layout(o.model);
+  GpuTrainer trainer(layout, o.batch, o.seq_len);
+  for (int s = 1; s <= o.warmup; ++s) trainer.step(s);
+  std::vector<cuda::Event> marks;
+  for (int s = 0; s <= o.steps; ++s) marks.emplace_back(cuda::Event::Timing::on);
+  marks[0].record(trainer.stream());
+  for (int s = 1; s <= o.steps; ++s) {
+    trainer.step(o.warmup + s);
+    marks[static_cast<std::size_t>(s)].record(trainer.stream());
+  }
+  marks.back().synchronize();
+  std::vector<double> step_ms;
+  for (int s = 1; s <= o.steps; ++s) step_ms.push_back(marks[s].elapsed_ms_since(marks[s - 1]));
+  const double loss = trainer.mean_loss();
+  const double mean_ms = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / o.steps;
+  const double best_ms = *std::min_element(step_ms.begin(), step_ms.end());
+  const std::int64_t tokens = static_cast<std::int64_t>(o.batch) * o.seq_len;
+  const double flops = step_flops(o.model, tokens, o.seq_len);
+  const double tflops_mean = flops / (mean_ms * 1e-3) / 1e12;
+  const double tflops_best = flops / (best_ms * 1e-3) / 1e12;
+  const double tokens_per_s = static_cast<double>(tokens) / (mean_ms * 1e-3);
+  const double mfu = peak.tflops > 0 ? tflops_mean / peak.tflops : 0.0;
+
+  hsdp::JsonLine json;
+  json.add("bench", "train_gpu")
+      .add("device", device.name)
+      .add("n_layer", o.model.n_layer)
+      .add("n_embd", o.model.n_embd)
+      .add("n_head", o.model.n_head)
+      .add("vocab_size", o.model.vocab_size)
+      .add("padded_vocab_size", o.model.padded_vocab_size)
+      .add("params", static_cast<std::uint64_t>(trainer.parameters()))
+      .add("batch", o.batch)
+      .add("seq_len", o.seq_len)
+      .add("steps", o.steps)
+      .add("loss", loss)
+      .add("step_ms", mean_ms)
+      .add("step_ms_best", best_ms)
+      .add("tokens_per_s", tokens_per_s)
+      .add("tflops", tflops_mean)
+      .add("tflops_best", tflops_best)
+      .add("peak_tflops", peak.tflops)
+      .add("peak_entry", peak.entry)
+      .add("mfu", mfu);
+  if (!o.json_only) {
+    std::printf("hsdp-bench-train-gpu: GPT L=%d C=%d H=%d V=%d (Vp=%d), %zu params, B=%d T=%d on %s\n", o.model.n_layer,
+                o.model.n_embd, o.model.n_head, o.model.vocab_size, o.model.padded_vocab_size, trainer.parameters(),
+                o.batch, o.seq_len, device.name.c_str());
+    std::printf("bf16 GEMMs (cuBLASLt, fp32 accumulation), fp32 grads and AdamW; %d warm-up + %d timed steps\n",
+                o.warmup, o.steps);
+    std::printf("FLOPs/step = tokens * (6 * P_matmul + 6 * L * T * C) = %.2f TFLOP, P_matmul = 12 L C^2 + V C\n",
+                flops / 1e12);
+    std::printf("%-30s %12s\n", "metric", "value");
+    std::printf("%-30s %12.2f\n", "step ms (mean)", mean_ms);
+    std::printf("%-30s %12.2f\n", "step ms (best)", best_ms);
+    std::printf("%-30s %12.0f\n", "tokens/s (mean)", tokens_per_s);
+    std::printf("%-30s %12.1f\n", "TFLOP/s (mean)", tflops_mean);
+    if (peak.tflops > 0) {
+      std::printf("%-30s %12.1f  (%s, dense bf16)\n", "peak TFLOP/s", peak.tflops, peak.entry.c_str());
+      std::printf("%-30s %12.3f\n", "MFU (mean step)", mfu);
+    } else {
+      std::printf("%-30s %12s  (%s: %s)\n", "MFU", "n/a", device.name.c_str(), peak.entry.c_str());
+    }
+    std::printf("%-30s %12.4f\n", "loss (last step)", loss);
+  }
+  std::printf("%s\n", json.str().c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const hsdp::Error& e) {
+    std::fprintf(stderr, "hsdp-bench-train-gpu: %s\n", e.what());
+    return e.exit_code();
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "hsdp-bench-train-gpu: %s (see --help)\n", e.what());
+    return hsdp::kExitBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hsdp-bench-train-gpu: %s\n", e.what());
+    return hsdp::kExitInternal;
+  }
+}
