@@ -79,6 +79,7 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   hsdp::quant::validate({z.grad_bits, z.block});
   o.threads = integer("device.threads");
   o.stop_at_step = deck.get_int("train.stop_at_step");
+  o.eval_only = deck.get_bool("train.eval_only");
   o.checkpoint_dir = deck.get("checkpoint.dir");
   o.checkpoint_every = deck.get_int("checkpoint.every");
   o.checkpoint_keep = integer("checkpoint.keep");

@@ -71,6 +71,9 @@ const std::vector<OptionSpec>& option_table() {
       boolean("train.activation_checkpointing", "false",
               "keep only each block's input and recompute the block in backward (less memory, ~1/3 more compute)"),
 
+      boolean("train.eval_only", "false",
+              "evaluate the model (resumed from checkpoint.resume, or freshly initialised) on train.eval_batches "
+              "micro-batches of data.val per rank, print the val loss, write summary.json, and exit without training"),
       integer("train.stop_at_step", "0",
               "stop after this step (with a checkpoint if checkpoint.dir is set) although the schedule runs to "
               "train.steps; a later run resumes; 0 = run to train.steps",

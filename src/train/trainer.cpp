@@ -79,7 +79,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     train_file = std::make_unique<data::TokenFile>(o.train_path, "data.train");
     train_file->validate_vocab(o.model.vocab_size);
     sampler = std::make_unique<data::Sampler>(*train_file, o.micro_batch, o.seq_len, dp_rank, dp_size, o.data_seed);
-    if (o.eval_every > 0) {
+    if (o.eval_every > 0 || o.eval_only) {
       val_file = std::make_unique<data::TokenFile>(o.val_path, "data.val");
       val_file->validate_vocab(o.model.vocab_size);
       evaluator = std::make_unique<data::EvalLoader>(*val_file, o.micro_batch, o.seq_len, dp_rank, dp_size);
@@ -100,11 +100,6 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   std::vector<std::int32_t> inputs(tokens_per_micro), targets(tokens_per_micro);
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(tokens_per_micro) * o.grad_accum * dp_size;
 
-  if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
-    log.warn("OpenBLAS runs its ", device::blas_core_name(), " kernels: it does not recognise this CPU. GEMMs are "
-             "several times faster with `export OPENBLAS_CORETYPE=", better, "` before launching (mpirun -x "
-             "OPENBLAS_CORETYPE, or in the job script).");
-  }
   log.info("hsdp-train: ", layout->total_numel(), " parameters (", layout->num_units(), " units), ",
            mesh.topology().world_size, " rank(s), strategy ", comm::to_string(o.engine.strategy), " (param ",
            to_string(o.engine.param_dtype), ", reduce ", to_string(o.engine.reduce_dtype), "), ",
@@ -139,9 +134,28 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     }
     if (log.is_root()) metrics->keep_through_step(first_step);
   });
-  const std::int64_t end_step = o.stop_at_step > 0 ? std::min(o.stop_at_step, o.steps) : o.steps;
-  if (first_step >= end_step) log.info("nothing to do: the checkpoint is at step ", first_step, " of ", end_step);
+  // After every input was checked (a bad input ends with its one line of error only).
+  if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
+    log.warn("OpenBLAS runs its ", device::blas_core_name(), " kernels: it does not recognise this CPU. GEMMs are "
+             "several times faster with `export OPENBLAS_CORETYPE=", better, "` before launching (mpirun -x "
+             "OPENBLAS_CORETYPE, or in the job script).");
+  }
+  std::int64_t end_step = o.stop_at_step > 0 ? std::min(o.stop_at_step, o.steps) : o.steps;
+  if (o.eval_only) {
+    summary.final_val_loss = evaluate();
+    end_step = first_step;  // no training: straight to summary.json
+    std::ostringstream line;
+    line.precision(9);
+    line << "eval only: val loss " << summary.final_val_loss << " over " << o.eval_batches << " micro-batch(es) per rank"
+         << " at step " << first_step;
+    if (entropy_rate > 0) line << " | source entropy " << entropy_rate;
+    log.info(line.str());
+  }
+  if (first_step >= end_step && !o.eval_only) {
+    log.info("nothing to do: the checkpoint is at step ", first_step, " of ", end_step);
+  }
   StopSignals signals;
+  std::int64_t steps_done = first_step;  // the step the model is at
   Stopwatch run_clock;
   double timed_seconds = 0;
   std::int64_t timed_tokens = 0;
@@ -200,6 +214,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
       summary.final_val_loss = m.val_loss;
     }
     summary.final_loss = loss;
+    steps_done = m.step;
     if (log.is_root()) {
       metrics->write(to_json(m, memory));
       if (m.step == 1 || m.step % o.log_every == 0 || last) {
@@ -228,7 +243,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
       break;
     }
   }
-  summary.steps = o.steps;
+  summary.steps = steps_done;
   summary.seconds = run_clock.seconds();
   summary.tokens_per_s = timed_seconds > 0 ? static_cast<double>(timed_tokens) / timed_seconds : 0;
 

@@ -35,6 +35,7 @@ struct TrainOptions {
   int threads = 0;  // 0 = cores of the node / ranks on it
 
   std::int64_t stop_at_step = 0;  // 0: run to `steps`
+  bool eval_only = false;
 
   std::string checkpoint_dir;  // empty: no checkpoints
   std::int64_t checkpoint_every = 0;
