@@ -12,6 +12,16 @@ jobs=${HSDP_JOBS:-$(nproc)}
 tools/setup.sh
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j "$jobs"
+# One line on the gpu label: its tests run only where a CUDA device is visible (gpu_probe is built with CUDA).
+if [[ -x "$build/bin/gpu_probe" ]] && grep -q "^HSDP_CUDA_BACKEND:INTERNAL=ON" "$build/CMakeCache.txt"; then
+  if gpu=$("$build/bin/gpu_probe"); then
+    echo "GPU: $gpu; the gpu tests will run"
+  else
+    echo "GPU: none visible (${gpu#no CUDA device visible: }); the gpu tests will be skipped"
+  fi
+else
+  echo "GPU: this build has no CUDA backend (HSDP_CUDA=OFF or nvcc not found); the gpu tests will be skipped"
+fi
 cd "$build"
 status=0
 ctest --output-on-failure --timeout 900 "$@" || status=$?

@@ -1,0 +1,108 @@
+#pragma once
+// The GPU side of the comm layer (target hsdp_comm_nccl, built when CUDA and NCCL are found):
+//
+// NcclCommunicator: comm::Communicator over DEVICE buffers, for a group of ranks with one GPU each (the shard
+// group inside a node). Collectives are enqueued on the communicator's own stream and return at once; the
+// handle's wait() blocks the host until the collective's event has completed, under the same watchdog as
+// MpiCommunicator (a collective not done within CommOptions::timeout_s, or an NCCL asynchronous error, ends
+// the job with exit 4 and a line naming the collective, the group and the sequence number). Byte counters
+// follow comm::traffic_bytes exactly as the MPI implementation does. avg reduces with ncclAvg.
+// Ordering with compute, on the GPU and without host waits: wait_for(event) makes the collectives issued next
+// wait for an event recorded on the compute stream (an all-gather after the optimizer kernel), and
+// make_stream_wait(stream) makes a compute stream wait for every collective issued so far.
+//
+// make_inter_node_communicator: the communicator for the groups that cross nodes (comm.inter = nccl | mpi),
+// also over device buffers. See its comment for what the mpi variant does with and without CUDA-aware MPI.
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hsdp/comm/communicator.hpp"
+#include "hsdp/comm/mpi.hpp"
+#include "hsdp/core/log.hpp"
+
+namespace hsdp::comm {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `group`: its rank 0 creates the ncclUniqueId, MPI_Bcast over `group` hands it to the
+  // others (set-up traffic, not counted), then ncclCommInitRank on the calling thread's current CUDA device
+  // (hsdp::device::select_device sets it). NCCL ranks are `group`'s ranks, so node_of_rank is group's.
+  NcclCommunicator(const MpiCommunicator& group, std::string name, const CommOptions& options, const Logger& logger);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  std::span<const int> node_of_rank() const override { return node_of_rank_; }
+
+  using Communicator::all_gather_async;
+  using Communicator::all_reduce_async;
+  using Communicator::reduce_scatter_async;
+
+  // Device pointers. In place as in Communicator: all_reduce send == recv; reduce_scatter send == recv (the
+  // full input in recv, this rank's block lands at its start); all_gather send == recv's own block.
+  // all_to_all is not in place. Types: f32, f64, bf16, f16, int8 (sum only), uint8 (no reductions).
+  CommHandle all_reduce_async(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) override;
+  CommHandle reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType t, ReduceOp op) override;
+  CommHandle all_gather_async(const void* send, void* recv, std::size_t send_count, DType t) override;
+  CommHandle all_to_all_async(const void* send, void* recv, std::size_t count_per_peer, DType t) override;
+  CommHandle broadcast_async(void* buffer, std::size_t count, DType t, int root) override;
+  CommHandle barrier_async() override;
+
+  const ByteCounters& counters() const override { return counters_; }
+  void reset_counters() override { counters_ = {}; }
+  std::uint64_t sequence() const override { return sequence_; }
+
+  // The stream the collectives run on.
+  cudaStream_t stream() const;
+  // Collectives issued after this call wait (on the GPU) for `event`, e.g. recorded after the optimizer kernel.
+  void wait_for(cudaEvent_t event);
+  // Work issued to `compute` after this call waits (on the GPU) for every collective issued so far.
+  void make_stream_wait(cudaStream_t compute);
+  // The host waits for every collective issued so far, under the watchdog.
+  void synchronize();
+  int cuda_device() const;
+
+ private:
+  CommHandle issued(Collective c, std::size_t count, DType t, int root = 0);
+
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // shared with pending ops: the NCCL communicator outlives every handle
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<int> node_of_rank_;
+  CommOptions options_;
+  const Logger& logger_;
+  ByteCounters counters_;
+  std::uint64_t sequence_ = 0;
+};
+
+enum class InterNodeBackend { mpi, nccl };
+// Parses comm.inter: "mpi" or "nccl"; throws a config Error naming comm.inter otherwise.
+InterNodeBackend parse_inter_node_backend(std::string_view text);
+
+// True when the MPI library says it can read and write device memory: MPIX_Query_cuda_support() from
+// mpi-ext.h where the MPI build has it (Open MPI built with CUDA), false otherwise (or when the header lacks it).
+bool mpi_is_cuda_aware();
+
+// The communicator over DEVICE buffers for a group that crosses nodes (`group`: e.g. the replicate group of
+// HYBRID_SHARD), collective over it:
+//   nccl: an NcclCommunicator over the group (NCCL's own network transports between nodes).
+//   mpi:  MPI collectives on a private duplicate of `group`, counted by the same traffic model. With CUDA-aware
+//         MPI, all_gather, all_to_all and broadcast hand the device pointers to MPI; reductions (whose bf16/f16
+//         sums and avg run on the host) and every collective without CUDA-aware MPI are staged: device ->
+//         pinned host buffer -> MPI -> device. Operations of this communicator are serialized (issuing one
+//         completes the previous), and device inputs must be ready when a call is made (synchronize the producing
+//         stream, or pass its stream as `compute`: each call then waits for the work issued to it so far).
+std::unique_ptr<Communicator> make_inter_node_communicator(InterNodeBackend backend, const MpiCommunicator& group,
+                                                           std::string name, cudaStream_t compute,
+                                                           const CommOptions& options, const Logger& logger);
+
+}  // namespace hsdp::comm

@@ -1,0 +1,141 @@
+// Attention and the cuBLASLt GEMM layers against the CPU reference (hsdp::model layers in float).
+// Tolerances as in layers_gpu_test.cpp: float {1e-4, 1e-5} (fp32 sums in another order; the float GEMMs run
+// true fp32, no TF32), bf16 {1e-2, 1e-2} (outputs stored in bf16, fp32 accumulation).
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "hsdp/device/cuda/blas.hpp"
+#include "hsdp/device/cuda/layers.hpp"
+#include "hsdp/model/layers.hpp"
+
+namespace hsdp::gpu_testing {
+namespace {
+
+constexpr Tolerance kF32{1e-4, 1e-5};
+constexpr Tolerance kBf16{1e-2, 1e-2};
+
+template <typename T>
+Tolerance tol() {
+  return std::is_same_v<T, float> ? kF32 : kBf16;
+}
+
+template <typename T>
+std::vector<float> inputs(std::size_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  const auto x = random_floats(n, seed, lo, hi);
+  return std::is_same_v<T, float> ? x : rounded_to_bf16(x);
+}
+
+template <typename T>
+class AttentionBlasGpu : public GpuTest {};
+using StorageTypes = ::testing::Types<float, bf16_t>;
+TYPED_TEST_SUITE(AttentionBlasGpu, StorageTypes);
+
+// T = 67 is not a multiple of the kernels' 8-row blocks or 32-row tiles; head sizes 64 and 48 (not a multiple of
+// the warp width).
+TYPED_TEST(AttentionBlasGpu, Attention_ForwardAndBackward_MatchCpu) {
+  using T = TypeParam;
+  struct Shape {
+    int B, T_, C, NH;
+  };
+  for (const Shape s : {Shape{2, 67, 128, 2}, Shape{1, 40, 96, 2}}) {
+    const std::size_t qkv_n = static_cast<std::size_t>(s.B) * s.T_ * 3 * s.C;
+    const std::size_t out_n = static_cast<std::size_t>(s.B) * s.T_ * s.C;
+    const std::size_t att_n = static_cast<std::size_t>(s.B) * s.NH * s.T_ * s.T_;
+    const auto qkv = inputs<T>(qkv_n, 50, -2.0f, 2.0f), dout = inputs<T>(out_n, 51);
+    std::vector<float> out(out_n), att(att_n);
+    model::attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T_, s.C, s.NH);
+
+    auto d_qkv = this->upload(as<T>(qkv)), d_dout = this->upload(as<T>(dout));
+    cuda::DeviceBuffer<T> d_out(out_n), d_att(att_n);
+    cuda::DeviceBuffer<float> scratch(static_cast<std::size_t>(s.B) * s.NH * s.T_);
+    auto d_dqkv = this->upload(as<T>(std::vector<float>(qkv_n, 0.0f)));
+    cuda::attention_forward(d_out.data(), d_att.data(), d_qkv.data(), s.B, s.T_, s.C, s.NH, this->stream());
+    const auto got_att = floats(this->download(d_att));
+    EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>())) << "out, T=" << s.T_;
+    EXPECT_TRUE(close(got_att, att, tol<T>())) << "att, T=" << s.T_;
+
+    // The backward reference takes the GPU's probabilities, so a bf16 run compares only the backward's own roundings.
+    std::vector<float> dqkv(qkv_n, 0.0f), cpu_scratch(static_cast<std::size_t>(s.B) * s.NH * s.T_);
+    model::attention_backward(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), s.B, s.T_, s.C,
+                              s.NH);
+    cuda::attention_backward(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
+                             s.NH, this->stream());
+    const auto got_dqkv = this->download(d_dqkv);
+    EXPECT_TRUE(close(floats(got_dqkv), dqkv, tol<T>())) << "dqkv, T=" << s.T_;
+
+    // Deterministic: the same inputs give the same bits.
+    auto d_again = this->upload(as<T>(std::vector<float>(qkv_n, 0.0f)));
+    cuda::attention_backward(d_again.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
+                             s.NH, this->stream());
+    const auto again = this->download(d_again);
+    EXPECT_EQ(0, std::memcmp(again.data(), got_dqkv.data(), again.size() * sizeof(T))) << "not deterministic";
+  }
+}
+
+TYPED_TEST(AttentionBlasGpu, Matmul_ForwardAndBackward_MatchCpu_AndAccumulate) {
+  using T = TypeParam;
+  const int N = 40, IC = 96, OC = 72;
+  const auto inp = inputs<T>(N * IC, 60), w = inputs<T>(OC * IC, 61), bias = inputs<T>(OC, 62);
+  const auto dout = inputs<T>(N * OC, 63);
+  const auto dinp_start = inputs<T>(N * IC, 64);  // backward adds to what is there
+  const auto dw_start = random_floats(OC * IC, 65), db_start = random_floats(OC, 66);
+  std::vector<float> out(N * OC), dinp = dinp_start, dw = dw_start, db = db_start;
+  model::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), N, IC, OC);
+  model::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+
+  cuda::BlasLt blas;
+  auto d_inp = this->upload(as<T>(inp)), d_w = this->upload(as<T>(w)), d_bias = this->upload(as<T>(bias));
+  auto d_dout = this->upload(as<T>(dout)), d_dinp = this->upload(as<T>(dinp_start));
+  auto d_dw = this->upload(dw_start), d_db = this->upload(db_start);
+  cuda::DeviceBuffer<T> d_out(N * OC), d_out_nobias(N * OC);
+  cuda::DeviceBuffer<float> scratch(cuda::column_sum_scratch_floats(OC, 1));
+  cuda::matmul_forward(blas, d_out.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC, this->stream());
+  cuda::matmul_forward(blas, d_out_nobias.data(), d_inp.data(), d_w.data(), static_cast<const T*>(nullptr), N, IC, OC,
+                       this->stream());
+  cuda::matmul_backward(blas, d_dinp.data(), d_dw.data(), d_db.data(), scratch.data(), d_dout.data(), d_inp.data(),
+                        d_w.data(), N, IC, OC, this->stream());
+  EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>())) << "out";
+  std::vector<float> out_nobias(N * OC);
+  model::matmul_forward(out_nobias.data(), inp.data(), w.data(), static_cast<const float*>(nullptr), N, IC, OC);
+  EXPECT_TRUE(close(floats(this->download(d_out_nobias)), out_nobias, tol<T>())) << "out without bias";
+  EXPECT_TRUE(close(floats(this->download(d_dinp)), dinp, tol<T>())) << "dinp";
+  EXPECT_TRUE(close(this->download(d_dw), dw, kF32)) << "dweight (fp32 accumulation of T inputs)";
+  EXPECT_TRUE(close(this->download(d_db), db, kF32)) << "dbias";
+  // The second forward call of each shape reuses its plan.
+  const std::size_t plans = blas.cached_plans();
+  cuda::matmul_forward(blas, d_out.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC, this->stream());
+  EXPECT_EQ(plans, blas.cached_plans());
+}
+
+TYPED_TEST(AttentionBlasGpu, LmHead_ForwardAndBackward_MatchCpu_PaddingUntouched) {
+  using T = TypeParam;
+  const int N = 24, C = 64, V = 1000, Vp = 1024;
+  const auto inp = inputs<T>(N * C, 70), wte = inputs<T>(Vp * C, 71);
+  auto dlogits = inputs<T>(static_cast<std::size_t>(N) * Vp, 72);
+  const float sentinel = 7.0f;
+  std::vector<float> logits(static_cast<std::size_t>(N) * Vp, sentinel), dinp(N * C, 0.0f), dwte(Vp * C, 0.0f);
+  model::lm_head_forward(logits.data(), inp.data(), wte.data(), N, C, V, Vp);
+  model::lm_head_backward(dinp.data(), dwte.data(), dlogits.data(), inp.data(), wte.data(), N, C, V, Vp);
+
+  cuda::BlasLt blas;
+  auto d_inp = this->upload(as<T>(inp)), d_wte = this->upload(as<T>(wte)), d_dlogits = this->upload(as<T>(dlogits));
+  auto d_logits = this->upload(as<T>(std::vector<float>(logits.size(), sentinel)));
+  auto d_dinp = this->upload(as<T>(std::vector<float>(N * C, 0.0f)));
+  auto d_dwte = this->upload(std::vector<float>(Vp * C, 0.0f));
+  cuda::lm_head_forward(blas, d_logits.data(), d_inp.data(), d_wte.data(), N, C, V, Vp, this->stream());
+  cuda::lm_head_backward(blas, d_dinp.data(), d_dwte.data(), d_dlogits.data(), d_inp.data(), d_wte.data(), N, C, V, Vp,
+                         this->stream());
+  const auto got_logits = floats(this->download(d_logits));
+  EXPECT_TRUE(close(got_logits, logits, tol<T>())) << "logits (padding included: sentinel on both sides)";
+  EXPECT_TRUE(close(floats(this->download(d_dinp)), dinp, tol<T>())) << "dinp";
+  const auto got_dwte = this->download(d_dwte);
+  EXPECT_TRUE(close(got_dwte, dwte, kF32)) << "dwte";
+  for (std::size_t i = static_cast<std::size_t>(V) * C; i < got_dwte.size(); ++i) {
+    ASSERT_EQ(got_dwte[i], 0.0f) << "padded row of dwte received a gradient at " << i;
+  }
+}
+
+}  // namespace
+}  // namespace hsdp::gpu_testing
