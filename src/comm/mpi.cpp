@@ -1,14 +1,12 @@
 #include "hsdp/comm/mpi.hpp"
 
-#include <sched.h>
 
 #include <climits>
 #include <cstdlib>
-#include <ctime>
 #include <string>
-#include <thread>
 
 #include "hsdp/comm/traffic.hpp"
+#include "hsdp/comm/watchdog.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 
@@ -80,83 +78,37 @@ void divide_in_place(void* data, std::size_t count, DType t, int n) {
   }
 }
 
-void pause_briefly(double waited_s) {
-  // 4 ranks share 2 cores in tests, and a real job may oversubscribe too: never spin hot.
-  if (waited_s < 1e-3) {
-    sched_yield();
-  } else {
-    const timespec pause{0, 50'000};
-    nanosleep(&pause, nullptr);
-  }
-}
-
-// What the watchdog message and the post-completion step need to know about one collective.
-struct OpInfo {
-  Collective collective;
-  std::string group;
-  std::uint64_t sequence;
-  int size;
-  int rank;
-  double timeout_s;
-  const Logger* logger;
-  // For avg: the result to divide by size once the sum has arrived (nullptr when there is nothing to do).
-  void* avg_data = nullptr;
-  std::size_t avg_count = 0;
+// An average's division, done once the sum has arrived (data == nullptr: nothing to do).
+struct AverageStep {
+  void* data = nullptr;
+  std::size_t count = 0;
   DType dtype = DType::f32;
+  int size = 1;
 };
 
-class MpiPendingOp final : public PendingOp {
+class MpiPendingOp final : public WatchedOp {
  public:
-  MpiPendingOp(MPI_Request request, OpInfo info) : request_(request), info_(std::move(info)) {}
+  MpiPendingOp(MPI_Request request, OpIdentity identity, AverageStep average)
+      : WatchedOp(std::move(identity)), request_(request), average_(average) {}
   ~MpiPendingOp() override {
-    if (!done_) wait();
+    if (!done()) wait();
   }
   MpiPendingOp(const MpiPendingOp&) = delete;
   MpiPendingOp& operator=(const MpiPendingOp&) = delete;
 
-  void wait() override {
-    const Stopwatch watch;
-    while (!test()) {
-      const double waited = watch.seconds();
-      if (waited > info_.timeout_s) fire_watchdog();
-      pause_briefly(waited);
-    }
-  }
-
-  bool test() override {
-    if (done_) return true;
+ protected:
+  bool poll() override {
     int flag = 0;
     const int code = MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
     if (code != MPI_SUCCESS) fail(mpi_error_text(code));
     if (flag == 0) return false;
-    done_ = true;
-    if (info_.avg_data != nullptr) divide_in_place(info_.avg_data, info_.avg_count, info_.dtype, info_.size);
+    if (average_.data != nullptr) divide_in_place(average_.data, average_.count, average_.dtype, average_.size);
     return true;
   }
 
  private:
-  std::string describe() const {
-    return Logger::concat(to_string(info_.collective), " #", info_.sequence, " on group '", info_.group, "' (",
-                          info_.size, " ranks, this is rank ", info_.rank, ")");
-  }
-
-  [[noreturn]] void fire_watchdog() const {
-    info_.logger->any_rank("comm watchdog: ", describe(), " did not complete within ", info_.timeout_s,
-                           " s; aborting the job (exit ", kExitComm, ")");
-    // Give the other ranks' watchdogs a moment to print their own line before the job goes down.
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    MpiEnvironment::abort_job(kExitComm);
-  }
-
-  [[noreturn]] void fail(const std::string& reason) const {
-    info_.logger->any_rank("comm error: ", describe(), " failed: ", reason, "; aborting the job (exit ", kExitComm,
-                           ")");
-    MpiEnvironment::abort_job(kExitComm);
-  }
-
   MPI_Request request_;
-  OpInfo info_;
-  bool done_ = false;
+  AverageStep average_;
 };
 
 }  // namespace
@@ -351,8 +303,8 @@ CommHandle MpiCommunicator::issued(MPI_Request request, Collective c, std::size_
                                    std::size_t avg_count, int root) {
   ++sequence_;
   counters_.record(c, traffic_bytes(c, count, size_of(t), rank_, node_of_rank_, root));
-  OpInfo info{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, avg_data, avg_count, t};
-  return CommHandle(std::make_unique<MpiPendingOp>(request, std::move(info)));
+  OpIdentity identity{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, ""};
+  return CommHandle(std::make_unique<MpiPendingOp>(request, std::move(identity), AverageStep{avg_data, avg_count, t, size_}));
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std::string name) const {

@@ -1,14 +1,11 @@
 #include "hsdp/comm/nccl.hpp"
 
 #include <nccl.h>
-#include <sched.h>
 
-#include <chrono>
-#include <ctime>
 #include <string>
-#include <thread>
 
 #include "hsdp/comm/traffic.hpp"
+#include "hsdp/comm/watchdog.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
@@ -55,15 +52,6 @@ void check_reduction(DType t, ReduceOp op, const std::string& group, Collective 
   }
 }
 
-void pause_briefly(double waited_s) {
-  if (waited_s < 1e-3) {
-    sched_yield();
-  } else {
-    const timespec pause{0, 50'000};
-    nanosleep(&pause, nullptr);
-  }
-}
-
 }  // namespace
 
 struct NcclCommunicator::Impl {
@@ -85,46 +73,24 @@ struct NcclCommunicator::Impl {
 
 namespace {
 
-struct OpInfo {
-  Collective collective;
-  std::string group;
-  std::uint64_t sequence;
-  int size;
-  int rank;
-  double timeout_s;
-  const Logger* logger;
-};
-
-// A collective in flight: an event recorded after it on the communicator's stream.
-class NcclPendingOp final : public PendingOp {
+// A collective in flight: an event recorded after it on the communicator's stream; the shared watchdog waits on it.
+class NcclPendingOp final : public WatchedOp {
  public:
   // keep_alive: the communicator's state, so that the NCCL communicator outlives this op.
-  NcclPendingOp(std::shared_ptr<void> keep_alive, ncclComm_t comm, OpInfo info)
-      : keep_alive_(std::move(keep_alive)), comm_(comm), info_(std::move(info)) {}
+  NcclPendingOp(std::shared_ptr<void> keep_alive, ncclComm_t comm, OpIdentity identity)
+      : WatchedOp(std::move(identity)), keep_alive_(std::move(keep_alive)), comm_(comm) {}
   ~NcclPendingOp() override {
-    if (!done_) wait();
+    if (!done()) wait();
   }
   NcclPendingOp(const NcclPendingOp&) = delete;
   NcclPendingOp& operator=(const NcclPendingOp&) = delete;
 
   void record(cudaStream_t stream) { event_.record(stream); }
 
-  void wait() override {
-    const Stopwatch watch;
-    while (!test()) {
-      const double waited = watch.seconds();
-      if (waited > info_.timeout_s) fire_watchdog();
-      pause_briefly(waited);
-    }
-  }
-
-  bool test() override {
-    if (done_) return true;
+ protected:
+  bool poll() override {
     const cudaError_t status = cudaEventQuery(event_.get());
-    if (status == cudaSuccess) {
-      done_ = true;
-      return true;
-    }
+    if (status == cudaSuccess) return true;
     if (status != cudaErrorNotReady) fail(std::string("CUDA error ") + cudaGetErrorName(status));
     ncclResult_t async = ncclSuccess;
     if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress) {
@@ -132,33 +98,12 @@ class NcclPendingOp final : public PendingOp {
     }
     return false;
   }
+  void before_abort() const override { ncclCommAbort(comm_); }  // frees the GPU from a hung collective's kernels
 
  private:
-  std::string describe() const {
-    return Logger::concat(to_string(info_.collective), " #", info_.sequence, " on group '", info_.group, "' (NCCL, ",
-                          info_.size, " ranks, this is rank ", info_.rank, ")");
-  }
-
-  [[noreturn]] void fire_watchdog() const {
-    info_.logger->any_rank("comm watchdog: ", describe(), " did not complete within ", info_.timeout_s,
-                           " s; aborting the job (exit ", kExitComm, ")");
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    ncclCommAbort(comm_);  // frees the GPU from the hung collective's kernels
-    MpiEnvironment::abort_job(kExitComm);
-  }
-
-  [[noreturn]] void fail(const std::string& reason) const {
-    info_.logger->any_rank("comm error: ", describe(), " failed: ", reason, "; aborting the job (exit ", kExitComm,
-                           ")");
-    ncclCommAbort(comm_);
-    MpiEnvironment::abort_job(kExitComm);
-  }
-
   std::shared_ptr<void> keep_alive_;
   ncclComm_t comm_;
-  OpInfo info_;
   cuda::Event event_;
-  bool done_ = false;
 };
 
 }  // namespace
@@ -203,7 +148,7 @@ void NcclCommunicator::make_stream_wait(cudaStream_t compute) {
 
 void NcclCommunicator::synchronize() {
   // An op of its own (counted as nothing) whose wait() carries the watchdog.
-  OpInfo info{Collective::barrier, name_, sequence_, size_, rank_, options_.timeout_s, &logger_};
+  OpIdentity info{Collective::barrier, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, "NCCL"};
   auto op = std::make_unique<NcclPendingOp>(impl_, impl_->comm, std::move(info));
   op->record(impl_->stream.get());
   op->wait();
@@ -285,7 +230,7 @@ CommHandle NcclCommunicator::barrier_async() {
 CommHandle NcclCommunicator::issued(Collective c, std::size_t count, DType t, int root) {
   ++sequence_;
   counters_.record(c, traffic_bytes(c, count, size_of(t), rank_, node_of_rank_, root));
-  OpInfo info{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_};
+  OpIdentity info{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, "NCCL"};
   auto op = std::make_unique<NcclPendingOp>(impl_, impl_->comm, std::move(info));
   op->record(impl_->stream.get());
   return CommHandle(std::move(op));
