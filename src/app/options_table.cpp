@@ -2,6 +2,8 @@
 // --print-config; the code that reads it says what it does.
 #include "hsdp/app/options.hpp"
 
+#include "hsdp/comm/mesh.hpp"
+
 namespace hsdp::app {
 
 namespace {
@@ -94,7 +96,7 @@ const std::vector<OptionSpec>& option_table() {
       choice("parallel.sharding", "no_shard",
              "how model state is split over ranks: no_shard (DDP), zero1, shard_grad_op (ZeRO-2), full_shard "
              "(ZeRO-3), hybrid_shard (full_shard inside a node, replicas across nodes), hybrid_shard_zero2",
-             "no_shard|zero1|shard_grad_op|full_shard|hybrid_shard|hybrid_shard_zero2"),
+             comm::kShardingChoices()),
       boolean("parallel.prefetch", "true",
               "issue the next unit's all-gather before the current unit computes (forward and backward)"),
       real("parallel.bucket_mb", "25", "no_shard: gradient all-reduce bucket size in MiB (fp32 gradients)", 0.001),

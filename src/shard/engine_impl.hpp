@@ -28,9 +28,8 @@ struct InFlight {
 // Raw storage for a buffer of `count` elements of `dtype`, charged to `category`.
 struct TypedBuffer {
   Buffer<std::byte> bytes;
-  DType dtype = DType::f32;
   TypedBuffer(std::size_t count, DType t, MemoryAccountant& memory, MemCategory category)
-      : bytes(count * size_of(t), memory, category), dtype(t) {}
+      : bytes(count * size_of(t), memory, category) {}
   void* data() { return bytes.data(); }
 };
 
@@ -40,7 +39,6 @@ using detail::InFlight;
 using detail::TypedBuffer;
 
 struct Engine::Impl {
-  const model::ModelLayout& layout;
   comm::ProcessMesh& mesh;
   EngineOptions o;
   MemoryAccountant& memory;
@@ -77,7 +75,7 @@ struct Engine::Impl {
 
   Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, MemoryAccountant& mem,
        std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t, const Logger* logger)
-      : layout(l), mesh(m), o(options), memory(mem), units(u), timing(t), n_layer(l.config().n_layer),
+      : mesh(m), o(options), memory(mem), units(u), timing(t), n_layer(l.config().n_layer),
         n_units(l.num_units()), log(logger) {
     const Sharding s = o.strategy;
     persistent_full = s == Sharding::no_shard || s == Sharding::zero1;
