@@ -98,8 +98,12 @@ set(HSDP_CUDA_BACKEND ${HSDP_HAVE_CUDA} CACHE INTERNAL "ON when this build has t
 # A macro, so the included files see HSDP_HAVE_CUDA / HSDP_HAVE_NCCL; hsdp_device_select is defined in every build.
 macro(hsdp_cuda_add_targets)
   include(${PROJECT_SOURCE_DIR}/src/device/cuda/targets.cmake)
+  if(HSDP_HAVE_CUDA)
+    include(${PROJECT_SOURCE_DIR}/src/model/cuda/targets.cmake)
+  endif()
   if(HSDP_HAVE_NCCL)
     include(${PROJECT_SOURCE_DIR}/src/comm/nccl/targets.cmake)
+    include(${PROJECT_SOURCE_DIR}/src/train/cuda/targets.cmake)
   endif()
 endmacro()
 cmake_language(DEFER CALL hsdp_cuda_add_targets)

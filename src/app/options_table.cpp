@@ -140,7 +140,18 @@ const std::vector<OptionSpec>& option_table() {
            "group and its sequence number",
            0.001),
 
+      choice("comm.inter", "mpi",
+             "device.type=cuda, more than one node: the gradient all-reduce across nodes runs over mpi (CUDA-aware "
+             "MPI when the library is, else staged through pinned host memory) or nccl (NCCL's network transports); "
+             "inside a node it is always NCCL",
+             "mpi|nccl"),
+
       // [device]
+      choice("device.type", "cpu",
+             "cpu = every strategy, fp32 compute on the CPU; cuda = one GPU per rank (local rank modulo the visible "
+             "GPUs), bf16 compute with fp32 master weights, data-parallel only: needs parallel.sharding=no_shard, "
+             "precision.param=bf16, precision.reduce=fp32, no zeropp.* and no activation checkpointing",
+             "cpu|cuda"),
       integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0,
               4096),
 

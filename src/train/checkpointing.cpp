@@ -6,15 +6,9 @@
 
 namespace hsdp::train {
 
-Checkpointer::Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, shard::Engine& engine,
+Checkpointer::Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, Backend& backend,
                            const model::ModelLayout& layout, const Logger& log)
-    : options_(options), mesh_(mesh), engine_(engine), layout_(layout), log_(log) {}
-
-std::vector<ckpt::UnitShard> Checkpointer::shards() {
-  std::vector<ckpt::UnitShard> out;
-  for (const auto& v : engine_.shard_views()) out.push_back({v.unit, v.begin, v.count, v.params, v.exp_avg, v.exp_avg_sq});
-  return out;
-}
+    : options_(options), mesh_(mesh), backend_(backend), layout_(layout), log_(log) {}
 
 bool Checkpointer::due(std::int64_t step) const {
   return enabled() && options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0;
@@ -24,9 +18,9 @@ std::optional<ckpt::TrainState> Checkpointer::resume() {
   const auto path = ckpt::resolve_resume(mesh_.world().raw(), options_.checkpoint_dir, options_.resume);
   if (!path) return std::nullopt;
   Stopwatch watch;
-  const auto shard_list = shards();
+  const auto shard_list = backend_.checkpoint_shards();
   ckpt::TrainState state = ckpt::load_checkpoint(mesh_.world().raw(), *path, layout_, shard_list);
-  engine_.refresh_derived_state();
+  backend_.checkpoint_loaded();
   log_.info("resumed from ", *path, " (step ", state.step, ", saved by ", state.world_size, " rank(s) with ",
             state.strategy, ") in ", watch.seconds(), " s");
   return state;
@@ -46,10 +40,10 @@ void Checkpointer::save(ckpt::TrainState state) {
   save_options.keep = options_.checkpoint_keep;
   save_options.keep_every = options_.checkpoint_keep_every;
   save_options.logger = &log_;
-  const auto shard_list = shards();
+  const auto shard_list = backend_.checkpoint_shards();
   Stopwatch watch;
   const auto result = ckpt::save_checkpoint(mesh_.world().raw(), options_.checkpoint_dir, layout_, shard_list,
-                                            engine_.is_checkpoint_writer(), state, save_options);
+                                            backend_.is_checkpoint_writer(), state, save_options);
   const double seconds = watch.seconds();
   log_.info("checkpoint ", result.path, ": ", static_cast<double>(result.tensor_bytes) / (1 << 20), " MiB in ",
             seconds, " s");

@@ -17,12 +17,12 @@
 #include "hsdp/data/token_file.hpp"
 #include "hsdp/device/blas_info.hpp"
 #include "hsdp/device/threads.hpp"
-#include "hsdp/model/gpt.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
-#include "hsdp/shard/engine.hpp"
+#include "hsdp/train/backend.hpp"
 #include "hsdp/train/checkpointing.hpp"
+#include "hsdp/train/cuda_backend.hpp"
 #include "hsdp/train/metrics.hpp"
 #include "hsdp/train/signals.hpp"
 
@@ -88,12 +88,12 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     if (log.is_root()) metrics = std::make_unique<MetricsLog>(o.log_dir);
   });
 
-  std::unique_ptr<shard::Engine> engine_holder;
+  std::unique_ptr<Backend> backend_holder;
   comm::agree(world.raw(), [&] {
-    engine_holder = std::make_unique<shard::Engine>(*layout, mesh, o.engine, o.model_seed, memory, &log);
+    backend_holder = o.device_type == "cuda" ? make_cuda_backend(o, *layout, mesh, memory, log)
+                                             : make_cpu_backend(o, *layout, mesh, memory, log);
   });
-  shard::Engine& engine = *engine_holder;
-  model::Gpt<float> gpt(*layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing);
+  Backend& backend = *backend_holder;
   const bool fp16 = o.engine.param_dtype == DType::f16;
   optim::LossScaler scaler;
   const std::size_t tokens_per_micro = static_cast<std::size_t>(o.micro_batch) * o.seq_len;
@@ -112,7 +112,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     double sum = 0;
     for (int b = 0; b < o.eval_batches; ++b) {
       evaluator->next(inputs, targets);
-      sum += engine.evaluate(gpt, inputs, targets);
+      sum += backend.evaluate(inputs, targets);
     }
     return global_mean(data_parallel, sum / o.eval_batches);
   };
@@ -122,7 +122,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   std::int64_t optimizer_steps = 0;  // AdamW's t: steps actually applied (fp16 overflow skips do not count)
   std::int64_t first_step = 0;
   std::int64_t tokens_seen = 0;
-  Checkpointer checkpoints(o, mesh, engine, *layout, log);
+  Checkpointer checkpoints(o, mesh, backend, *layout, log);
   comm::agree(world.raw(), [&] {
     if (const auto state = checkpoints.resume()) {
       first_step = state->step;
@@ -162,24 +162,24 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   for (std::int64_t step = first_step; step < end_step; ++step) {
     Stopwatch step_clock;
     mesh.reset_counters();
-    engine.begin_step();
+    backend.begin_step();
     const float loss_scale = fp16 ? scaler.scale() : 1.0f;
     double loss = 0;
     for (int micro = 0; micro < o.grad_accum; ++micro) {
       sampler->next(inputs, targets);
-      loss += engine.forward_backward(gpt, inputs, targets, loss_scale / static_cast<float>(o.grad_accum),
-                                      micro + 1 == o.grad_accum);
+      loss += backend.forward_backward(inputs, targets, loss_scale / static_cast<float>(o.grad_accum),
+                                       micro + 1 == o.grad_accum);
     }
     loss = global_mean(data_parallel, loss / o.grad_accum);
     const double lr = optim::learning_rate(o.schedule, step);
     optim::ClipResult clip;
     bool skipped = false;
-    if (fp16 && scaler.update(engine.found_nonfinite())) {
+    if (fp16 && scaler.update(backend.found_nonfinite())) {
       skipped = true;
       log.info("step ", step + 1, ": fp16 gradients overflowed; step skipped, loss scale now ", scaler.scale());
     } else {
       const double scale_squared = static_cast<double>(loss_scale) * loss_scale;
-      clip = optim::clip_coefficient(engine.grad_norm_squared() / scale_squared, o.grad_clip);
+      clip = optim::clip_coefficient(backend.grad_norm_squared() / scale_squared, o.grad_clip);
       if (!clip.finite) {
         throw Error(ErrorKind::internal, "step " + std::to_string(step + 1) +
                                              ": the gradient norm is not finite (loss " + std::to_string(loss) +
@@ -187,9 +187,9 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
       }
       optimizer_steps += 1;
       const optim::AdamWStep update{static_cast<float>(lr), optimizer_steps, clip.coefficient / loss_scale};
-      engine.optimizer_step(o.adamw, update);
+      backend.optimizer_step(o.adamw, update);
     }
-    const double comm_ms = engine.timing().comm_ms;
+    const double comm_ms = backend.timing().comm_ms;
 
     StepMetrics m;
     m.step = step + 1;
@@ -199,10 +199,11 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     m.tokens = tokens_per_step;
     m.step_ms = step_clock.milliseconds();
     m.comm_ms = comm_ms;
-    m.exposed_comm_ms = engine.timing().exposed_comm_ms;
+    m.exposed_comm_ms = backend.timing().exposed_comm_ms;
     m.skipped = skipped;
     m.tokens_per_s = static_cast<double>(tokens_per_step) / (m.step_ms / 1e3);
     m.bytes = mesh.total_counters().total();
+    m.bytes += backend.own_bytes();
     tokens_seen += tokens_per_step;
     if (step > first_step) {  // the first step pays for page faults and warm-up
       timed_seconds += m.step_ms / 1e3;

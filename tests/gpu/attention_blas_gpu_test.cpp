@@ -32,8 +32,8 @@ class AttentionBlasGpu : public GpuTest {};
 using StorageTypes = ::testing::Types<float, bf16_t>;
 TYPED_TEST_SUITE(AttentionBlasGpu, StorageTypes);
 
-// T = 67 is not a multiple of the kernels' 8-row blocks or 32-row tiles; head sizes 64 and 48 (not a multiple of
-// the warp width).
+// T = 67 is not a multiple of the softmax kernels' 8-row blocks nor of the warp; head sizes 64 and 48 (not a multiple
+// of the warp width; its batch stride in bytes is not a multiple of 64).
 TYPED_TEST(AttentionBlasGpu, Attention_ForwardAndBackward_MatchCpu) {
   using T = TypeParam;
   struct Shape {
@@ -49,9 +49,11 @@ TYPED_TEST(AttentionBlasGpu, Attention_ForwardAndBackward_MatchCpu) {
 
     auto d_qkv = this->upload(as<T>(qkv)), d_dout = this->upload(as<T>(dout));
     cuda::DeviceBuffer<T> d_out(out_n), d_att(att_n);
-    cuda::DeviceBuffer<float> scratch(static_cast<std::size_t>(s.B) * s.NH * s.T_);
+    cuda::DeviceBuffer<std::uint8_t> scratch(cuda::attention_scratch_bytes(s.T_, s.NH));
+    cuda::BlasLt blas;
     auto d_dqkv = this->upload(as<T>(std::vector<float>(qkv_n, 0.0f)));
-    cuda::attention_forward(d_out.data(), d_att.data(), d_qkv.data(), s.B, s.T_, s.C, s.NH, this->stream());
+    cuda::attention_forward(blas, d_out.data(), d_att.data(), d_qkv.data(), scratch.data(), s.B, s.T_, s.C, s.NH,
+                            this->stream());
     const auto got_att = floats(this->download(d_att));
     EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>())) << "out, T=" << s.T_;
     EXPECT_TRUE(close(got_att, att, tol<T>())) << "att, T=" << s.T_;
@@ -60,14 +62,14 @@ TYPED_TEST(AttentionBlasGpu, Attention_ForwardAndBackward_MatchCpu) {
     std::vector<float> dqkv(qkv_n, 0.0f), cpu_scratch(static_cast<std::size_t>(s.B) * s.NH * s.T_);
     model::attention_backward(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), s.B, s.T_, s.C,
                               s.NH);
-    cuda::attention_backward(d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
+    cuda::attention_backward(blas, d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
                              s.NH, this->stream());
     const auto got_dqkv = this->download(d_dqkv);
     EXPECT_TRUE(close(floats(got_dqkv), dqkv, tol<T>())) << "dqkv, T=" << s.T_;
 
     // Deterministic: the same inputs give the same bits.
     auto d_again = this->upload(as<T>(std::vector<float>(qkv_n, 0.0f)));
-    cuda::attention_backward(d_again.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
+    cuda::attention_backward(blas, d_again.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
                              s.NH, this->stream());
     const auto again = this->download(d_again);
     EXPECT_EQ(0, std::memcmp(again.data(), got_dqkv.data(), again.size() * sizeof(T))) << "not deterministic";

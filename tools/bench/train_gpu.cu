@@ -19,9 +19,9 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/json.hpp"
 #include "hsdp/device/cuda/adamw.hpp"
-#include "hsdp/device/cuda/blas.hpp"
 #include "hsdp/device/cuda/layers.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
+#include "hsdp/model/cuda/gpt.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/model/rng.hpp"
 #include "hsdp/model/unit_buffers.hpp"
@@ -68,83 +68,37 @@ double step_flops(const GptConfig& c, std::int64_t tokens, int seq_len) {
   return static_cast<double>(tokens) * (6.0 * p_matmul + 6.0 * L * seq_len * C);
 }
 
-// One block's activations, kept from forward to backward (bf16, statistics in fp32).
-struct BlockActivations {
-  cuda::DeviceBuffer<bf16_t> ln1, qkv, att, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj, residual3;
-  cuda::DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
-  BlockActivations(std::size_t N, std::size_t C, std::size_t att_n)
-      : ln1(N * C),
-        qkv(N * 3 * C),
-        att(att_n),
-        atty(N * C),
-        attproj(N * C),
-        residual2(N * C),
-        ln2(N * C),
-        fch(N * 4 * C),
-        fch_gelu(N * 4 * C),
-        fcproj(N * C),
-        residual3(N * C),
-        ln1_mean(N),
-        ln1_rstd(N),
-        ln2_mean(N),
-        ln2_rstd(N) {}
-};
-
-// The whole model on one GPU: parameters in one flat buffer (fp32 master, bf16 copy, fp32 grads and moments)
-// addressed through the layout's offset table, activations, and the step.
+// The whole model on one GPU (hsdp/model/cuda/gpt.hpp): parameters in one flat buffer (fp32 master, bf16 copy,
+// fp32 grads and moments) addressed through the layout's offset table, and the step.
 class GpuTrainer {
  public:
   GpuTrainer(const ModelLayout& layout, int B, int T)
-      : layout_(layout),
-        cfg_(layout.config()),
-        B_(B),
-        T_(T),
-        N_(static_cast<std::size_t>(B) * T),
+      : gpt_(layout, B, T),
         total_(layout.total_numel()),
         params_(total_),
         param_copy_(total_),
         grads_(total_),
         m_(total_),
         v_(total_),
-        runs_(decay_runs(layout), total_),
-        encoded_(N_ * C()),
-        lnf_(N_ * C()),
-        logits_(N_ * cfg_.padded_vocab_size),
-        lnf_mean_(N_),
-        lnf_rstd_(N_),
-        losses_(N_),
-        dresidual_(N_ * C()),
-        d_ln_(N_ * C()),
-        d_atty_(N_ * C()),
-        d_qkv_(N_ * 3 * C()),
-        d_fch_(N_ * 4 * C()),
-        d_fch_gelu_(N_ * 4 * C()),
-        column_scratch_(cuda::column_sum_scratch_floats(4 * cfg_.n_embd, 2)),
-        att_scratch_(static_cast<std::size_t>(B) * cfg_.n_head * T),
-        tokens_(N_),
-        targets_(N_) {
-    std::size_t base = 0;
-    for (int u = 0; u < layout.num_units(); ++u) {
-      unit_base_.push_back(base);
-      base += layout.unit(u).numel;
-    }
-    const std::size_t att_n = static_cast<std::size_t>(B) * cfg_.n_head * T * T;
-    blocks_.reserve(static_cast<std::size_t>(cfg_.n_layer));
-    for (int l = 0; l < cfg_.n_layer; ++l) blocks_.emplace_back(N_, C(), att_n);
+        runs_(hsdp::model::cuda::decay_runs(layout), total_),
+        tokens_(gpt_.tokens()),
+        targets_(gpt_.tokens()) {
     // GPT-2 initialization on the host (hsdp::model::init), uploaded once.
     hsdp::model::UnitBuffers<float> host(layout);
     host.init(layout, 1337);
     for (int u = 0; u < layout.num_units(); ++u) {
-      cuda::copy_to_device(params_.data() + unit_base_[u], host.unit(u).data(), host.unit(u).size(), stream_);
+      cuda::copy_to_device(params_.data() + gpt_.unit_offset(u), host.unit(u).data(), host.unit(u).size(), stream_);
     }
     cuda::convert(param_copy_.data(), params_.data(), total_, stream_);
     cuda::zero_on_device(m_.data(), total_, stream_);
     cuda::zero_on_device(v_.data(), total_, stream_);
-    std::vector<std::int32_t> data(N_ + 1);
+    const std::size_t N = gpt_.tokens();
+    std::vector<std::int32_t> data(N + 1);
     hsdp::model::Rng rng(7);
-    for (auto& t : data) t = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(cfg_.vocab_size));
-    cuda::copy_to_device(tokens_.data(), data.data(), N_, stream_);
-    cuda::copy_to_device(targets_.data(), data.data() + 1, N_, stream_);
+    const auto vocab = static_cast<std::uint64_t>(layout.config().vocab_size);
+    for (auto& t : data) t = static_cast<std::int32_t>(rng.next_u64() % vocab);
+    cuda::copy_to_device(tokens_.data(), data.data(), N, stream_);
+    cuda::copy_to_device(targets_.data(), data.data() + 1, N, stream_);
     stream_.synchronize();
   }
 
@@ -153,8 +107,9 @@ class GpuTrainer {
   // Forward, backward and AdamW, all enqueued on the stream; nothing waits for the GPU.
   void step(std::int64_t t) {
     cuda::zero_on_device(grads_.data(), total_, stream_);
-    forward();
-    backward();
+    gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), 1.0f / static_cast<float>(gpt_.tokens()),
+                 stream_);
+    gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), stream_);
     cuda::AdamWValues values;
     values.lr = 3e-4f;
     values.bias_correction1 = cuda::adamw_bias_correction(values.beta1, t);
@@ -164,132 +119,23 @@ class GpuTrainer {
 
   // The mean loss of the last step (waits for the stream: call it outside the timed region).
   double mean_loss() {
-    std::vector<float> losses(N_);
-    cuda::copy_to_host(losses.data(), losses_.data(), N_, stream_);
+    std::vector<float> losses(gpt_.tokens());
+    cuda::copy_to_host(losses.data(), gpt_.losses(), losses.size(), stream_);
     stream_.synchronize();
-    return std::accumulate(losses.begin(), losses.end(), 0.0) / static_cast<double>(N_);
+    return std::accumulate(losses.begin(), losses.end(), 0.0) / static_cast<double>(losses.size());
   }
 
   std::size_t parameters() const { return total_; }
 
  private:
-  std::size_t C() const { return static_cast<std::size_t>(cfg_.n_embd); }
-  const bf16_t* w(int unit, std::size_t offset) const { return param_copy_.data() + unit_base_[unit] + offset; }
-  float* g(int unit, std::size_t offset) { return grads_.data() + unit_base_[unit] + offset; }
-
-  static std::vector<cuda::DecayRun> decay_runs(const ModelLayout& layout) {
-    std::vector<cuda::DecayRun> runs;
-    std::size_t base = 0;
-    for (int u = 0; u < layout.num_units(); ++u) {
-      for (const auto* p : layout.unit_params(u)) runs.push_back({base + p->offset, p->numel, p->weight_decay});
-      base += layout.unit(u).numel;
-    }
-    return runs;
-  }
-
-  void forward() {
-    const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
-    const auto& e = layout_.embedding_offsets();
-    const auto& o = layout_.block_offsets();
-    const int emb = ModelLayout::embedding_unit();
-    cuda::encoder_forward(encoded_.data(), tokens_.data(), w(emb, e.wte), w(emb, e.wpe), B_, T_, C, stream_);
-    const bf16_t* x = encoded_.data();
-    for (int l = 0; l < cfg_.n_layer; ++l) {
-      const int u = ModelLayout::block_unit(l);
-      BlockActivations& a = blocks_[l];
-      cuda::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w(u, o.ln_1_weight),
-                              w(u, o.ln_1_bias), N, C, stream_);
-      cuda::matmul_forward(blas_, a.qkv.data(), a.ln1.data(), w(u, o.c_attn_weight), w(u, o.c_attn_bias), N, C, 3 * C,
-                           stream_);
-      cuda::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B_, T_, C, NH, stream_);
-      cuda::matmul_forward(blas_, a.attproj.data(), a.atty.data(), w(u, o.attn_proj_weight), w(u, o.attn_proj_bias), N,
-                           C, C, stream_);
-      cuda::residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream_);
-      cuda::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(),
-                              w(u, o.ln_2_weight), w(u, o.ln_2_bias), N, C, stream_);
-      cuda::matmul_forward(blas_, a.fch.data(), a.ln2.data(), w(u, o.c_fc_weight), w(u, o.c_fc_bias), N, C, 4 * C,
-                           stream_);
-      cuda::gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream_);
-      cuda::matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), w(u, o.mlp_proj_bias), N,
-                           4 * C, C, stream_);
-      cuda::residual_forward(a.residual3.data(), a.residual2.data(), a.fcproj.data(), N_ * C, stream_);
-      x = a.residual3.data();
-    }
-    const int fin = layout_.final_norm_unit();
-    const auto& f = layout_.final_norm_offsets();
-    cuda::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, w(fin, f.weight), w(fin, f.bias), N, C,
-                            stream_);
-    cuda::lm_head_forward(blas_, logits_.data(), lnf_.data(), w(emb, e.wte), N, C, cfg_.vocab_size,
-                          cfg_.padded_vocab_size, stream_);
-    // Loss and d-logits in one pass, written over the logits (mean loss: dloss = 1 / N per row).
-    cuda::softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets_.data(),
-                                        1.0f / static_cast<float>(N), N, cfg_.vocab_size, cfg_.padded_vocab_size,
-                                        stream_);
-  }
-
-  // The residual stream's gradient lives in dresidual_: each residual add passes it through, and each layer norm
-  // backward adds its input gradient into it.
-  void backward() {
-    const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
-    const auto& e = layout_.embedding_offsets();
-    const auto& o = layout_.block_offsets();
-    const auto& f = layout_.final_norm_offsets();
-    const int emb = ModelLayout::embedding_unit(), fin = layout_.final_norm_unit();
-    float* scratch = column_scratch_.data();
-    cuda::zero_on_device(d_ln_.data(), N_ * C, stream_);
-    cuda::lm_head_backward(blas_, d_ln_.data(), g(emb, e.wte), logits_.data(), lnf_.data(), w(emb, e.wte), N, C,
-                           cfg_.vocab_size, cfg_.padded_vocab_size, stream_);
-    cuda::zero_on_device(dresidual_.data(), N_ * C, stream_);
-    const bf16_t* last = cfg_.n_layer > 0 ? blocks_.back().residual3.data() : encoded_.data();
-    cuda::layernorm_backward(dresidual_.data(), g(fin, f.weight), g(fin, f.bias), scratch, d_ln_.data(), last,
-                             w(fin, f.weight), lnf_mean_.data(), lnf_rstd_.data(), N, C, stream_);
-    for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-      const int u = ModelLayout::block_unit(l);
-      BlockActivations& a = blocks_[l];
-      const bf16_t* x = l > 0 ? blocks_[l - 1].residual3.data() : encoded_.data();
-      cuda::zero_on_device(d_fch_gelu_.data(), N_ * 4 * C, stream_);
-      cuda::matmul_backward(blas_, d_fch_gelu_.data(), g(u, o.mlp_proj_weight), g(u, o.mlp_proj_bias), scratch,
-                            dresidual_.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), N, 4 * C, C, stream_);
-      cuda::zero_on_device(d_fch_.data(), N_ * 4 * C, stream_);
-      cuda::gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream_);
-      cuda::zero_on_device(d_ln_.data(), N_ * C, stream_);
-      cuda::matmul_backward(blas_, d_ln_.data(), g(u, o.c_fc_weight), g(u, o.c_fc_bias), scratch, d_fch_.data(),
-                            a.ln2.data(), w(u, o.c_fc_weight), N, C, 4 * C, stream_);
-      cuda::layernorm_backward(dresidual_.data(), g(u, o.ln_2_weight), g(u, o.ln_2_bias), scratch, d_ln_.data(),
-                               a.residual2.data(), w(u, o.ln_2_weight), a.ln2_mean.data(), a.ln2_rstd.data(), N, C,
-                               stream_);
-      cuda::zero_on_device(d_atty_.data(), N_ * C, stream_);
-      cuda::matmul_backward(blas_, d_atty_.data(), g(u, o.attn_proj_weight), g(u, o.attn_proj_bias), scratch,
-                            dresidual_.data(), a.atty.data(), w(u, o.attn_proj_weight), N, C, C, stream_);
-      cuda::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream_);
-      cuda::attention_backward(d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_,
-                               C, NH, stream_);
-      cuda::zero_on_device(d_ln_.data(), N_ * C, stream_);
-      cuda::matmul_backward(blas_, d_ln_.data(), g(u, o.c_attn_weight), g(u, o.c_attn_bias), scratch, d_qkv_.data(),
-                            a.ln1.data(), w(u, o.c_attn_weight), N, C, 3 * C, stream_);
-      cuda::layernorm_backward(dresidual_.data(), g(u, o.ln_1_weight), g(u, o.ln_1_bias), scratch, d_ln_.data(), x,
-                               w(u, o.ln_1_weight), a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream_);
-    }
-    cuda::encoder_backward(g(emb, e.wte), g(emb, e.wpe), dresidual_.data(), tokens_.data(), B_, T_, C, stream_);
-  }
-
-  const ModelLayout& layout_;
-  const GptConfig& cfg_;
-  int B_, T_;
-  std::size_t N_, total_;
-  std::vector<std::size_t> unit_base_;
   cuda::Stream stream_;
-  cuda::BlasLt blas_;
+  hsdp::model::cuda::GptCuda gpt_;
+  std::size_t total_;
   cuda::DeviceBuffer<float> params_;
   cuda::DeviceBuffer<bf16_t> param_copy_;
   cuda::DeviceBuffer<float> grads_, m_, v_;
   cuda::DeviceDecayRuns runs_;
-  cuda::DeviceBuffer<bf16_t> encoded_, lnf_, logits_;
-  cuda::DeviceBuffer<float> lnf_mean_, lnf_rstd_, losses_;
-  cuda::DeviceBuffer<bf16_t> dresidual_, d_ln_, d_atty_, d_qkv_, d_fch_, d_fch_gelu_;
-  cuda::DeviceBuffer<float> column_scratch_, att_scratch_;
   cuda::DeviceBuffer<std::int32_t> tokens_, targets_;
-  std::vector<BlockActivations> blocks_;
 };
 
 Options parse(int argc, char** argv) {

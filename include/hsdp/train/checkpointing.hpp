@@ -1,5 +1,5 @@
 #pragma once
-// The training loop's side of checkpoints: which checkpoint to resume from, and saving the engine's shards with
+// The training loop's side of checkpoints: which checkpoint to resume from, and saving the backend's shards with
 // the training state (step, tokens, sampler cursor, loss scaler, deck) through the ckpt layer.
 #include <optional>
 #include <string>
@@ -7,19 +7,19 @@
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/core/log.hpp"
-#include "hsdp/shard/engine.hpp"
+#include "hsdp/train/backend.hpp"
 #include "hsdp/train/options.hpp"
 
 namespace hsdp::train {
 
 class Checkpointer {
  public:
-  Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, shard::Engine& engine,
+  Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, Backend& backend,
                const model::ModelLayout& layout, const Logger& log);
 
   bool enabled() const { return !options_.checkpoint_dir.empty(); }
   // Collective. Loads the checkpoint checkpoint.resume names (auto: checkpoint.dir/latest, if any) into the
-  // engine's shards and rebuilds derived state; returns its training state, or nothing for a fresh start.
+  // backend's shards and rebuilds derived state; returns its training state, or nothing for a fresh start.
   std::optional<ckpt::TrainState> resume();
   // Collective. Writes and commits checkpoint.dir/step_<state.step>.h5.
   void save(ckpt::TrainState state);
@@ -27,11 +27,9 @@ class Checkpointer {
   bool due(std::int64_t step) const;
 
  private:
-  std::vector<ckpt::UnitShard> shards();
-
   const TrainOptions& options_;
   comm::ProcessMesh& mesh_;
-  shard::Engine& engine_;
+  Backend& backend_;
   const model::ModelLayout& layout_;
   const Logger& log_;
 };

@@ -33,6 +33,9 @@ struct TrainOptions {
 
   shard::EngineOptions engine;  // strategy, precision, prefetch, buckets, grad_accum
   int threads = 0;  // 0 = cores of the node / ranks on it
+  std::string device_type = "cpu";  // cpu | cuda (hsdp/train/cuda_backend.hpp)
+  std::string comm_inter = "mpi";   // cuda: the backend of the groups that cross nodes, mpi | nccl
+  comm::CommOptions comm;           // the watchdog's timeout, for the communicators the backend creates
 
   std::int64_t stop_at_step = 0;  // 0: run to `steps`
   bool eval_only = false;

@@ -84,4 +84,46 @@ void adamw_update(const AdamWValues& values, const DeviceDecayRuns& runs, float*
   check_launch("adamw_kernel");
 }
 
+namespace {
+
+// Pass 1: block b sums x[i]^2 for i = b * kThreads + t + k * stride over its threads (a fixed tree in shared memory).
+__global__ void sum_of_squares_partial(const float* x, std::size_t n, double* partial) {
+  __shared__ double shared[kThreads];
+  double acc = 0.0;
+  for (std::size_t i = blockIdx.x * std::size_t{kThreads} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * kThreads) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+}
+
+// Pass 2: one block sums the partials, again by a fixed tree.
+__global__ void sum_of_squares_final(const double* partial, int count, double* out) {
+  __shared__ double shared[kSumOfSquaresScratch];
+  for (int i = static_cast<int>(threadIdx.x); i < static_cast<int>(kSumOfSquaresScratch); i += blockDim.x)
+    shared[i] = i < count ? partial[i] : 0.0;
+  __syncthreads();
+  for (int half = static_cast<int>(kSumOfSquaresScratch) / 2; half > 0; half /= 2) {
+    for (int i = static_cast<int>(threadIdx.x); i < half; i += blockDim.x) shared[i] += shared[i + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = shared[0];
+}
+
+}  // namespace
+
+void sum_of_squares(double* out, const float* x, std::size_t n, double* scratch, cudaStream_t stream) {
+  const int blocks = static_cast<int>(kSumOfSquaresScratch);
+  sum_of_squares_partial<<<blocks, kThreads, 0, stream>>>(x, n, scratch);
+  check_launch("sum_of_squares_partial");
+  sum_of_squares_final<<<1, kThreads, 0, stream>>>(scratch, blocks, out);
+  check_launch("sum_of_squares_final");
+}
+
 }  // namespace hsdp::device::cuda

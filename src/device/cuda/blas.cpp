@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/device/cuda/layers.hpp"
@@ -36,15 +37,25 @@ std::uint32_t alignment_of(const void* p) {
   return align;
 }
 
+// With a batch, every matrix of it must share the first one's alignment: the stride in bytes bounds it too.
+std::uint32_t alignment_of(const void* p, int batch, std::int64_t stride, DType t) {
+  std::uint32_t align = alignment_of(p);
+  if (batch > 1) {
+    const auto bytes = static_cast<std::uint64_t>(stride) * (t == DType::f32 ? 4u : 2u);
+    while (align > 1 && bytes % align != 0) align /= 2;
+  }
+  return align;
+}
+
 std::string describe(const GemmArgs& g) {
-  return "D[" + std::to_string(g.m) + "x" + std::to_string(g.n) + "] = op(A) op(B) with K=" + std::to_string(g.k) +
+  return (g.batch > 1 ? std::to_string(g.batch) + " x " : std::string()) + "D[" + std::to_string(g.m) + "x" + std::to_string(g.n) + "] = op(A) op(B) with K=" + std::to_string(g.k) +
          (g.trans_a ? ", A^T" : "") + (g.trans_b ? ", B^T" : "") + ", lda/ldb/ldd " + std::to_string(g.lda) + "/" +
          std::to_string(g.ldb) + "/" + std::to_string(g.ldd) + ", " + std::string(to_string(g.ab_type)) + " -> " +
          std::string(to_string(g.d_type)) + (g.bias != nullptr ? ", bias" : "");
 }
 
 // What decides a plan: shapes, types, epilogue and the pointers' alignments.
-using PlanKey = std::array<std::int64_t, 16>;
+using PlanKey = std::array<std::int64_t, 20>;
 
 PlanKey key_of(const GemmArgs& g) {
   return {g.trans_a,
@@ -58,11 +69,15 @@ PlanKey key_of(const GemmArgs& g) {
           static_cast<std::int64_t>(g.ab_type),
           static_cast<std::int64_t>(g.d_type),
           g.bias != nullptr,
-          alignment_of(g.a),
-          alignment_of(g.b),
-          alignment_of(g.d),
+          alignment_of(g.a, g.batch, g.stride_a, g.ab_type),
+          alignment_of(g.b, g.batch, g.stride_b, g.ab_type),
+          alignment_of(g.d, g.batch, g.stride_d, g.d_type),
           g.bias != nullptr ? alignment_of(g.bias) : 0,
-          g.beta != 0.0f};
+          g.beta != 0.0f,
+          g.batch,
+          g.stride_a,
+          g.stride_b,
+          g.stride_d};
 }
 
 // Descriptors of one GEMM shape in cuBLASLt's column-major terms, and the algorithm the heuristic chose.
@@ -137,13 +152,25 @@ struct BlasLt::Impl {
                                  : cublasLtMatrixLayoutCreate(&plan.b, ab, n, k, g.lda),
              "cublasLtMatrixLayoutCreate(B)");
     check_lt(cublasLtMatrixLayoutCreate(&plan.d, dt, m, n, g.ldd), "cublasLtMatrixLayoutCreate(D)");
+    if (g.batch > 1) {
+      const std::int32_t count = g.batch;
+      const std::array<std::pair<cublasLtMatrixLayout_t, std::int64_t>, 3> layouts = {
+          {{plan.a, g.stride_b}, {plan.b, g.stride_a}, {plan.d, g.stride_d}}};
+      for (const auto& [layout, stride] : layouts) {
+        check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+                 "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+        check_lt(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof stride),
+                 "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+      }
+    }
 
     cublasLtMatmulPreference_t preference = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
     const std::uint64_t workspace_bytes = workspace.size_bytes();
-    const std::uint32_t align_a = alignment_of(g.b);
-    const std::uint32_t align_b = alignment_of(g.a);
-    const std::uint32_t align_d = alignment_of(g.d);
+    const std::uint32_t align_a = alignment_of(g.b, g.batch, g.stride_b, g.ab_type);
+    const std::uint32_t align_b = alignment_of(g.a, g.batch, g.stride_a, g.ab_type);
+    const std::uint32_t align_d = alignment_of(g.d, g.batch, g.stride_d, g.d_type);
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
     cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -197,6 +224,7 @@ void BlasLt::gemm(const GemmArgs& g, cudaStream_t stream) {
     return;
   }
   if (g.bias != nullptr && g.beta != 0.0f) throw_internal("cuBLASLt GEMM: a bias needs beta = 0: " + describe(g));
+  if (g.batch < 1 || (g.batch > 1 && g.bias != nullptr)) throw_internal("cuBLASLt GEMM: bad batch: " + describe(g));
   Plan& plan = impl_->plan_for(g);
   if (g.bias != nullptr) {  // the plan may come from an earlier call with another (equally aligned) bias
     check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias),

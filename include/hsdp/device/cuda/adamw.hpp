@@ -59,4 +59,9 @@ float adamw_bias_correction(float beta, std::int64_t t);
 void adamw_update(const AdamWValues& values, const DeviceDecayRuns& runs, float* params, const float* grads, float* m,
                   float* v, bf16_t* param_copy, cudaStream_t stream);
 
+// The sum of x[i]^2 over n fp32 values (a squared gradient norm), accumulated in double in a fixed order, so a
+// run repeats bit for bit; written to *out (device memory) on `stream`. scratch: kSumOfSquaresScratch doubles.
+inline constexpr std::size_t kSumOfSquaresScratch = 1024;
+void sum_of_squares(double* out, const float* x, std::size_t n, double* scratch, cudaStream_t stream);
+
 }  // namespace hsdp::device::cuda

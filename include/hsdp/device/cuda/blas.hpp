@@ -34,6 +34,12 @@ struct GemmArgs {
   float alpha = 1.0f;
   float beta = 0.0f;
   const void* bias = nullptr;  // beta must be 0 with a bias
+  // Strided batch: `batch` GEMMs, the i-th on a + i * stride_a, b + i * stride_b, d + i * stride_d (elements);
+  // the D matrices must not overlap, the A and B matrices may (e.g. the heads of one row-major [T, 3C] tensor).
+  int batch = 1;
+  std::int64_t stride_a = 0;
+  std::int64_t stride_b = 0;
+  std::int64_t stride_d = 0;
 };
 
 class BlasLt {
@@ -71,5 +77,21 @@ void lm_head_forward(BlasLt& blas, T* logits, const T* inp, const T* wte, int N,
 template <typename T>
 void lm_head_backward(BlasLt& blas, T* dinp, float* dwte, const T* dlogits, const T* inp, const T* wte, int N, int C,
                       int V, int Vp, cudaStream_t stream);
+
+// Causal self-attention over qkv [B, T, 3C] (q, k, v of head h at columns h*hs, C + h*hs, 2C + h*hs, hs = C / NH);
+// att [B, NH, T, T] keeps the probabilities (zeros above the diagonal); out [B, T, C]. Per sequence, batched over
+// the heads through strided views of qkv and out (no permutation copies), with cuBLASLt GEMMs:
+//   S = Q K^T (fp32), att = causal softmax(S / sqrt(hs)), out_h = att V;
+//   backward: dA = dout_h V^T (fp32), dS = att (dA - rowsum(att dA)) / sqrt(hs), dV += att^T dout_h,
+//   dQ += dS K, dK += dS^T Q  (dqkv is added into, as every backward).
+// The softmax kernels take one warp per row with fixed-order sums, so results repeat bit for bit.
+// scratch: attention_scratch_bytes(T, NH) bytes of device memory (one sequence's scores and their gradients).
+std::size_t attention_scratch_bytes(int T_, int NH);
+template <typename T>
+void attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scratch, int B, int T_, int C, int NH,
+                       cudaStream_t stream);
+template <typename T>
+void attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, const T* qkv, const T* att, int B, int T_,
+                        int C, int NH, cudaStream_t stream);
 
 }  // namespace hsdp::device::cuda

@@ -9,7 +9,7 @@
 // Contract, as on the CPU: every *_backward ADDS into what it produces (callers zero first), except
 // softmax_xent_backward / softmax_xent_forward_backward, which write d-logits.
 // Determinism: no floating-point atomics; every sum has a fixed order, so a run repeats bit for bit.
-// The GEMM layers (matmul, lm_head) are in blas.hpp.
+// The GEMM layers (matmul, lm_head, attention) are in blas.hpp.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -42,16 +42,7 @@ void bias_backward(float* dbias, float* scratch, const T* dout, int N, int C, cu
 // Scratch floats of a column sum of `quantities` values per column over C columns.
 std::size_t column_sum_scratch_floats(int C, int quantities);
 
-// Causal self-attention over qkv [B, T, 3C]; att [B, NH, T, T] keeps the probabilities (zeros above the
-// diagonal). Head size C / NH must be at most 256. One block per 8 query rows of a (batch, head); the scores
-// of those rows live in shared memory (8 * T floats), so T is bounded by the GPU's shared memory per block
-// (about 6000 on an H100); beyond that the call throws naming the limit.
-template <typename T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream);
-// scratch: B * NH * T floats (the per-row sum of att * datt, shared by the two backward kernels).
-template <typename T>
-void attention_backward(T* dqkv, float* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,
-                        int NH, cudaStream_t stream);
+// Causal self-attention (attention_forward / attention_backward) is a GEMM layer: blas.hpp.
 
 // GELU, tanh approximation (x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)); backward adds into dinp.
 template <typename T>

@@ -1,0 +1,56 @@
+#pragma once
+// What the training loop drives, on the CPU or on a GPU: micro-batch forward/backward with accumulation, the
+// global gradient norm, AdamW, evaluation, and the host views of the state a checkpoint writes and reads.
+//   cpu  (make_cpu_backend): the sharding engine (hsdp/shard/engine.hpp) over model::Gpt<float>, every strategy.
+//   cuda (make_cuda_backend, hsdp/train/cuda_backend.hpp): GPT on the rank's GPU, data-parallel (no_shard).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hsdp/ckpt/checkpoint.hpp"
+#include "hsdp/comm/mesh.hpp"
+#include "hsdp/core/log.hpp"
+#include "hsdp/core/memory.hpp"
+#include "hsdp/model/layout.hpp"
+#include "hsdp/optim/adamw.hpp"
+#include "hsdp/shard/engine.hpp"
+#include "hsdp/train/options.hpp"
+
+namespace hsdp::train {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Start of an optimizer step: zero gradients and this step's timings and counters.
+  virtual void begin_step() = 0;
+  // One micro-batch (tokens and targets on the host): forward and backward with the loss gradient scaled by
+  // dloss (1/k, times a loss scale for fp16). Returns this rank's mean loss. `last`: last micro-batch of the step.
+  virtual float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                                 float dloss, bool last) = 0;
+  // The global squared gradient norm, the same on every rank (after the last micro-batch).
+  virtual double grad_norm_squared() = 0;
+  // True on every rank when any rank's gradients hold inf or nan (fp16 overflow).
+  virtual bool found_nonfinite() = 0;
+  virtual void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) = 0;
+  // Forward only: this rank's mean loss on the batch.
+  virtual float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) = 0;
+  virtual const shard::StepTiming& timing() const = 0;
+  // Bytes moved this step by communicators the backend owns beyond the mesh's (NCCL), by link.
+  virtual comm::LinkBytes own_bytes() const { return {}; }
+
+  // Checkpoints. Host views of this rank's part of the state (fp32 params, Adam m and v), current as of the call
+  // (a GPU backend copies device state into them); valid until the next call on the backend.
+  virtual std::vector<ckpt::UnitShard> checkpoint_shards() = 0;
+  // After a checkpoint was loaded into checkpoint_shards()' views: make the backend's state follow.
+  virtual void checkpoint_loaded() = 0;
+  virtual bool is_checkpoint_writer() const = 0;
+};
+
+// The sharding engine and the CPU model. Collective over the mesh.
+std::unique_ptr<Backend> make_cpu_backend(const TrainOptions& options, const model::ModelLayout& layout,
+                                          comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log);
+
+}  // namespace hsdp::train

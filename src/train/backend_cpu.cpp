@@ -1,0 +1,55 @@
+// The CPU backend: the sharding engine over model::Gpt<float> (every strategy, ZeRO++, fp16 loss scaling).
+#include <memory>
+
+#include "hsdp/model/gpt.hpp"
+#include "hsdp/train/backend.hpp"
+
+namespace hsdp::train {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh,
+             MemoryAccountant& memory, const Logger& log)
+      : engine_(layout, mesh, o.engine, o.model_seed, memory, &log),
+        gpt_(layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing) {}
+
+  void begin_step() override { engine_.begin_step(); }
+  float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
+                         bool last) override {
+    return engine_.forward_backward(gpt_, tokens, targets, dloss, last);
+  }
+  double grad_norm_squared() override { return engine_.grad_norm_squared(); }
+  bool found_nonfinite() override { return engine_.found_nonfinite(); }
+  void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
+    engine_.optimizer_step(config, step);
+  }
+  float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
+    return engine_.evaluate(gpt_, tokens, targets);
+  }
+  const shard::StepTiming& timing() const override { return engine_.timing(); }
+
+  std::vector<ckpt::UnitShard> checkpoint_shards() override {
+    std::vector<ckpt::UnitShard> out;
+    for (const auto& v : engine_.shard_views()) {
+      out.push_back({v.unit, v.begin, v.count, v.params, v.exp_avg, v.exp_avg_sq});
+    }
+    return out;
+  }
+  void checkpoint_loaded() override { engine_.refresh_derived_state(); }
+  bool is_checkpoint_writer() const override { return engine_.is_checkpoint_writer(); }
+
+ private:
+  shard::Engine engine_;
+  model::Gpt<float> gpt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const TrainOptions& options, const model::ModelLayout& layout,
+                                          comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log) {
+  return std::make_unique<CpuBackend>(options, layout, mesh, memory, log);
+}
+
+}  // namespace hsdp::train

@@ -1,0 +1,242 @@
+// device.type = cuda: see hsdp/train/cuda_backend.hpp.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "hsdp/comm/nccl.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
+#include "hsdp/device/cuda/adamw.hpp"
+#include "hsdp/device/cuda/layers.hpp"
+#include "hsdp/device/cuda/runtime.hpp"
+#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/model/cuda/gpt.hpp"
+#include "hsdp/model/unit_buffers.hpp"
+#include "hsdp/train/cuda_backend.hpp"
+
+namespace hsdp::train {
+
+namespace {
+
+namespace dc = hsdp::device::cuda;
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh,
+              MemoryAccountant& memory, const Logger& log)
+      : layout_(layout),
+        mesh_(mesh),
+        selected_(device::select_device(device::DeviceType::cuda, mesh.topology().local_rank())),
+        world_size_(mesh.topology().world_size),
+        gpt_(layout, o.micro_batch, o.seq_len),
+        total_(layout.total_numel()),
+        params_(total_),
+        param_copy_(total_),
+        grads_(total_),
+        m_(total_),
+        v_(total_),
+        runs_(model::cuda::decay_runs(layout), total_),
+        tokens_(gpt_.tokens()),
+        targets_(gpt_.tokens()),
+        host_tokens_(gpt_.tokens()),
+        host_targets_(gpt_.tokens()),
+        host_losses_(gpt_.tokens()),
+        norm_(1),
+        norm_scratch_(dc::kSumOfSquaresScratch) {
+    // Initialisation on the host, as the CPU engine does it (model.seed), uploaded once.
+    model::UnitBuffers<float> host(layout);
+    host.init(layout, o.model_seed);
+    for (int u = 0; u < layout.num_units(); ++u) {
+      dc::copy_to_device(params_.data() + gpt_.unit_offset(u), host.unit(u).data(), host.unit(u).size(), compute_);
+    }
+    dc::convert(param_copy_.data(), params_.data(), total_, compute_);
+    dc::zero_on_device(m_.data(), total_, compute_);
+    dc::zero_on_device(v_.data(), total_, compute_);
+    compute_.synchronize();
+
+    comm::MpiCommunicator& node = mesh.node();
+    comm::MpiCommunicator& cross = mesh.cross_node();
+    if (node.size() > 1) intra_ = std::make_unique<comm::NcclCommunicator>(node, "gpu_node", o.comm, log);
+    if (cross.size() > 1) {
+      inter_ = comm::make_inter_node_communicator(comm::parse_inter_node_backend(o.comm_inter), cross, "gpu_cross_node",
+                                                  compute_.get(), o.comm, log);
+    }
+    memory.allocate(MemCategory::params, params_.size_bytes() + param_copy_.size_bytes());
+    memory.allocate(MemCategory::grads, grads_.size_bytes());
+    memory.allocate(MemCategory::optimizer, m_.size_bytes() + v_.size_bytes());
+    memory.allocate(MemCategory::activations, gpt_.activation_bytes() + tokens_.size_bytes() + targets_.size_bytes());
+    std::string reduction = intra_ ? "gradients all-reduced over the node's " + std::to_string(node.size()) +
+                                         " GPUs with NCCL during backward"
+                                   : std::string("one rank per node: no reduction inside the node");
+    if (inter_) reduction += ", then across " + std::to_string(cross.size()) + " nodes with comm.inter=" + o.comm_inter;
+    log.info("device.type=cuda: rank 0 on GPU ", selected_.cuda_device, " of ", selected_.visible_devices, " (",
+             selected_.name, "); ", reduction);
+  }
+
+  void begin_step() override {
+    dc::zero_on_device(grads_.data(), total_, compute_);
+    timing_ = {};
+    if (intra_) intra_->reset_counters();
+    if (inter_) inter_->reset_counters();
+  }
+
+  float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
+                         bool last) override {
+    upload(tokens, targets);
+    // Sum-reduced gradients of the per-rank mean losses, divided by the world size: the global mean.
+    const float per_row = dloss / static_cast<float>(gpt_.tokens()) / static_cast<float>(world_size_);
+    gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), per_row, compute_);
+    if (last && intra_) {
+      gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), compute_, [&](int unit) { reduce_unit(unit); });
+      intra_->make_stream_wait(compute_);
+    } else {
+      gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), compute_);
+    }
+    return mean_loss();
+  }
+
+  double grad_norm_squared() override {
+    Stopwatch wait;
+    for (auto& h : pending_) h.wait();  // the host waits only here, after every kernel of the step was enqueued
+    pending_.clear();
+    if (inter_) inter_->all_reduce(std::span<float>(grads_.data(), total_), comm::ReduceOp::sum);
+    if (intra_ || inter_) {
+      timing_.exposed_comm_ms = wait.milliseconds();
+      timing_.comm_ms = first_issue_ ? first_issue_->milliseconds() : timing_.exposed_comm_ms;
+      first_issue_.reset();
+    }
+    dc::sum_of_squares(norm_.data(), grads_.data(), total_, norm_scratch_.data(), compute_);
+    double norm = 0;
+    dc::copy_to_host(&norm, norm_.data(), 1, compute_);
+    compute_.synchronize();
+    return norm;
+  }
+
+  // fp16 is refused for cuda (check_cuda_options); a non-finite gradient shows in the norm, which the loop checks.
+  bool found_nonfinite() override { return false; }
+
+  void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
+    dc::AdamWValues values;
+    values.lr = step.lr;
+    values.beta1 = config.beta1;
+    values.beta2 = config.beta2;
+    values.eps = config.eps;
+    values.weight_decay = config.weight_decay;
+    values.grad_scale = step.grad_scale;
+    values.bias_correction1 = dc::adamw_bias_correction(config.beta1, step.t);
+    values.bias_correction2 = dc::adamw_bias_correction(config.beta2, step.t);
+    dc::adamw_update(values, runs_, params_.data(), grads_.data(), m_.data(), v_.data(), param_copy_.data(), compute_);
+  }
+
+  float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
+    upload(tokens, targets);
+    gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), 0.0f, compute_);
+    return mean_loss();
+  }
+
+  const shard::StepTiming& timing() const override { return timing_; }
+
+  comm::LinkBytes own_bytes() const override {
+    comm::LinkBytes bytes;
+    if (intra_) bytes += intra_->counters().total();
+    if (inter_) bytes += inter_->counters().total();
+    return bytes;
+  }
+
+  // Every rank holds the whole model (no_shard): the views cover every unit; world rank 0 writes.
+  std::vector<ckpt::UnitShard> checkpoint_shards() override {
+    if (host_params_.empty()) {
+      host_params_.resize(total_);
+      host_m_.resize(total_);
+      host_v_.resize(total_);
+    }
+    dc::copy_to_host(host_params_.data(), params_.data(), total_, compute_);
+    dc::copy_to_host(host_m_.data(), m_.data(), total_, compute_);
+    dc::copy_to_host(host_v_.data(), v_.data(), total_, compute_);
+    compute_.synchronize();
+    std::vector<ckpt::UnitShard> shards;
+    for (int u = 0; u < layout_.num_units(); ++u) {
+      const std::size_t at = gpt_.unit_offset(u);
+      shards.push_back({u, 0, layout_.unit(u).numel, host_params_.data() + at, host_m_.data() + at,
+                        host_v_.data() + at});
+    }
+    return shards;
+  }
+
+  void checkpoint_loaded() override {
+    dc::copy_to_device(params_.data(), host_params_.data(), total_, compute_);
+    dc::copy_to_device(m_.data(), host_m_.data(), total_, compute_);
+    dc::copy_to_device(v_.data(), host_v_.data(), total_, compute_);
+    dc::convert(param_copy_.data(), params_.data(), total_, compute_);
+    compute_.synchronize();
+  }
+
+  bool is_checkpoint_writer() const override { return mesh_.replicate().rank() == 0; }
+
+ private:
+  // Issues the all-reduce of one unit's gradient on the NCCL stream, after the compute work enqueued so far.
+  void reduce_unit(int unit) {
+    // One event serves every unit: a stream waiting for an event waits for its record at the time of the call.
+    unit_ready_.record(compute_);
+    intra_->wait_for(unit_ready_.get());
+    if (!first_issue_) first_issue_.emplace();
+    float* g = grads_.data() + gpt_.unit_offset(unit);
+    pending_.push_back(intra_->all_reduce_async(g, g, layout_.unit(unit).numel, DType::f32, comm::ReduceOp::sum));
+  }
+
+  void upload(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+    if (tokens.size() != gpt_.tokens() || targets.size() != gpt_.tokens()) {
+      throw_internal("cuda backend: a micro-batch of " + std::to_string(tokens.size()) + " tokens, expected " +
+                     std::to_string(gpt_.tokens()));
+    }
+    // The pinned buffers are free again: the previous micro-batch's loss read waited for the stream.
+    std::memcpy(host_tokens_.data(), tokens.data(), tokens.size_bytes());
+    std::memcpy(host_targets_.data(), targets.data(), targets.size_bytes());
+    dc::copy_to_device(tokens_.data(), host_tokens_.data(), tokens.size(), compute_);
+    dc::copy_to_device(targets_.data(), host_targets_.data(), targets.size(), compute_);
+  }
+
+  // Waits for the stream: the micro-batch's mean loss (fp32 per position, summed in double on the host).
+  float mean_loss() {
+    dc::copy_to_host(host_losses_.data(), gpt_.losses(), gpt_.tokens(), compute_);
+    compute_.synchronize();
+    const double sum = std::accumulate(host_losses_.data(), host_losses_.data() + gpt_.tokens(), 0.0);
+    return static_cast<float>(sum / static_cast<double>(gpt_.tokens()));
+  }
+
+  const model::ModelLayout& layout_;
+  comm::ProcessMesh& mesh_;
+  device::SelectedDevice selected_;
+  int world_size_;
+  dc::Stream compute_;
+  model::cuda::GptCuda gpt_;
+  std::size_t total_;
+  dc::DeviceBuffer<float> params_;
+  dc::DeviceBuffer<bf16_t> param_copy_;
+  dc::DeviceBuffer<float> grads_, m_, v_;
+  dc::DeviceDecayRuns runs_;
+  dc::DeviceBuffer<std::int32_t> tokens_, targets_;
+  dc::PinnedBuffer<std::int32_t> host_tokens_, host_targets_;
+  dc::PinnedBuffer<float> host_losses_;
+  dc::DeviceBuffer<double> norm_, norm_scratch_;
+  std::unique_ptr<comm::NcclCommunicator> intra_;
+  std::unique_ptr<comm::Communicator> inter_;
+  dc::Event unit_ready_;
+  std::vector<comm::CommHandle> pending_;
+  std::optional<Stopwatch> first_issue_;
+  shard::StepTiming timing_;
+  std::vector<float> host_params_, host_m_, host_v_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& options, const model::ModelLayout& layout,
+                                           comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log) {
+  check_cuda_options(options);
+  return std::make_unique<CudaBackend>(options, layout, mesh, memory, log);
+}
+
+}  // namespace hsdp::train

@@ -1,0 +1,35 @@
+// What device.type = cuda can honour (hsdp/train/cuda_backend.hpp), checked in every build.
+#include <string>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/train/cuda_backend.hpp"
+
+namespace hsdp::train {
+
+void check_cuda_options(const TrainOptions& o) {
+  const std::string what = "device.type=cuda ";
+  if (o.engine.strategy != comm::Sharding::no_shard) {
+    throw_config(what + "trains data-parallel only: parallel.sharding=" + comm::to_string(o.engine.strategy) +
+                 " runs on the CPU (device.type=cpu); use parallel.sharding=no_shard on GPUs");
+  }
+  if (o.engine.param_dtype != DType::bf16) {
+    throw_config(what + "computes in bf16 with fp32 master weights: set precision.param=bf16 (it is " +
+                 std::string(to_string(o.engine.param_dtype)) + ")");
+  }
+  if (o.engine.reduce_dtype != DType::f32) {
+    throw_config(what + "reduces gradients in fp32: set precision.reduce=fp32 (it is " +
+                 std::string(to_string(o.engine.reduce_dtype)) + ")");
+  }
+  const auto& z = o.engine.zeropp;
+  if (z.quantized_weights || z.quantized_gradients || z.hpz_partition_size > 0) {
+    throw_config(what + "has no ZeRO++ (zeropp.*): it needs a sharded strategy, which runs on the CPU only");
+  }
+  if (o.activation_checkpointing) {
+    throw_config(what + "keeps every activation: set train.activation_checkpointing=false");
+  }
+  if (o.comm_inter != "mpi" && o.comm_inter != "nccl") {
+    throw_config("comm.inter=" + o.comm_inter + ": expected mpi or nccl");
+  }
+}
+
+}  // namespace hsdp::train
