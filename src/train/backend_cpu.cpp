@@ -10,8 +10,8 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh,
-             MemoryAccountant& memory, const Logger& log)
+  CpuBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh, MemoryAccountant& memory,
+             const Logger& log)
       : engine_(layout, mesh, o.engine, o.model_seed, memory, &log),
         gpt_(layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing) {}
 

@@ -78,8 +78,8 @@ void batched(BlasLt& blas, bool trans_a, bool trans_b, int m, int n, int k, View
 
 void check_shape(int B, int T_, int C, int NH) {
   if (B < 1 || T_ < 1 || NH < 1 || C % NH != 0) {
-    throw_internal("attention: bad shape B=" + std::to_string(B) + " T=" + std::to_string(T_) + " C=" +
-                   std::to_string(C) + " NH=" + std::to_string(NH));
+    throw_internal("attention: bad shape B=" + std::to_string(B) + " T=" + std::to_string(T_) +
+                   " C=" + std::to_string(C) + " NH=" + std::to_string(NH));
   }
 }
 
@@ -104,8 +104,8 @@ void attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scratch
     const T* q = qkv + static_cast<std::size_t>(b) * T_ * 3 * C;
     T* att_b = att + static_cast<std::size_t>(b) * NH * TT;
     // S_h[T, T] = Q_h K_h^T
-    batched(blas, false, true, T_, T_, hs, {q, 3 * C, hs}, {q + C, 3 * C, hs}, scores, T_, TT, t, DType::f32, false,
-            NH, stream);
+    batched(blas, false, true, T_, T_, hs, {q, 3 * C, hs}, {q + C, 3 * C, hs}, scores, T_, TT, t, DType::f32, false, NH,
+            stream);
     causal_softmax_kernel<<<(rows + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * kWarp, 0, stream>>>(
         att_b, scores, rows, T_, scale);
     check_launch("causal_softmax_kernel");
@@ -134,15 +134,16 @@ void attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, con
     // dA_h[T, T] = dout_h V_h^T
     batched(blas, false, true, T_, T_, hs, {dout_b, C, hs}, {q + 2 * C, 3 * C, hs}, datt, T_, TT, t, DType::f32, false,
             NH, stream);
-    causal_softmax_backward_kernel<<<(rows + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * kWarp, 0,
-                                     stream>>>(dscores, datt, att_b, rows, T_, scale);
+    causal_softmax_backward_kernel<<<(rows + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * kWarp, 0, stream>>>(
+        dscores, datt, att_b, rows, T_, scale);
     check_launch("causal_softmax_backward_kernel");
     // dV_h += att_h^T dout_h; dQ_h += dS_h K_h; dK_h += dS_h^T Q_h
     batched(blas, true, false, T_, hs, T_, {att_b, T_, TT}, {dout_b, C, hs}, dq + 2 * C, 3 * C, hs, t, t, true, NH,
             stream);
     batched(blas, false, false, T_, hs, T_, {dscores, T_, TT}, {q + C, 3 * C, hs}, dq, 3 * C, hs, t, t, true, NH,
             stream);
-    batched(blas, true, false, T_, hs, T_, {dscores, T_, TT}, {q, 3 * C, hs}, dq + C, 3 * C, hs, t, t, true, NH, stream);
+    batched(blas, true, false, T_, hs, T_, {dscores, T_, TT}, {q, 3 * C, hs}, dq + C, 3 * C, hs, t, t, true, NH,
+            stream);
   }
 }
 
@@ -151,7 +152,7 @@ template void attention_forward<bf16_t>(BlasLt&, bf16_t*, bf16_t*, const bf16_t*
                                         cudaStream_t);
 template void attention_backward<float>(BlasLt&, float*, void*, const float*, const float*, const float*, int, int, int,
                                         int, cudaStream_t);
-template void attention_backward<bf16_t>(BlasLt&, bf16_t*, void*, const bf16_t*, const bf16_t*, const bf16_t*, int,
-                                         int, int, int, cudaStream_t);
+template void attention_backward<bf16_t>(BlasLt&, bf16_t*, void*, const bf16_t*, const bf16_t*, const bf16_t*, int, int,
+                                         int, int, cudaStream_t);
 
 }  // namespace hsdp::device::cuda

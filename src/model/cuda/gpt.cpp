@@ -35,7 +35,8 @@ GptCuda::BlockActivations::BlockActivations(std::size_t N, std::size_t C, std::s
 
 std::size_t GptCuda::BlockActivations::bytes() const {
   std::size_t total = 0;
-  for (const Bf16Buffer* b : {&ln1, &qkv, &att, &atty, &attproj, &residual2, &ln2, &fch, &fch_gelu, &fcproj, &residual3})
+  for (const Bf16Buffer* b :
+       {&ln1, &qkv, &att, &atty, &attproj, &residual2, &ln2, &fch, &fch_gelu, &fcproj, &residual3})
     total += b->size_bytes();
   for (const FloatBuffer* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) total += b->size_bytes();
   return total;
@@ -73,9 +74,11 @@ GptCuda::GptCuda(const ModelLayout& layout, int B, int T)
   for (int l = 0; l < cfg_.n_layer; ++l) blocks_.emplace_back(N_, C(), att_n);
   activation_bytes_ = dc::BlasLt::kDefaultWorkspaceBytes;
   for (const auto& b : blocks_) activation_bytes_ += b.bytes();
-  for (const Bf16Buffer* b : {&encoded_, &lnf_, &logits_, &dresidual_, &d_ln_, &d_atty_, &d_qkv_, &d_fch_, &d_fch_gelu_})
+  for (const Bf16Buffer* b :
+       {&encoded_, &lnf_, &logits_, &dresidual_, &d_ln_, &d_atty_, &d_qkv_, &d_fch_, &d_fch_gelu_})
     activation_bytes_ += b->size_bytes();
-  for (const FloatBuffer* b : {&lnf_mean_, &lnf_rstd_, &losses_, &column_scratch_}) activation_bytes_ += b->size_bytes();
+  for (const FloatBuffer* b : {&lnf_mean_, &lnf_rstd_, &losses_, &column_scratch_})
+    activation_bytes_ += b->size_bytes();
   activation_bytes_ += att_scratch_.size_bytes();
 }
 
@@ -91,8 +94,8 @@ void GptCuda::forward(const bf16_t* weights, const std::int32_t* tokens, const s
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int u = ModelLayout::block_unit(l);
     BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
-    dc::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w(u, o.ln_1_weight),
-                          w(u, o.ln_1_bias), N, C, stream);
+    dc::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w(u, o.ln_1_weight), w(u, o.ln_1_bias),
+                          N, C, stream);
     dc::matmul_forward(blas_, a.qkv.data(), a.ln1.data(), w(u, o.c_attn_weight), w(u, o.c_attn_bias), N, C, 3 * C,
                        stream);
     dc::attention_forward(blas_, a.atty.data(), a.att.data(), a.qkv.data(), att_scratch_.data(), B_, T_, C, NH, stream);
@@ -112,8 +115,8 @@ void GptCuda::forward(const bf16_t* weights, const std::int32_t* tokens, const s
   const auto& f = layout_.final_norm_offsets();
   dc::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, w(fin, f.weight), w(fin, f.bias), N, C,
                         stream);
-  dc::lm_head_forward(blas_, logits_.data(), lnf_.data(), w(emb, e.wte), N, C, cfg_.vocab_size,
-                      cfg_.padded_vocab_size, stream);
+  dc::lm_head_forward(blas_, logits_.data(), lnf_.data(), w(emb, e.wte), N, C, cfg_.vocab_size, cfg_.padded_vocab_size,
+                      stream);
   // Loss and d-logits in one pass, written over the logits.
   dc::softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets, dloss_per_row, N,
                                     cfg_.vocab_size, cfg_.padded_vocab_size, stream);

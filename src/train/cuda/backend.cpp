@@ -160,8 +160,8 @@ class CudaBackend final : public Backend {
     std::vector<ckpt::UnitShard> shards;
     for (int u = 0; u < layout_.num_units(); ++u) {
       const std::size_t at = gpt_.unit_offset(u);
-      shards.push_back({u, 0, layout_.unit(u).numel, host_params_.data() + at, host_m_.data() + at,
-                        host_v_.data() + at});
+      shards.push_back(
+          {u, 0, layout_.unit(u).numel, host_params_.data() + at, host_m_.data() + at, host_v_.data() + at});
     }
     return shards;
   }
