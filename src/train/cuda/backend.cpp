@@ -3,7 +3,6 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
-#include <optional>
 #include <vector>
 
 #include "hsdp/comm/nccl.hpp"
@@ -89,24 +88,33 @@ class CudaBackend final : public Backend {
     // Sum-reduced gradients of the per-rank mean losses, divided by the world size: the global mean.
     const float per_row = dloss / static_cast<float>(gpt_.tokens()) / static_cast<float>(world_size_);
     gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), per_row, compute_);
+    request_losses();
     if (last && intra_) {
       gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), compute_, [&](int unit) { reduce_unit(unit); });
+      backward_done_.record(compute_);
+      comm_done_.record(intra_->stream());
       intra_->make_stream_wait(compute_);
     } else {
       gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), compute_);
     }
-    return mean_loss();
+    return mean_loss();  // waits for the forward only: backward and its reductions run on
   }
 
+  // Timing: comm_ms spans the NCCL stream from the first unit's all-reduce to the last one's end, exposed_comm_ms
+  // the part of it after backward's last kernel (both from CUDA events); a cross-node all-reduce adds its host time
+  // to both (it starts after backward).
   double grad_norm_squared() override {
-    Stopwatch wait;
-    for (auto& h : pending_) h.wait();  // the host waits only here, after every kernel of the step was enqueued
+    for (auto& h : pending_) h.wait();  // the collectives are waited for here, after the whole step was enqueued
+    if (!pending_.empty()) {
+      timing_.comm_ms = comm_done_.elapsed_ms_since(comm_start_);
+      timing_.exposed_comm_ms = std::max(0.0f, comm_done_.elapsed_ms_since(backward_done_));
+    }
     pending_.clear();
-    if (inter_) inter_->all_reduce(std::span<float>(grads_.data(), total_), comm::ReduceOp::sum);
-    if (intra_ || inter_) {
-      timing_.exposed_comm_ms = wait.milliseconds();
-      timing_.comm_ms = first_issue_ ? first_issue_->milliseconds() : timing_.exposed_comm_ms;
-      first_issue_.reset();
+    if (inter_) {
+      Stopwatch inter;
+      inter_->all_reduce(std::span<float>(grads_.data(), total_), comm::ReduceOp::sum);
+      timing_.comm_ms += inter.milliseconds();
+      timing_.exposed_comm_ms += inter.milliseconds();
     }
     dc::sum_of_squares(norm_.data(), grads_.data(), total_, norm_scratch_.data(), compute_);
     double norm = 0;
@@ -134,6 +142,7 @@ class CudaBackend final : public Backend {
   float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
     upload(tokens, targets);
     gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), 0.0f, compute_);
+    request_losses();
     return mean_loss();
   }
 
@@ -182,7 +191,7 @@ class CudaBackend final : public Backend {
     // One event serves every unit: a stream waiting for an event waits for its record at the time of the call.
     unit_ready_.record(compute_);
     intra_->wait_for(unit_ready_.get());
-    if (!first_issue_) first_issue_.emplace();
+    if (pending_.empty()) comm_start_.record(intra_->stream());
     float* g = grads_.data() + gpt_.unit_offset(unit);
     pending_.push_back(intra_->all_reduce_async(g, g, layout_.unit(unit).numel, DType::f32, comm::ReduceOp::sum));
   }
@@ -192,17 +201,23 @@ class CudaBackend final : public Backend {
       throw_internal("cuda backend: a micro-batch of " + std::to_string(tokens.size()) + " tokens, expected " +
                      std::to_string(gpt_.tokens()));
     }
-    // The pinned buffers are free again: the previous micro-batch's loss read waited for the stream.
+    // The pinned buffers are free again: the copies of the previous micro-batch's tokens came before its forward,
+    // whose losses the host has waited for.
     std::memcpy(host_tokens_.data(), tokens.data(), tokens.size_bytes());
     std::memcpy(host_targets_.data(), targets.data(), targets.size_bytes());
     dc::copy_to_device(tokens_.data(), host_tokens_.data(), tokens.size(), compute_);
     dc::copy_to_device(targets_.data(), host_targets_.data(), targets.size(), compute_);
   }
 
-  // Waits for the stream: the micro-batch's mean loss (fp32 per position, summed in double on the host).
-  float mean_loss() {
+  // After the forward: the per-position losses go to pinned host memory, and an event marks them.
+  void request_losses() {
     dc::copy_to_host(host_losses_.data(), gpt_.losses(), gpt_.tokens(), compute_);
-    compute_.synchronize();
+    losses_ready_.record(compute_);
+  }
+
+  // Waits for the losses of the last forward (not for the work enqueued after it): their mean, summed in double.
+  float mean_loss() {
+    losses_ready_.synchronize();
     const double sum = std::accumulate(host_losses_.data(), host_losses_.data() + gpt_.tokens(), 0.0);
     return static_cast<float>(sum / static_cast<double>(gpt_.tokens()));
   }
@@ -225,8 +240,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<comm::NcclCommunicator> intra_;
   std::unique_ptr<comm::Communicator> inter_;
   dc::Event unit_ready_;
+  dc::Event losses_ready_;
   std::vector<comm::CommHandle> pending_;
-  std::optional<Stopwatch> first_issue_;
+  dc::Event comm_start_{dc::Event::Timing::on}, comm_done_{dc::Event::Timing::on}, backward_done_{dc::Event::Timing::on};
   shard::StepTiming timing_;
   std::vector<float> host_params_, host_m_, host_v_;
 };
