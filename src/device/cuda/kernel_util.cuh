@@ -80,6 +80,28 @@ __device__ __forceinline__ float block_max(float v) {
   return block_reduce<true>(v);
 }
 
+// P consecutive elements moved as one load or store (P * sizeof(T) bytes, at most 16): kernels over rows or long
+// vectors read 16 bytes per thread and instruction where sizes and addresses allow (kPackOf<T>), else one element.
+template <typename T, int P>
+struct alignas(sizeof(T) * P) Pack {
+  T v[P];
+};
+template <typename T>
+inline constexpr int kPackOf = static_cast<int>(16 / sizeof(T));
+template <int P, typename T>
+__device__ __forceinline__ Pack<T, P> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T, P>*>(p);
+}
+template <int P, typename T>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, P>& x) {
+  *reinterpret_cast<Pack<T, P>*>(p) = x;
+}
+// Whether every pointer is 16-byte aligned (then n % kPackOf<T> == 0 makes the packed kernels apply).
+template <typename... Ptrs>
+inline bool aligned16(const Ptrs*... ptrs) {
+  return ((reinterpret_cast<std::uintptr_t>(ptrs) % 16 == 0) && ...);
+}
+
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU, never more than needed.
 inline unsigned grid_for(std::size_t n, int threads) {
   const std::size_t blocks = (n + static_cast<std::size_t>(threads) - 1) / static_cast<std::size_t>(threads);

@@ -166,8 +166,9 @@ void column_sums(float* out0, float* out1, float* scratch, Terms terms, int N, i
 
 // ---- layer norm ----
 
-// One warp per row: two passes (mean, then the variance of centred values) as on the CPU.
-template <typename T>
+// One warp per row: two passes (mean, then the variance of centred values) as on the CPU. Lane l takes packs
+// l, l + 32, ... of P elements (P = 8 bf16 or 4 floats when C and the addresses allow, else 1).
+template <int P, typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
                                          int N, int C) {
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -175,23 +176,36 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   if (row >= N) return;
   const T* x = inp + static_cast<std::size_t>(row) * C;
   float sum = 0.0f;
-  for (int c = lane; c < C; c += kWarp) sum += load(x + c);
+  for (int c = lane * P; c < C; c += kWarp * P) {
+    const auto xs = detail::load_pack<P>(x + c);
+    for (int k = 0; k < P; ++k) sum += load(&xs.v[k]);
+  }
   const float m = detail::warp_sum(sum) / static_cast<float>(C);
   float sq = 0.0f;
-  for (int c = lane; c < C; c += kWarp) {
-    const float d = load(x + c) - m;
-    sq += d * d;
+  for (int c = lane * P; c < C; c += kWarp * P) {
+    const auto xs = detail::load_pack<P>(x + c);
+    for (int k = 0; k < P; ++k) {
+      const float d = load(&xs.v[k]) - m;
+      sq += d * d;
+    }
   }
   const float s = 1.0f / sqrtf(detail::warp_sum(sq) / static_cast<float>(C) + static_cast<float>(kLayerNormEps));
   T* o = out + static_cast<std::size_t>(row) * C;
-  for (int c = lane; c < C; c += kWarp) store(o + c, (load(x + c) - m) * s * load(weight + c) + load(bias + c));
+  for (int c = lane * P; c < C; c += kWarp * P) {
+    const auto xs = detail::load_pack<P>(x + c);
+    const auto ws = detail::load_pack<P>(weight + c);
+    const auto bs = detail::load_pack<P>(bias + c);
+    detail::Pack<T, P> ys;
+    for (int k = 0; k < P; ++k) store(&ys.v[k], (load(&xs.v[k]) - m) * s * load(&ws.v[k]) + load(&bs.v[k]));
+    detail::store_pack(o + c, ys);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
   }
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* mean,
                                           const float* rstd, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -202,49 +216,78 @@ __global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, 
   const float s = rstd[row];
   float dnorm_sum = 0.0f;
   float dnorm_norm_sum = 0.0f;
-  for (int c = lane; c < C; c += kWarp) {
-    const float dnorm = load(weight + c) * load(dout + base + c);
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * (load(inp + base + c) - m) * s;
+  for (int c = lane * P; c < C; c += kWarp * P) {
+    const auto ws = detail::load_pack<P>(weight + c);
+    const auto ds = detail::load_pack<P>(dout + base + c);
+    const auto xs = detail::load_pack<P>(inp + base + c);
+    for (int k = 0; k < P; ++k) {
+      const float dnorm = load(&ws.v[k]) * load(&ds.v[k]);
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * (load(&xs.v[k]) - m) * s;
+    }
   }
   const float dnorm_mean = detail::warp_sum(dnorm_sum) / static_cast<float>(C);
   const float dnorm_norm_mean = detail::warp_sum(dnorm_norm_sum) / static_cast<float>(C);
-  for (int c = lane; c < C; c += kWarp) {
-    const float norm = (load(inp + base + c) - m) * s;
-    const float dx = (load(weight + c) * load(dout + base + c) - dnorm_mean - norm * dnorm_norm_mean) * s;
-    store(dinp + base + c, load(dinp + base + c) + dx);
+  for (int c = lane * P; c < C; c += kWarp * P) {
+    const auto ws = detail::load_pack<P>(weight + c);
+    const auto ds = detail::load_pack<P>(dout + base + c);
+    const auto xs = detail::load_pack<P>(inp + base + c);
+    auto gs = detail::load_pack<P>(dinp + base + c);
+    for (int k = 0; k < P; ++k) {
+      const float norm = (load(&xs.v[k]) - m) * s;
+      const float dx = (load(&ws.v[k]) * load(&ds.v[k]) - dnorm_mean - norm * dnorm_norm_mean) * s;
+      store(&gs.v[k], load(&gs.v[k]) + dx);
+    }
+    detail::store_pack(dinp + base + c, gs);
   }
 }
 
 // ---- elementwise ----
 
-template <typename T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+__device__ __forceinline__ float gelu_of(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  return x / (1.0f + expf(-2.0f * u));
+}
+__device__ __forceinline__ float gelu_grad_of(float x) {
+  const float u = kGeluScale * (x + kGeluCubic * x * x * x);
+  const float s = 1.0f / (1.0f + expf(-2.0f * u));
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+  return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
+// The elementwise kernels run over packs of P elements (n / P of them; the host picks P).
+template <int P, typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, std::size_t packs) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < packs;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float x = load(inp + i);
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    store(out + i, x / (1.0f + expf(-2.0f * u)));
+    const auto xs = detail::load_pack<P>(inp + i * P);
+    detail::Pack<T, P> ys;
+    for (int k = 0; k < P; ++k) store(&ys.v[k], gelu_of(load(&xs.v[k])));
+    detail::store_pack(out + i * P, ys);
   }
 }
 
-template <typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+template <int P, typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, std::size_t packs) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < packs;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float x = load(inp + i);
-    const float u = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float s = 1.0f / (1.0f + expf(-2.0f * u));
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    store(dinp + i, load(dinp + i) + load(dout + i) * (s + 2.0f * x * s * (1.0f - s) * du));
+    const auto xs = detail::load_pack<P>(inp + i * P);
+    const auto ds = detail::load_pack<P>(dout + i * P);
+    auto gs = detail::load_pack<P>(dinp + i * P);
+    for (int k = 0; k < P; ++k) store(&gs.v[k], load(&gs.v[k]) + load(&ds.v[k]) * gelu_grad_of(load(&xs.v[k])));
+    detail::store_pack(dinp + i * P, gs);
   }
 }
 
-template <typename T>
-__global__ void residual_forward_kernel(T* out, const T* inp1, const T* inp2, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+template <int P, typename T>
+__global__ void residual_forward_kernel(T* out, const T* inp1, const T* inp2, std::size_t packs) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < packs;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    store(out + i, load(inp1 + i) + load(inp2 + i));
+    const auto as = detail::load_pack<P>(inp1 + i * P);
+    const auto bs = detail::load_pack<P>(inp2 + i * P);
+    detail::Pack<T, P> ys;
+    for (int k = 0; k < P; ++k) store(&ys.v[k], load(&as.v[k]) + load(&bs.v[k]));
+    detail::store_pack(out + i * P, ys);
   }
 }
 
@@ -302,7 +345,12 @@ template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int N, int C,
                        cudaStream_t stream) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  constexpr int P = detail::kPackOf<T>;
+  if (C % P == 0 && detail::aligned16(out, inp, weight, bias)) {
+    layernorm_forward_kernel<P><<<warp_rows_grid(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  } else {
+    layernorm_forward_kernel<1><<<warp_rows_grid(N), kThreads, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+  }
   check_launch("layernorm_forward_kernel");
 }
 
@@ -310,7 +358,12 @@ template <typename T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
                         const T* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
   if (N == 0) return;
-  layernorm_backward_kernel<<<warp_rows_grid(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  constexpr int P = detail::kPackOf<T>;
+  if (C % P == 0 && detail::aligned16(dinp, dout, inp, weight)) {
+    layernorm_backward_kernel<P><<<warp_rows_grid(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  } else {
+    layernorm_backward_kernel<1><<<warp_rows_grid(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  }
   check_launch("layernorm_backward_kernel");
   column_sums<2>(dweight, dbias, scratch, LayerNormTerms<T>{dout, inp, mean, rstd, C}, N, C, stream);
 }
@@ -320,26 +373,36 @@ void bias_backward(float* dbias, float* scratch, const T* dout, int N, int C, cu
   column_sums<1>(dbias, nullptr, scratch, BiasTerms<T>{dout, C}, N, C, stream);
 }
 
+// Launches kernel<P> over n / P packs when n and every pointer allow packs of P = kPackOf<T>, else kernel<1>.
+#define HSDP_LAUNCH_PACKED(kernel, T, n, stream, ...)                                                   \
+  do {                                                                                                \
+    constexpr int kP = detail::kPackOf<T>;                                                            \
+    if ((n) % kP == 0 && detail::aligned16(__VA_ARGS__)) {                                            \
+      kernel<kP><<<grid_for((n) / kP, kThreads), kThreads, 0, stream>>>(__VA_ARGS__, (n) / kP);       \
+    } else {                                                                                          \
+      kernel<1><<<grid_for(n, kThreads), kThreads, 0, stream>>>(__VA_ARGS__, n);                      \
+    }                                                                                                 \
+    check_launch(#kernel);                                                                            \
+  } while (false)
+
 template <typename T>
 void gelu_forward(T* out, const T* inp, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, inp, n);
-  check_launch("gelu_forward_kernel");
+  HSDP_LAUNCH_PACKED(gelu_forward_kernel, T, n, stream, out, inp);
 }
 
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dinp, inp, dout, n);
-  check_launch("gelu_backward_kernel");
+  HSDP_LAUNCH_PACKED(gelu_backward_kernel, T, n, stream, dinp, inp, dout);
 }
 
 template <typename T>
 void residual_forward(T* out, const T* inp1, const T* inp2, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  residual_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, inp1, inp2, n);
-  check_launch("residual_forward_kernel");
+  HSDP_LAUNCH_PACKED(residual_forward_kernel, T, n, stream, out, inp1, inp2);
 }
+#undef HSDP_LAUNCH_PACKED
 
 template <typename T>
 void residual_backward(T* dinp1, T* dinp2, const T* dout, std::size_t n, cudaStream_t stream) {

@@ -1,5 +1,5 @@
-// Fused softmax + cross-entropy on the GPU (see layers.hpp): one block per row of logits, three passes
-// (max, sum of exponentials, write) over a row that stays in L2.
+// Fused softmax + cross-entropy on the GPU (see layers.hpp): one block per row of logits, two passes over a row
+// that stays in L2 (online maximum and sum of exponentials, then the write).
 #include "hsdp/device/cuda/layers.hpp"
 #include "kernel_util.cuh"
 
@@ -13,34 +13,73 @@ constexpr int kThreads = 512;
 
 enum class Output { probs, dlogits };
 
-// out may alias logits: every thread writes only the columns it read, and the target logit is read before
-// the first write (the block reductions in between synchronize).
-template <Output kOut, typename T>
+// Running maximum and sum of exp(x - maximum), merged as the online softmax does.
+struct MaxSum {
+  float m = -INFINITY;
+  float s = 0.0f;
+  __device__ void add(float x) {
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+};
+
+// One block per row, two passes over it: the maximum and the sum of exponentials together (online), then the
+// write. The first floor(V / P) * P columns go in packs of P (16-byte loads and stores), the rest one by one.
+// out may alias logits: every thread writes only the columns it read, and the target logit is read before the
+// first write (the block reductions in between synchronize).
+template <Output kOut, int P, typename T>
 __global__ void softmax_xent_kernel(T* out, float* losses, const T* logits, const std::int32_t* targets,
                                     float dloss_per_row, int V, int Vp) {
   const std::size_t row_offset = static_cast<std::size_t>(blockIdx.x) * Vp;
   const T* row = logits + row_offset;
   const int target = targets[blockIdx.x];
   const float target_logit = load(row + target);
-  float local_max = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) local_max = fmaxf(local_max, load(row + i));
-  const float m = detail::block_max(local_max);
-  float local_sum = 0.0f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) local_sum += expf(load(row + i) - m);
-  const float sum = detail::block_sum(local_sum);
+  const int packed = V / P * P;
+  MaxSum local;
+  for (int i = threadIdx.x * P; i < packed; i += blockDim.x * P) {
+    const auto xs = detail::load_pack<P>(row + i);
+    for (int k = 0; k < P; ++k) local.add(load(&xs.v[k]));
+  }
+  for (int i = packed + threadIdx.x; i < V; i += blockDim.x) local.add(load(row + i));
+  const float m = detail::block_max(local.m);
+  const float sum = detail::block_sum(local.m == -INFINITY ? 0.0f : local.s * expf(local.m - m));
   const float inv_sum = 1.0f / sum;
   T* o = out + row_offset;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float p = expf(load(row + i) - m) * inv_sum;
+  const auto value = [&](int i, float x) {
+    const float p = expf(x - m) * inv_sum;
     if constexpr (kOut == Output::probs) {
-      store(o + i, p);
+      return p;
     } else {
       float d = p * dloss_per_row;
       if (i == target) d -= dloss_per_row;
-      store(o + i, d);
+      return d;
     }
+  };
+  for (int i = threadIdx.x * P; i < packed; i += blockDim.x * P) {
+    const auto xs = detail::load_pack<P>(row + i);
+    detail::Pack<T, P> ys;
+    for (int k = 0; k < P; ++k) store(&ys.v[k], value(i + k, load(&xs.v[k])));
+    detail::store_pack(o + i, ys);
   }
+  for (int i = packed + threadIdx.x; i < V; i += blockDim.x) store(o + i, value(i, load(row + i)));
   if (threadIdx.x == 0) losses[blockIdx.x] = logf(sum) - (target_logit - m);
+}
+
+// P = kPackOf<T> when rows start 16-byte aligned (Vp a multiple of the pack and aligned pointers), else 1.
+template <Output kOut, typename T>
+void launch_softmax_xent(T* out, float* losses, const T* logits, const std::int32_t* targets, float dloss_per_row,
+                         int N, int V, int Vp, cudaStream_t stream) {
+  constexpr int P = detail::kPackOf<T>;
+  if (Vp % P == 0 && detail::aligned16(out, logits)) {
+    softmax_xent_kernel<kOut, P><<<N, kThreads, 0, stream>>>(out, losses, logits, targets, dloss_per_row, V, Vp);
+  } else {
+    softmax_xent_kernel<kOut, 1><<<N, kThreads, 0, stream>>>(out, losses, logits, targets, dloss_per_row, V, Vp);
+  }
+  check_launch("softmax_xent_kernel");
 }
 
 template <typename T>
@@ -61,8 +100,7 @@ template <typename T>
 void softmax_xent_forward(T* probs, float* losses, const T* logits, const std::int32_t* targets, int N, int V, int Vp,
                           cudaStream_t stream) {
   if (N == 0) return;
-  softmax_xent_kernel<Output::probs><<<N, kThreads, 0, stream>>>(probs, losses, logits, targets, 0.0f, V, Vp);
-  check_launch("softmax_xent_kernel");
+  launch_softmax_xent<Output::probs>(probs, losses, logits, targets, 0.0f, N, V, Vp, stream);
 }
 
 template <typename T>
@@ -77,9 +115,7 @@ template <typename T>
 void softmax_xent_forward_backward(T* dlogits, float* losses, const T* logits, const std::int32_t* targets,
                                    float dloss_per_row, int N, int V, int Vp, cudaStream_t stream) {
   if (N == 0) return;
-  softmax_xent_kernel<Output::dlogits>
-      <<<N, kThreads, 0, stream>>>(dlogits, losses, logits, targets, dloss_per_row, V, Vp);
-  check_launch("softmax_xent_kernel");
+  launch_softmax_xent<Output::dlogits>(dlogits, losses, logits, targets, dloss_per_row, N, V, Vp, stream);
 }
 
 #define HSDP_INSTANTIATE_SOFTMAX_XENT(T)                                                                          \
