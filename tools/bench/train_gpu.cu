@@ -7,7 +7,8 @@
 //   P_matmul = L * 12 * C^2 + V * C (the block GEMMs and the tied LM head over the real vocabulary);
 //   6 * L * T * C = causal attention (QK^T and AV, halved for causality, forward + backward).
 // MFU = achieved FLOP/s / the card's dense bf16 peak, from a table by device name (H100 SXM 989, H100 PCIe 756,
-// H200 989, A100 312 TFLOP/s) or --peak_tflops. Exit 77 with a message when no GPU is visible.
+// H200 989, A100 312 TFLOP/s) or --peak_tflops; and, measured side by side in the same run, the step's FLOP/s over
+// what a large bf16 GEMM reaches on this card (ratio_to_gemm). Exit 77 with a message when no GPU is visible.
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -43,6 +44,7 @@ struct Options {
   int steps = 10;
   int warmup = 3;
   double peak_tflops = 0.0;
+  int gemm_n = 8192;
   bool json_only = false;
 };
 
@@ -66,6 +68,36 @@ double step_flops(const GptConfig& c, std::int64_t tokens, int seq_len) {
   const double C = c.n_embd, L = c.n_layer;
   const double p_matmul = L * 12.0 * C * C + static_cast<double>(c.vocab_size) * C;
   return static_cast<double>(tokens) * (6.0 * p_matmul + 6.0 * L * seq_len * C);
+}
+
+// The same card's bf16 GEMM rate, measured in the same run as the training steps: D[n, n] = A[n, n] B[n, n]^T
+// through hsdp's cuBLASLt path (bf16 inputs and output, fp32 accumulation), 3 warm-up and 10 timed products on
+// one stream, mean TFLOP/s. The training step's TFLOP/s divided by it says how close the step comes to what
+// this GPU's GEMMs reach, independently of the data-sheet peak.
+double measured_gemm_tflops(int n, cudaStream_t stream) {
+  const std::size_t elements = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  cuda::DeviceBuffer<bf16_t> a(elements), b(elements), d(elements);
+  std::vector<bf16_t> host(elements);
+  hsdp::model::Rng rng(11);
+  for (auto& x : host) x = hsdp::float_to_bf16(static_cast<float>(rng.next_u64() % 2001) / 1000.0f - 1.0f);
+  cuda::copy_to_device(a.data(), host.data(), elements, stream);
+  cuda::copy_to_device(b.data(), host.data(), elements, stream);
+  cuda::BlasLt blas;
+  cuda::GemmArgs g;
+  g.trans_b = true;
+  g.m = g.n = g.k = n;
+  g.a = a.data(), g.lda = n;
+  g.b = b.data(), g.ldb = n;
+  g.d = d.data(), g.ldd = n;
+  constexpr int kWarmup = 3, kTimed = 10;
+  for (int i = 0; i < kWarmup; ++i) blas.gemm(g, stream);
+  cuda::Event start(cuda::Event::Timing::on), stop(cuda::Event::Timing::on);
+  start.record(stream);
+  for (int i = 0; i < kTimed; ++i) blas.gemm(g, stream);
+  stop.record(stream);
+  stop.synchronize();
+  const double seconds = stop.elapsed_ms_since(start) * 1e-3 / kTimed;
+  return 2.0 * n * static_cast<double>(n) * n / seconds / 1e12;
 }
 
 // The whole model on one GPU (hsdp/model/cuda/gpt.hpp): parameters in one flat buffer (fp32 master, bf16 copy,
@@ -154,6 +186,7 @@ Options parse(int argc, char** argv) {
       ("steps", po::value(&o.steps)->default_value(o.steps), "timed steps")
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first (plans, caches, clocks)")
       ("peak_tflops", po::value(&o.peak_tflops)->default_value(0.0), "dense bf16 peak for MFU (0: by device name)")
+      ("gemm_n", po::value(&o.gemm_n)->default_value(o.gemm_n), "size of the reference bf16 GEMM (n x n x n)")
       ("json", po::bool_switch(&o.json_only), "print only the JSON line");
   // clang-format on
   po::variables_map vm;
@@ -167,6 +200,7 @@ Options parse(int argc, char** argv) {
   if (o.steps < 1) hsdp::throw_config("--steps (" + std::to_string(o.steps) + ") must be >= 1");
   if (o.warmup < 0) hsdp::throw_config("--warmup (" + std::to_string(o.warmup) + ") must be >= 0");
   if (o.batch < 1 || o.seq_len < 1) hsdp::throw_config("--batch and --seq_len must be >= 1");
+  if (o.gemm_n < 1) hsdp::throw_config("--gemm_n (" + std::to_string(o.gemm_n) + ") must be >= 1");
   return o;
 }
 
@@ -202,6 +236,7 @@ int run(const Options& o) {
   const double tflops_best = flops / (best_ms * 1e-3) / 1e12;
   const double tokens_per_s = static_cast<double>(tokens) / (mean_ms * 1e-3);
   const double mfu = peak.tflops > 0 ? tflops_mean / peak.tflops : 0.0;
+  const double gemm_tflops = measured_gemm_tflops(o.gemm_n, trainer.stream());
 
   hsdp::JsonLine json;
   json.add("bench", "train_gpu")
@@ -223,7 +258,10 @@ int run(const Options& o) {
       .add("tflops_best", tflops_best)
       .add("peak_tflops", peak.tflops)
       .add("peak_entry", peak.entry)
-      .add("mfu", mfu);
+      .add("mfu", mfu)
+      .add("gemm_n", o.gemm_n)
+      .add("gemm_tflops", gemm_tflops)
+      .add("ratio_to_gemm", tflops_mean / gemm_tflops);
   if (!o.json_only) {
     std::printf("hsdp-bench-train-gpu: GPT L=%d C=%d H=%d V=%d (Vp=%d), %zu params, B=%d T=%d on %s\n", o.model.n_layer,
                 o.model.n_embd, o.model.n_head, o.model.vocab_size, o.model.padded_vocab_size, trainer.parameters(),
@@ -243,6 +281,9 @@ int run(const Options& o) {
     } else {
       std::printf("%-30s %12s  (%s: %s)\n", "MFU", "n/a", device.name.c_str(), peak.entry.c_str());
     }
+    std::printf("%-30s %12.1f  (bf16 GEMM %dx%dx%d, same run)\n", "GEMM TFLOP/s (measured)", gemm_tflops, o.gemm_n,
+                o.gemm_n, o.gemm_n);
+    std::printf("%-30s %12.3f\n", "step / GEMM TFLOP/s", tflops_mean / gemm_tflops);
     std::printf("%-30s %12.4f\n", "loss (last step)", loss);
   }
   std::printf("%s\n", json.str().c_str());

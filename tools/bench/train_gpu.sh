@@ -2,7 +2,8 @@
 # Single-GPU training benchmark: GPT-2 124M (L=12, C=768, H=12, V=50257 padded to 50304), B=8, T=1024, bf16
 # GEMMs (cuBLASLt, fp32 accumulation), hsdp's CUDA kernels for everything else, fp32 AdamW; 3 warm-up steps then
 # 10 timed steps of forward + backward + AdamW. Prints a table (tokens/s, TFLOP/s, MFU against the card's dense
-# bf16 peak, naming the table entry used) and one JSON line. Builds hsdp-bench-train-gpu first if needed.
+# bf16 peak, naming the table entry used, and the step's TFLOP/s over an 8192^3 bf16 GEMM's measured in the same
+# run) and one JSON line. Builds hsdp-bench-train-gpu first if needed.
 #   tools/bench/train_gpu.sh                       the default run
 #   tools/bench/train_gpu.sh --batch 16 --json     arguments go to the binary (--help lists them)
 # Exit 77 with a message when no GPU is visible; 1 with a message when the build has no CUDA backend.
