@@ -58,6 +58,12 @@ class CudaBackend final : public Backend {
 
     comm::MpiCommunicator& node = mesh.node();
     comm::MpiCommunicator& cross = mesh.cross_node();
+    if (node.size() > selected_.visible_devices) {  // NCCL would stop at two ranks on one GPU, less clearly
+      throw_config("device.type=cuda needs a GPU per rank: this node runs " + std::to_string(node.size()) +
+                   " ranks but sees " + std::to_string(selected_.visible_devices) + " GPU(s); start at most " +
+                   std::to_string(selected_.visible_devices) + " ranks per node (mpirun --map-by ppr:" +
+                   std::to_string(selected_.visible_devices) + ":node, srun --ntasks-per-node)");
+    }
     if (node.size() > 1) intra_ = std::make_unique<comm::NcclCommunicator>(node, "gpu_node", o.comm, log);
     if (cross.size() > 1) {
       inter_ = comm::make_inter_node_communicator(comm::parse_inter_node_backend(o.comm_inter), cross, "gpu_cross_node",
