@@ -22,37 +22,36 @@ constexpr DType storage_type = std::is_same_v<T, float> ? DType::f32 : DType::bf
 
 // rows = NH * T rows of T_ scores each; row r is query t = r % T_ of its head.
 template <typename T>
-__global__ void causal_softmax_kernel(T* att, const float* scores, int rows, int T_, float scale) {
+__global__ void causal_softmax_kernel(T* att, const T* scores, int rows, int T_, float scale) {
   const int row = blockIdx.x * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   if (row >= rows) return;
   const int t = row % T_;
-  const float* s = scores + static_cast<std::size_t>(row) * T_;
+  const T* s = scores + static_cast<std::size_t>(row) * T_;
   T* a = att + static_cast<std::size_t>(row) * T_;
   float m = -INFINITY;
-  for (int j = lane; j <= t; j += kWarp) m = fmaxf(m, s[j] * scale);
+  for (int j = lane; j <= t; j += kWarp) m = fmaxf(m, load(s + j) * scale);
   m = detail::warp_max(m);
   float sum = 0.0f;
-  for (int j = lane; j <= t; j += kWarp) sum += expf(s[j] * scale - m);
+  for (int j = lane; j <= t; j += kWarp) sum += expf(load(s + j) * scale - m);
   sum = detail::warp_sum(sum);
   const float inv = 1.0f / sum;
-  for (int j = lane; j < T_; j += kWarp) store(a + j, j <= t ? expf(s[j] * scale - m) * inv : 0.0f);
+  for (int j = lane; j < T_; j += kWarp) store(a + j, j <= t ? expf(load(s + j) * scale - m) * inv : 0.0f);
 }
 
 // dS = att (dA - sum_j att dA) * scale below and on the diagonal, 0 above.
 template <typename T>
-__global__ void causal_softmax_backward_kernel(T* dscores, const float* datt, const T* att, int rows, int T_,
-                                               float scale) {
+__global__ void causal_softmax_backward_kernel(T* dscores, const T* datt, const T* att, int rows, int T_, float scale) {
   const int row = blockIdx.x * kWarpsPerBlock + static_cast<int>(threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   if (row >= rows) return;
   const int t = row % T_;
   const std::size_t at = static_cast<std::size_t>(row) * T_;
   float w = 0.0f;
-  for (int j = lane; j <= t; j += kWarp) w += load(att + at + j) * datt[at + j];
+  for (int j = lane; j <= t; j += kWarp) w += load(att + at + j) * load(datt + at + j);
   w = detail::warp_sum(w);
   for (int j = lane; j < T_; j += kWarp) {
-    store(dscores + at + j, j <= t ? load(att + at + j) * (datt[at + j] - w) * scale : 0.0f);
+    store(dscores + at + j, j <= t ? load(att + at + j) * (load(datt + at + j) - w) * scale : 0.0f);
   }
 }
 
@@ -86,7 +85,7 @@ void check_shape(int B, int T_, int C, int NH) {
 }  // namespace
 
 std::size_t attention_scratch_bytes(int T_, int NH) {
-  // fp32 scores (or their gradient) plus the softmax gradient in the storage type (at most 4 bytes).
+  // The scores (or their gradient) and the softmax gradient, in the storage type (at most 4 bytes each).
   return static_cast<std::size_t>(NH) * static_cast<std::size_t>(T_) * static_cast<std::size_t>(T_) * 8;
 }
 
@@ -98,14 +97,13 @@ void attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scratch
   const DType t = storage_type<T>;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T_) * T_;
-  auto* scores = static_cast<float*>(scratch);
+  auto* scores = static_cast<T*>(scratch);
   const int rows = NH * T_;
   for (int b = 0; b < B; ++b) {
     const T* q = qkv + static_cast<std::size_t>(b) * T_ * 3 * C;
     T* att_b = att + static_cast<std::size_t>(b) * NH * TT;
     // S_h[T, T] = Q_h K_h^T
-    batched(blas, false, true, T_, T_, hs, {q, 3 * C, hs}, {q + C, 3 * C, hs}, scores, T_, TT, t, DType::f32, false, NH,
-            stream);
+    batched(blas, false, true, T_, T_, hs, {q, 3 * C, hs}, {q + C, 3 * C, hs}, scores, T_, TT, t, t, false, NH, stream);
     causal_softmax_kernel<<<(rows + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * kWarp, 0, stream>>>(
         att_b, scores, rows, T_, scale);
     check_launch("causal_softmax_kernel");
@@ -123,8 +121,8 @@ void attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, con
   const DType t = storage_type<T>;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T_) * T_;
-  auto* datt = static_cast<float*>(scratch);
-  T* dscores = reinterpret_cast<T*>(datt + NH * TT);
+  auto* datt = static_cast<T*>(scratch);
+  T* dscores = datt + NH * TT;
   const int rows = NH * T_;
   for (int b = 0; b < B; ++b) {
     const T* q = qkv + static_cast<std::size_t>(b) * T_ * 3 * C;
@@ -132,8 +130,8 @@ void attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, con
     const T* att_b = att + static_cast<std::size_t>(b) * NH * TT;
     const T* dout_b = dout + static_cast<std::size_t>(b) * T_ * C;
     // dA_h[T, T] = dout_h V_h^T
-    batched(blas, false, true, T_, T_, hs, {dout_b, C, hs}, {q + 2 * C, 3 * C, hs}, datt, T_, TT, t, DType::f32, false,
-            NH, stream);
+    batched(blas, false, true, T_, T_, hs, {dout_b, C, hs}, {q + 2 * C, 3 * C, hs}, datt, T_, TT, t, t, false, NH,
+            stream);
     causal_softmax_backward_kernel<<<(rows + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * kWarp, 0, stream>>>(
         dscores, datt, att_b, rows, T_, scale);
     check_launch("causal_softmax_backward_kernel");

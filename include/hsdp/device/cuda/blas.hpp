@@ -81,11 +81,14 @@ void lm_head_backward(BlasLt& blas, T* dinp, float* dwte, const T* dlogits, cons
 // Causal self-attention over qkv [B, T, 3C] (q, k, v of head h at columns h*hs, C + h*hs, 2C + h*hs, hs = C / NH);
 // att [B, NH, T, T] keeps the probabilities (zeros above the diagonal); out [B, T, C]. Per sequence, batched over
 // the heads through strided views of qkv and out (no permutation copies), with cuBLASLt GEMMs:
-//   S = Q K^T (fp32), att = causal softmax(S / sqrt(hs)), out_h = att V;
-//   backward: dA = dout_h V^T (fp32), dS = att (dA - rowsum(att dA)) / sqrt(hs), dV += att^T dout_h,
+//   S = Q K^T, att = causal softmax(S / sqrt(hs)), out_h = att V;
+//   backward: dA = dout_h V^T, dS = att (dA - rowsum(att dA)) / sqrt(hs), dV += att^T dout_h,
 //   dQ += dS K, dK += dS^T Q  (dqkv is added into, as every backward).
+// S and dA are stored in T, as att is (bf16 for a bf16 model, as llm.c does: half the bytes of fp32 scores, which
+// dominate attention's memory traffic), accumulated in fp32 by the GEMMs; the softmax arithmetic is fp32.
 // The softmax kernels take one warp per row with fixed-order sums, so results repeat bit for bit.
-// scratch: attention_scratch_bytes(T, NH) bytes of device memory (one sequence's scores and their gradients).
+// scratch: attention_scratch_bytes(T, NH) bytes of device memory (one sequence's scores and their gradients,
+// 8 bytes per score: enough for T = float).
 std::size_t attention_scratch_bytes(int T_, int NH);
 template <typename T>
 void attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scratch, int B, int T_, int C, int NH,
