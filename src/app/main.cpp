@@ -8,7 +8,6 @@
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/quant/blockwise.hpp"
-#include "hsdp/train/cuda_backend.hpp"
 #include "hsdp/train/trainer.hpp"
 
 namespace {
@@ -82,7 +81,6 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.device_type = deck.get("device.type");
   o.comm_inter = deck.get("comm.inter");
   o.comm.timeout_s = deck.get_real("comm.timeout_s");
-  if (o.device_type == "cuda") hsdp::train::check_cuda_options(o);
   o.stop_at_step = deck.get_int("train.stop_at_step");
   o.eval_only = deck.get_bool("train.eval_only");
   o.checkpoint_dir = deck.get("checkpoint.dir");

@@ -27,9 +27,6 @@ void check_cuda_options(const TrainOptions& o) {
   if (o.activation_checkpointing) {
     throw_config(what + "keeps every activation: set train.activation_checkpointing=false");
   }
-  if (o.comm_inter != "mpi" && o.comm_inter != "nccl") {
-    throw_config("comm.inter=" + o.comm_inter + ": expected mpi or nccl");
-  }
 }
 
 }  // namespace hsdp::train

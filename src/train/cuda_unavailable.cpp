@@ -4,9 +4,8 @@
 
 namespace hsdp::train {
 
-std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& options, const model::ModelLayout&, comm::ProcessMesh&,
+std::unique_ptr<Backend> make_cuda_backend(const TrainOptions&, const model::ModelLayout&, comm::ProcessMesh&,
                                            MemoryAccountant&, const Logger&) {
-  check_cuda_options(options);
   throw_config(
       "device.type=cuda: this hsdp was built without the CUDA backend (HSDP_CUDA=OFF, or nvcc or NCCL was not "
       "found when it was configured); rebuild where CUDA is installed, or use device.type=cpu");

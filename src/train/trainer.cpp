@@ -90,8 +90,12 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
 
   std::unique_ptr<Backend> backend_holder;
   comm::agree(world.raw(), [&] {
-    backend_holder = o.device_type == "cuda" ? make_cuda_backend(o, *layout, mesh, memory, log)
-                                             : make_cpu_backend(o, *layout, mesh, memory, log);
+    if (o.device_type == "cuda") {
+      check_cuda_options(o);
+      backend_holder = make_cuda_backend(o, *layout, mesh, memory, log);
+    } else {
+      backend_holder = make_cpu_backend(o, *layout, mesh, memory, log);
+    }
   });
   Backend& backend = *backend_holder;
   const bool fp16 = o.engine.param_dtype == DType::f16;

@@ -4,20 +4,13 @@
 # Without a visible GPU it prints the reason and exits 77 (skipped).
 #   expect_nccl_watchdog.sh <gpu_probe> <launcher and its arguments...> -- <nccl_watchdog_probe>
 set -u
-probe=$1
+# shellcheck source=gpu_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+require_gpu "$1"
 shift
-if ! line=$("$probe" --count); then
-  echo "$line"
-  exit 77
-fi
-launcher=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-  launcher+=("$1")
-  shift
-done
-shift
+split_launcher "$@"
 start=$(date +%s)
-output=$(timeout 60 "${launcher[@]}" -np 1 "$@" 2>&1)
+output=$(timeout 60 "${launcher[@]}" -np 1 "${program[@]}" 2>&1)
 status=$?
 elapsed=$(( $(date +%s) - start ))
 printf '%s\n' "$output"

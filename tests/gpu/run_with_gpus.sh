@@ -4,17 +4,10 @@
 #   run_with_gpus.sh <gpu_probe> <launcher and its arguments...> -- <test binary and its arguments...>
 # The rank count is appended to the launcher's arguments as `-np <GPUs>`.
 set -u
-probe=$1
+# shellcheck source=gpu_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+require_gpu "$1"
 shift
-if ! count=$("$probe" --count); then
-  echo "$count"
-  exit 77
-fi
-launcher=()
-while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-  launcher+=("$1")
-  shift
-done
-shift
-echo "run_with_gpus: $count GPU(s) visible: ${launcher[*]} -np $count $*"
-exec "${launcher[@]}" -np "$count" "$@"
+split_launcher "$@"
+echo "run_with_gpus: $gpu_count GPU(s) visible: ${launcher[*]} -np $gpu_count ${program[*]}"
+exec "${launcher[@]}" -np "$gpu_count" "${program[@]}"

@@ -9,10 +9,9 @@
 set -euo pipefail
 probe=$1 train=$2 hsdp_data=$3 deck=$4 work=$5
 shift 5
-if ! line=$("$probe" --count); then
-  echo "$line"
-  exit 77
-fi
+# shellcheck source=gpu_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+require_gpu "$probe"
 rm -rf "$work"
 mkdir -p "$work"
 "$hsdp_data" synth --out-dir "$work/data" >/dev/null

@@ -11,10 +11,9 @@
 #   train_gpu_vs_cpu.sh <gpu_probe> <hsdp-train> <hsdp-data> <deck> <work dir>
 set -euo pipefail
 probe=$1 train=$2 hsdp_data=$3 deck=$4 work=$5
-if ! line=$("$probe" --count); then
-  echo "$line"
-  exit 77
-fi
+# shellcheck source=gpu_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
+require_gpu "$probe"
 rm -rf "$work"
 mkdir -p "$work"
 "$hsdp_data" synth --out-dir "$work/data" >/dev/null

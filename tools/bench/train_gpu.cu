@@ -20,12 +20,10 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/json.hpp"
 #include "hsdp/device/cuda/adamw.hpp"
-#include "hsdp/device/cuda/layers.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/model/rng.hpp"
-#include "hsdp/model/unit_buffers.hpp"
 
 namespace po = boost::program_options;
 namespace cuda = hsdp::device::cuda;
@@ -100,30 +98,11 @@ double measured_gemm_tflops(int n, cudaStream_t stream) {
   return 2.0 * n * static_cast<double>(n) * n / seconds / 1e12;
 }
 
-// The whole model on one GPU (hsdp/model/cuda/gpt.hpp): parameters in one flat buffer (fp32 master, bf16 copy,
-// fp32 grads and moments) addressed through the layout's offset table, and the step.
+// The whole model on one GPU (hsdp/model/cuda/gpt.hpp: GptCuda and its GptParameters), and the step.
 class GpuTrainer {
  public:
   GpuTrainer(const ModelLayout& layout, int B, int T)
-      : gpt_(layout, B, T),
-        total_(layout.total_numel()),
-        params_(total_),
-        param_copy_(total_),
-        grads_(total_),
-        m_(total_),
-        v_(total_),
-        runs_(hsdp::model::cuda::decay_runs(layout), total_),
-        tokens_(gpt_.tokens()),
-        targets_(gpt_.tokens()) {
-    // GPT-2 initialization on the host (hsdp::model::init), uploaded once.
-    hsdp::model::UnitBuffers<float> host(layout);
-    host.init(layout, 1337);
-    for (int u = 0; u < layout.num_units(); ++u) {
-      cuda::copy_to_device(params_.data() + gpt_.unit_offset(u), host.unit(u).data(), host.unit(u).size(), stream_);
-    }
-    cuda::convert(param_copy_.data(), params_.data(), total_, stream_);
-    cuda::zero_on_device(m_.data(), total_, stream_);
-    cuda::zero_on_device(v_.data(), total_, stream_);
+      : gpt_(layout, B, T), params_(layout, 1337, stream_), tokens_(gpt_.tokens()), targets_(gpt_.tokens()) {
     const std::size_t N = gpt_.tokens();
     std::vector<std::int32_t> data(N + 1);
     hsdp::model::Rng rng(7);
@@ -138,15 +117,15 @@ class GpuTrainer {
 
   // Forward, backward and AdamW, all enqueued on the stream; nothing waits for the GPU.
   void step(std::int64_t t) {
-    cuda::zero_on_device(grads_.data(), total_, stream_);
-    gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), 1.0f / static_cast<float>(gpt_.tokens()),
+    params_.zero_grads(stream_);
+    gpt_.forward(params_.compute(), tokens_.data(), targets_.data(), 1.0f / static_cast<float>(gpt_.tokens()),
                  stream_);
-    gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), stream_);
+    gpt_.backward(params_.compute(), params_.grads(), tokens_.data(), stream_);
     cuda::AdamWValues values;
     values.lr = 3e-4f;
     values.bias_correction1 = cuda::adamw_bias_correction(values.beta1, t);
     values.bias_correction2 = cuda::adamw_bias_correction(values.beta2, t);
-    cuda::adamw_update(values, runs_, params_.data(), grads_.data(), m_.data(), v_.data(), param_copy_.data(), stream_);
+    params_.adamw_update(values, stream_);
   }
 
   // The mean loss of the last step (waits for the stream: call it outside the timed region).
@@ -157,16 +136,12 @@ class GpuTrainer {
     return std::accumulate(losses.begin(), losses.end(), 0.0) / static_cast<double>(losses.size());
   }
 
-  std::size_t parameters() const { return total_; }
+  std::size_t parameters() const { return params_.total(); }
 
  private:
   cuda::Stream stream_;
   hsdp::model::cuda::GptCuda gpt_;
-  std::size_t total_;
-  cuda::DeviceBuffer<float> params_;
-  cuda::DeviceBuffer<bf16_t> param_copy_;
-  cuda::DeviceBuffer<float> grads_, m_, v_;
-  cuda::DeviceDecayRuns runs_;
+  hsdp::model::cuda::GptParameters params_;
   cuda::DeviceBuffer<std::int32_t> tokens_, targets_;
 };
 

@@ -19,10 +19,11 @@
 
 namespace hsdp::train {
 
-// Throws a config Error naming the first deck key device.type = cuda cannot honour.
+// Throws a config Error naming the first deck key device.type = cuda cannot honour (the trainer calls it before
+// make_cuda_backend).
 void check_cuda_options(const TrainOptions& options);
 
-// Collective over the mesh (NCCL set-up).
+// Collective over the mesh (NCCL set-up). Expects options that passed check_cuda_options.
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& options, const model::ModelLayout& layout,
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log);
 

@@ -1,10 +1,13 @@
 #include "hsdp/model/cuda/gpt.hpp"
 
 #include "hsdp/device/cuda/layers.hpp"
+#include "hsdp/model/unit_buffers.hpp"
 
 namespace hsdp::model::cuda {
 
 namespace dc = hsdp::device::cuda;
+
+namespace {
 
 std::vector<dc::DecayRun> decay_runs(const ModelLayout& layout) {
   std::vector<dc::DecayRun> runs;
@@ -14,6 +17,51 @@ std::vector<dc::DecayRun> decay_runs(const ModelLayout& layout) {
     base += layout.unit(u).numel;
   }
   return runs;
+}
+
+}  // namespace
+
+std::vector<std::size_t> unit_offsets(const ModelLayout& layout) {
+  std::vector<std::size_t> offsets;
+  std::size_t base = 0;
+  for (int u = 0; u < layout.num_units(); ++u) {
+    offsets.push_back(base);
+    base += layout.unit(u).numel;
+  }
+  return offsets;
+}
+
+GptParameters::GptParameters(const ModelLayout& layout, std::uint64_t seed, cudaStream_t stream)
+    : total_(layout.total_numel()),
+      master_(total_),
+      compute_(total_),
+      grads_(total_),
+      m_(total_),
+      v_(total_),
+      runs_(decay_runs(layout), total_) {
+  UnitBuffers<float> host(layout);
+  host.init(layout, seed);
+  const std::vector<std::size_t> offsets = unit_offsets(layout);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    dc::copy_to_device(master_.data() + offsets[static_cast<std::size_t>(u)], host.unit(u).data(), host.unit(u).size(),
+                       stream);
+  }
+  refresh_compute_copy(stream);
+  dc::zero_on_device(m_.data(), total_, stream);
+  dc::zero_on_device(v_.data(), total_, stream);
+  dc::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the host buffers go out of scope
+}
+
+void GptParameters::zero_grads(cudaStream_t stream) {
+  dc::zero_on_device(grads_.data(), total_, stream);
+}
+
+void GptParameters::adamw_update(const dc::AdamWValues& values, cudaStream_t stream) {
+  dc::adamw_update(values, runs_, master_.data(), grads_.data(), m_.data(), v_.data(), compute_.data(), stream);
+}
+
+void GptParameters::refresh_compute_copy(cudaStream_t stream) {
+  dc::convert(compute_.data(), master_.data(), total_, stream);
 }
 
 GptCuda::BlockActivations::BlockActivations(std::size_t N, std::size_t C, std::size_t att_n)
@@ -49,6 +97,7 @@ GptCuda::GptCuda(const ModelLayout& layout, int B, int T)
       T_(T),
       N_(static_cast<std::size_t>(B) * static_cast<std::size_t>(T)),
       total_(layout.total_numel()),
+      unit_base_(unit_offsets(layout)),
       encoded_(N_ * C()),
       lnf_(N_ * C()),
       logits_(N_ * static_cast<std::size_t>(cfg_.padded_vocab_size)),
@@ -63,11 +112,6 @@ GptCuda::GptCuda(const ModelLayout& layout, int B, int T)
       d_fch_gelu_(N_ * 4 * C()),
       column_scratch_(dc::column_sum_scratch_floats(4 * cfg_.n_embd, 2)),
       att_scratch_(dc::attention_scratch_bytes(T, cfg_.n_head)) {
-  std::size_t base = 0;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    unit_base_.push_back(base);
-    base += layout.unit(u).numel;
-  }
   const std::size_t att_n = static_cast<std::size_t>(B) * static_cast<std::size_t>(cfg_.n_head) *
                             static_cast<std::size_t>(T) * static_cast<std::size_t>(T);
   blocks_.reserve(static_cast<std::size_t>(cfg_.n_layer));

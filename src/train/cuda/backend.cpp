@@ -13,7 +13,6 @@
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/device/cuda/select_device.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
-#include "hsdp/model/unit_buffers.hpp"
 #include "hsdp/train/cuda_backend.hpp"
 
 namespace hsdp::train {
@@ -32,12 +31,7 @@ class CudaBackend final : public Backend {
         world_size_(mesh.topology().world_size),
         gpt_(layout, o.micro_batch, o.seq_len),
         total_(layout.total_numel()),
-        params_(total_),
-        param_copy_(total_),
-        grads_(total_),
-        m_(total_),
-        v_(total_),
-        runs_(model::cuda::decay_runs(layout), total_),
+        params_(layout, o.model_seed, compute_),
         tokens_(gpt_.tokens()),
         targets_(gpt_.tokens()),
         host_tokens_(gpt_.tokens()),
@@ -45,17 +39,6 @@ class CudaBackend final : public Backend {
         host_losses_(gpt_.tokens()),
         norm_(1),
         norm_scratch_(dc::kSumOfSquaresScratch) {
-    // Initialisation on the host, as the CPU engine does it (model.seed), uploaded once.
-    model::UnitBuffers<float> host(layout);
-    host.init(layout, o.model_seed);
-    for (int u = 0; u < layout.num_units(); ++u) {
-      dc::copy_to_device(params_.data() + gpt_.unit_offset(u), host.unit(u).data(), host.unit(u).size(), compute_);
-    }
-    dc::convert(param_copy_.data(), params_.data(), total_, compute_);
-    dc::zero_on_device(m_.data(), total_, compute_);
-    dc::zero_on_device(v_.data(), total_, compute_);
-    compute_.synchronize();
-
     comm::MpiCommunicator& node = mesh.node();
     comm::MpiCommunicator& cross = mesh.cross_node();
     if (node.size() > selected_.visible_devices) {  // NCCL would stop at two ranks on one GPU, less clearly
@@ -69,9 +52,9 @@ class CudaBackend final : public Backend {
       inter_ = comm::make_inter_node_communicator(comm::parse_inter_node_backend(o.comm_inter), cross, "gpu_cross_node",
                                                   compute_.get(), o.comm, log);
     }
-    memory.allocate(MemCategory::params, params_.size_bytes() + param_copy_.size_bytes());
-    memory.allocate(MemCategory::grads, grads_.size_bytes());
-    memory.allocate(MemCategory::optimizer, m_.size_bytes() + v_.size_bytes());
+    memory.allocate(MemCategory::params, params_.master_bytes());
+    memory.allocate(MemCategory::grads, params_.grad_bytes());
+    memory.allocate(MemCategory::optimizer, params_.optimizer_bytes());
     memory.allocate(MemCategory::activations, gpt_.activation_bytes() + tokens_.size_bytes() + targets_.size_bytes());
     std::string reduction = intra_ ? "gradients all-reduced over the node's " + std::to_string(node.size()) +
                                          " GPUs with NCCL during backward"
@@ -82,7 +65,7 @@ class CudaBackend final : public Backend {
   }
 
   void begin_step() override {
-    dc::zero_on_device(grads_.data(), total_, compute_);
+    params_.zero_grads(compute_);
     timing_ = {};
     if (intra_) intra_->reset_counters();
     if (inter_) inter_->reset_counters();
@@ -93,15 +76,15 @@ class CudaBackend final : public Backend {
     upload(tokens, targets);
     // Sum-reduced gradients of the per-rank mean losses, divided by the world size: the global mean.
     const float per_row = dloss / static_cast<float>(gpt_.tokens()) / static_cast<float>(world_size_);
-    gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), per_row, compute_);
+    gpt_.forward(params_.compute(), tokens_.data(), targets_.data(), per_row, compute_);
     request_losses();
     if (last && intra_) {
-      gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), compute_, [&](int unit) { reduce_unit(unit); });
+      gpt_.backward(params_.compute(), params_.grads(), tokens_.data(), compute_, [&](int unit) { reduce_unit(unit); });
       backward_done_.record(compute_);
       comm_done_.record(intra_->stream());
       intra_->make_stream_wait(compute_);
     } else {
-      gpt_.backward(param_copy_.data(), grads_.data(), tokens_.data(), compute_);
+      gpt_.backward(params_.compute(), params_.grads(), tokens_.data(), compute_);
     }
     return mean_loss();  // waits for the forward only: backward and its reductions run on
   }
@@ -118,11 +101,11 @@ class CudaBackend final : public Backend {
     pending_.clear();
     if (inter_) {
       Stopwatch inter;
-      inter_->all_reduce(std::span<float>(grads_.data(), total_), comm::ReduceOp::sum);
+      inter_->all_reduce(std::span<float>(params_.grads(), total_), comm::ReduceOp::sum);
       timing_.comm_ms += inter.milliseconds();
       timing_.exposed_comm_ms += inter.milliseconds();
     }
-    dc::sum_of_squares(norm_.data(), grads_.data(), total_, norm_scratch_.data(), compute_);
+    dc::sum_of_squares(norm_.data(), params_.grads(), total_, norm_scratch_.data(), compute_);
     double norm = 0;
     dc::copy_to_host(&norm, norm_.data(), 1, compute_);
     compute_.synchronize();
@@ -142,12 +125,12 @@ class CudaBackend final : public Backend {
     values.grad_scale = step.grad_scale;
     values.bias_correction1 = dc::adamw_bias_correction(config.beta1, step.t);
     values.bias_correction2 = dc::adamw_bias_correction(config.beta2, step.t);
-    dc::adamw_update(values, runs_, params_.data(), grads_.data(), m_.data(), v_.data(), param_copy_.data(), compute_);
+    params_.adamw_update(values, compute_);
   }
 
   float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
     upload(tokens, targets);
-    gpt_.forward(param_copy_.data(), tokens_.data(), targets_.data(), 0.0f, compute_);
+    gpt_.forward(params_.compute(), tokens_.data(), targets_.data(), 0.0f, compute_);
     request_losses();
     return mean_loss();
   }
@@ -168,9 +151,9 @@ class CudaBackend final : public Backend {
       host_m_.resize(total_);
       host_v_.resize(total_);
     }
-    dc::copy_to_host(host_params_.data(), params_.data(), total_, compute_);
-    dc::copy_to_host(host_m_.data(), m_.data(), total_, compute_);
-    dc::copy_to_host(host_v_.data(), v_.data(), total_, compute_);
+    dc::copy_to_host(host_params_.data(), params_.master(), total_, compute_);
+    dc::copy_to_host(host_m_.data(), params_.exp_avg(), total_, compute_);
+    dc::copy_to_host(host_v_.data(), params_.exp_avg_sq(), total_, compute_);
     compute_.synchronize();
     std::vector<ckpt::UnitShard> shards;
     for (int u = 0; u < layout_.num_units(); ++u) {
@@ -182,10 +165,10 @@ class CudaBackend final : public Backend {
   }
 
   void checkpoint_loaded() override {
-    dc::copy_to_device(params_.data(), host_params_.data(), total_, compute_);
-    dc::copy_to_device(m_.data(), host_m_.data(), total_, compute_);
-    dc::copy_to_device(v_.data(), host_v_.data(), total_, compute_);
-    dc::convert(param_copy_.data(), params_.data(), total_, compute_);
+    dc::copy_to_device(params_.master(), host_params_.data(), total_, compute_);
+    dc::copy_to_device(params_.exp_avg(), host_m_.data(), total_, compute_);
+    dc::copy_to_device(params_.exp_avg_sq(), host_v_.data(), total_, compute_);
+    params_.refresh_compute_copy(compute_);
     compute_.synchronize();
   }
 
@@ -198,7 +181,7 @@ class CudaBackend final : public Backend {
     unit_ready_.record(compute_);
     intra_->wait_for(unit_ready_.get());
     if (pending_.empty()) comm_start_.record(intra_->stream());
-    float* g = grads_.data() + gpt_.unit_offset(unit);
+    float* g = params_.grads() + gpt_.unit_offset(unit);
     pending_.push_back(intra_->all_reduce_async(g, g, layout_.unit(unit).numel, DType::f32, comm::ReduceOp::sum));
   }
 
@@ -235,10 +218,7 @@ class CudaBackend final : public Backend {
   dc::Stream compute_;
   model::cuda::GptCuda gpt_;
   std::size_t total_;
-  dc::DeviceBuffer<float> params_;
-  dc::DeviceBuffer<bf16_t> param_copy_;
-  dc::DeviceBuffer<float> grads_, m_, v_;
-  dc::DeviceDecayRuns runs_;
+  model::cuda::GptParameters params_;
   dc::DeviceBuffer<std::int32_t> tokens_, targets_;
   dc::PinnedBuffer<std::int32_t> host_tokens_, host_targets_;
   dc::PinnedBuffer<float> host_losses_;
@@ -248,7 +228,8 @@ class CudaBackend final : public Backend {
   dc::Event unit_ready_;
   dc::Event losses_ready_;
   std::vector<comm::CommHandle> pending_;
-  dc::Event comm_start_{dc::Event::Timing::on}, comm_done_{dc::Event::Timing::on}, backward_done_{dc::Event::Timing::on};
+  dc::Event comm_start_{dc::Event::Timing::on}, comm_done_{dc::Event::Timing::on},
+      backward_done_{dc::Event::Timing::on};
   shard::StepTiming timing_;
   std::vector<float> host_params_, host_m_, host_v_;
 };
@@ -257,7 +238,6 @@ class CudaBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& options, const model::ModelLayout& layout,
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log) {
-  check_cuda_options(options);
   return std::make_unique<CudaBackend>(options, layout, mesh, memory, log);
 }
 
