@@ -34,78 +34,72 @@ struct DeviceInfo {
 };
 DeviceInfo current_device_info();
 
-// cudaMalloc'd storage for n elements of T; moves, never copies. T is a trivially copyable element type.
-template <typename T>
-class DeviceBuffer {
+// Where a CudaBuffer's storage lives: device memory (cudaMalloc; never dereference it on the host), or
+// page-locked host memory (cudaMallocHost: the staging area of asynchronous copies).
+enum class Memory { device, pinned_host };
+
+// Storage for n elements of T in `M` memory; moves, never copies. T is a trivially copyable element type.
+template <typename T, Memory M>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t n) : size_(n) {
-    if (n > 0) check(cudaMalloc(reinterpret_cast<void**>(&data_), n * sizeof(T)), "cudaMalloc");
+  CudaBuffer() = default;
+  explicit CudaBuffer(std::size_t n) : size_(n) {
+    if (n == 0) return;
+    void** out = reinterpret_cast<void**>(&data_);
+    if constexpr (M == Memory::device) {
+      check(cudaMalloc(out, n * sizeof(T)), "cudaMalloc");
+    } else {
+      check(cudaMallocHost(out, n * sizeof(T)), "cudaMallocHost");
+    }
   }
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
+  ~CudaBuffer() {
+    if (data_ == nullptr) return;
+    if constexpr (M == Memory::device) {
+      cudaFree(data_);
+    } else {
+      cudaFreeHost(data_);
+    }
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaBuffer(CudaBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     if (this != &o) {
-      DeviceBuffer old(std::move(*this));
+      CudaBuffer old(std::move(*this));
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
 
   T* data() { return data_; }
   const T* data() const { return data_; }
   std::size_t size() const { return size_; }
   std::size_t size_bytes() const { return size_ * sizeof(T); }
-  // A view for passing around; the memory is device memory (never dereference it on the host).
+  // A view for passing around (of device memory, for Memory::device).
   std::span<T> span() { return {data_, size_}; }
   std::span<const T> span() const { return {data_, size_}; }
+  // Element access: host memory only.
+  T& operator[](std::size_t i)
+    requires(M == Memory::pinned_host)
+  {
+    return data_[i];
+  }
+  const T& operator[](std::size_t i) const
+    requires(M == Memory::pinned_host)
+  {
+    return data_[i];
+  }
 
  private:
   T* data_ = nullptr;
   std::size_t size_ = 0;
 };
 
-// cudaMallocHost'd (page-locked) host storage: the staging area of asynchronous copies.
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(std::size_t n) : size_(n) {
-    if (n > 0) check(cudaMallocHost(reinterpret_cast<void**>(&data_), n * sizeof(T)), "cudaMallocHost");
-  }
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      PinnedBuffer old(std::move(*this));
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  std::size_t size() const { return size_; }
-  std::size_t size_bytes() const { return size_ * sizeof(T); }
-  std::span<T> span() { return {data_, size_}; }
-  std::span<const T> span() const { return {data_, size_}; }
-  T& operator[](std::size_t i) { return data_[i]; }
-  const T& operator[](std::size_t i) const { return data_[i]; }
-
- private:
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-};
+using DeviceBuffer = CudaBuffer<T, Memory::device>;
+template <typename T>
+using PinnedBuffer = CudaBuffer<T, Memory::pinned_host>;
 
 // A non-blocking stream (it does not synchronize with the legacy default stream).
 class Stream {
