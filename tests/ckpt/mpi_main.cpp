@@ -7,6 +7,7 @@
 #include <iostream>
 #include <string_view>
 
+#include "../mpi_gtest.hpp"
 #include "mpi_context.hpp"
 
 namespace hsdp::ckpt::testing {
@@ -16,23 +17,6 @@ MpiContext& context_slot() {
   static MpiContext context;
   return context;
 }
-
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestStart(const ::testing::TestInfo& test) override {
-    name_ = std::string(test.test_suite_name()) + "." + test.name();
-  }
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::cerr << "[rank " << rank_ << "] FAILED " << name_ << " at " << (result.file_name() ? result.file_name() : "?")
-              << ":" << result.line_number() << ": " << result.message() << std::endl;
-  }
-
- private:
-  int rank_;
-  std::string name_;
-};
 
 }  // namespace
 
@@ -60,14 +44,7 @@ int main(int argc, char** argv) {
   }
   argc = kept;
   ::testing::InitGoogleTest(&argc, argv);
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  if (context.rank != 0) {
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new hsdp::ckpt::testing::RankFailurePrinter(context.rank));
-  }
-  const int local = RUN_ALL_TESTS();
-  int failed = local != 0 ? 1 : 0;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  const int failures = hsdp::testing::run_all_tests_on_every_rank(MPI_COMM_WORLD);
   MPI_Finalize();
-  return failed;
+  return failures > 0 ? 1 : 0;
 }

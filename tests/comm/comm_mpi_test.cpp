@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "../mpi_gtest.hpp"
 #include "hsdp/core/error.hpp"
 #include "mpi_test_context.hpp"
 
@@ -43,26 +44,6 @@ TopologyOptions take_topology_args(int& argc, char** argv) {
   return options;
 }
 
-// On ranks other than 0: one line per failed assertion, prefixed with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(const Logger& logger) : logger_(logger) {}
-  // The name is kept here: UnitTest::current_test_info() would deadlock inside OnTestPartResult (gtest holds
-  // its lock while it reports a result).
-  void OnTestStart(const ::testing::TestInfo& test) override {
-    test_name_ = std::string(test.test_suite_name()) + "." + test.name();
-  }
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    logger_.any_rank("FAILED ", test_name_, " at ", result.file_name() ? result.file_name() : "?", ":",
-                     result.line_number(), ": ", result.message());
-  }
-
- private:
-  const Logger& logger_;
-  std::string test_name_;
-};
-
 int run(int& argc, char** argv, const MpiEnvironment& mpi) {
   const TopologyOptions options = take_topology_args(argc, argv);
   Logger logger(mpi.world_rank(), host_name());
@@ -79,16 +60,9 @@ int run(int& argc, char** argv, const MpiEnvironment& mpi) {
   context_slot() = &context;
 
   ::testing::InitGoogleTest(&argc, argv);
-  auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-  if (mpi.world_rank() != 0) {
-    const std::unique_ptr<::testing::TestEventListener> silenced(listeners.Release(listeners.default_result_printer()));
-    listeners.Append(std::make_unique<RankFailurePrinter>(logger).release());  // gtest owns appended listeners
-  }
   logger.info("comm_mpi_test: ", mpi.world_size(), " ranks, --topology.ranks_per_node=", options.ranks_per_node,
               " --topology.placement=", to_string(options.placement));
-  const int status = RUN_ALL_TESTS();
-  int failures = ::testing::UnitTest::GetInstance()->failed_test_count() + (status != 0 ? 1 : 0);
-  MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  const int failures = hsdp::testing::run_all_tests_on_every_rank(MPI_COMM_WORLD);
   context_slot() = nullptr;
   if (failures > 0) logger.error("comm_mpi_test: ", failures, " failure(s) summed over all ranks");
   return failures > 0 ? 1 : 0;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../mpi_gtest.hpp"
 #include "hsdp/comm/nccl.hpp"
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/comm/traffic.hpp"
@@ -253,23 +254,6 @@ TEST(Nccl, InterNodeCommunicators_MpiStagedAndNccl_ReduceDeviceBuffers_CountLike
   }
 }
 
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(const Logger& logger) : logger_(logger) {}
-  void OnTestStart(const ::testing::TestInfo& test) override {
-    test_name_ = std::string(test.test_suite_name()) + "." + test.name();
-  }
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    logger_.any_rank("FAILED ", test_name_, " at ", result.file_name() ? result.file_name() : "?", ":",
-                     result.line_number(), ": ", result.message());
-  }
-
- private:
-  const Logger& logger_;
-  std::string test_name_;
-};
-
 int run(int& argc, char** argv, const MpiEnvironment& mpi) {
   ::testing::InitGoogleTest(&argc, argv);
   Logger logger(mpi.world_rank(), host_name());
@@ -283,16 +267,9 @@ int run(int& argc, char** argv, const MpiEnvironment& mpi) {
   cuda::Stream compute;
   NcclTestContext context{world, nccl, compute, logger};
   context_slot() = &context;
-  if (mpi.world_rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(logger));
-  }
-  int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any_failed = 0;
-  MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int failures = hsdp::testing::run_all_tests_on_every_rank(MPI_COMM_WORLD);
   context_slot() = nullptr;
-  return any_failed;
+  return failures > 0 ? 1 : 0;
 }
 
 }  // namespace
