@@ -13,6 +13,7 @@
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/ckpt/export.hpp"
 #include "hsdp/ckpt/inspect.hpp"
+#include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
 
 namespace po = boost::program_options;
@@ -21,21 +22,6 @@ namespace hsdp::ckpt_tool {
 namespace {
 
 constexpr unsigned kHelpWidth = 100;
-
-// Parses `args` against `options` (plus --help), with `positional` naming the options that may be given bare;
-// returns nullopt when help was printed.
-std::optional<po::variables_map> parse(const std::vector<std::string>& args, po::options_description& options,
-                                       const po::positional_options_description& positional, const char* usage) {
-  options.add_options()("help,h", "print this help and exit");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
-  if (vm.count("help")) {
-    std::cout << usage << "\n" << options;
-    return std::nullopt;
-  }
-  po::notify(vm);
-  return vm;
-}
 
 po::positional_options_description one_positional(const char* name) {
   po::positional_options_description p;
@@ -89,7 +75,7 @@ int run_inspect(const std::vector<std::string>& args) {
       ("file", po::value<std::string>()->required(), "checkpoint file (.h5); may be given without --file")
       ("summary", po::bool_switch(), "print the header only, not every dataset");
   // clang-format on
-  const auto vm = parse(args, options, one_positional("file"),
+  const auto vm = tool::parse_options(args, options, one_positional("file"),
                         "usage: hsdp-ckpt inspect FILE [--summary]\n\n"
                         "Prints what a checkpoint holds: step, tokens, data and loss-scaler state, the world size,\n"
                         "nodes, mesh and strategy it was saved with, the model shape, and every dataset with its\n"
@@ -126,7 +112,7 @@ int run_inspect(const std::vector<std::string>& args) {
 int run_verify(const std::vector<std::string>& args) {
   po::options_description options("options", kHelpWidth);
   options.add_options()("file", po::value<std::string>()->required(), "checkpoint file; may be given bare");
-  const auto vm = parse(args, options, one_positional("file"),
+  const auto vm = tool::parse_options(args, options, one_positional("file"),
                         "usage: hsdp-ckpt verify FILE\n\n"
                         "Checks a checkpoint completely: the metadata is readable, every parameter and Adam\n"
                         "moment of the model described in /meta is present with its shape, and every dataset's\n"
@@ -154,7 +140,7 @@ int run_consolidate(const std::vector<std::string>& args) {
       ("file", po::value<std::string>()->required(), "checkpoint to read; may be given bare")
       ("output", po::value<std::string>()->required(), "checkpoint to write (as OUTPUT.tmp, then renamed)");
   // clang-format on
-  const auto vm = parse(args, options, one_positional("file"),
+  const auto vm = tool::parse_options(args, options, one_positional("file"),
                         "usage: hsdp-ckpt consolidate FILE --output OUT.h5\n\n"
                         "Rewrites a checkpoint as if one rank had saved it (same format, world_size 1, nodes 1,\n"
                         "mesh 1x1), verifying every checksum on the way. Any checkpoint already loads at any\n"
@@ -179,7 +165,7 @@ int run_export(const std::vector<std::string>& args) {
       ("output", po::value<std::string>()->required(), "file to write (as OUTPUT.tmp, then renamed)")
       ("no-lm-head", po::bool_switch(), "safetensors: do not add lm_head.weight (a copy of the tied wte)");
   // clang-format on
-  const auto vm = parse(args, options, one_positional("file"),
+  const auto vm = tool::parse_options(args, options, one_positional("file"),
                         "usage: hsdp-ckpt export FILE --format safetensors|llmc --output OUT\n\n"
                         "Writes the model weights (fp32; no optimizer state) for other programs:\n"
                         "  safetensors  nanoGPT state_dict names and shapes (transformer.wte.weight is\n"
@@ -225,7 +211,7 @@ int run_import(const std::vector<std::string>& args) {
       ("format", po::value<std::string>()->required(), "llmc (llm.c's fp32 GPT-2 model file, version 3)")
       ("output", po::value<std::string>()->required(), "checkpoint to write, e.g. run/step_0.h5");
   // clang-format on
-  const auto vm = parse(args, options, one_positional("input"),
+  const auto vm = tool::parse_options(args, options, one_positional("input"),
                         "usage: hsdp-ckpt import --format llmc gpt2.bin --output step_0.h5\n\n"
                         "Makes a step-0 checkpoint from llm.c's model file: the weights, zero Adam state, and a\n"
                         "deck ([model] section) with the model's shape, so hsdp-train can resume from it with a\n"

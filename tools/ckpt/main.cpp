@@ -1,15 +1,11 @@
 // hsdp-ckpt: inspects, verifies, consolidates, exports and imports hsdp checkpoints.
 #include <mpi.h>
 
-#include <algorithm>
-#include <boost/program_options/errors.hpp>
-#include <exception>
-#include <iostream>
 #include <string>
 #include <vector>
 
+#include "../common/subcommands.hpp"
 #include "commands.hpp"
-#include "hsdp/core/error.hpp"
 
 namespace {
 
@@ -42,55 +38,38 @@ examples:
 exit codes: 0 ok, 1 internal error, 2 bad options or a bad checkpoint or model file (one line says which).
 )";
 
-int dispatch(const std::string& command, const std::vector<std::string>& args) {
-  using namespace hsdp::ckpt_tool;
-  if (command == "inspect") return run_inspect(args);
-  if (command == "verify") return run_verify(args);
-  if (command == "consolidate") return run_consolidate(args);
-  if (command == "export") return run_export(args);
-  if (command == "import") return run_import(args);
-  std::cerr << "hsdp-ckpt: unknown command '" << command
-            << "' (commands: inspect, verify, consolidate, export, import; see hsdp-ckpt --help)\n";
-  return hsdp::kExitBadInput;
+// The checkpoint reader and writer run on MPI_COMM_SELF of a singleton MPI process, started for the commands that
+// use it (inspect and --help need no MPI, and skip its start-up time).
+class MpiForCommand {
+ public:
+  explicit MpiForCommand(const hsdp::tool::Args& args) : started_(!hsdp::tool::wants_help(args)) {
+    if (started_) MPI_Init(nullptr, nullptr);
+  }
+  ~MpiForCommand() {
+    if (started_) MPI_Finalize();
+  }
+  MpiForCommand(const MpiForCommand&) = delete;
+  MpiForCommand& operator=(const MpiForCommand&) = delete;
+
+ private:
+  bool started_;
+};
+
+template <int (*kRun)(const std::vector<std::string>&)>
+int with_mpi(const hsdp::tool::Args& args) {
+  const MpiForCommand mpi(args);
+  return kRun(args);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> all(argv + 1, argv + argc);
-  if (all.empty()) {
-    std::cerr << "hsdp-ckpt: missing command (inspect, verify, consolidate, export, import); see hsdp-ckpt --help\n";
-    return hsdp::kExitBadInput;
-  }
-  const std::string command = all.front();
-  if (command == "--help" || command == "-h" || command == "help") {
-    std::cout << kUsage;
-    return hsdp::kExitOk;
-  }
-  if (command == "--version") {
-    std::cout << "hsdp-ckpt " << HSDP_VERSION << '\n';
-    return hsdp::kExitOk;
-  }
-  const std::vector<std::string> args(all.begin() + 1, all.end());
-  // The checkpoint reader and writer run on MPI_COMM_SELF of a singleton MPI process; inspect and --help need no
-  // MPI (and skip its start-up time).
-  const bool wants_help = std::find_if(args.begin(), args.end(),
-                                       [](const std::string& a) { return a == "--help" || a == "-h"; }) != args.end();
-  const bool needs_mpi = command != "inspect" && !wants_help;
-  if (needs_mpi) MPI_Init(&argc, &argv);
-  int code = hsdp::kExitOk;
-  try {
-    code = dispatch(command, args);
-  } catch (const boost::program_options::error& e) {
-    std::cerr << "hsdp-ckpt " << command << ": " << e.what() << " (see hsdp-ckpt " << command << " --help)\n";
-    code = hsdp::kExitBadInput;
-  } catch (const hsdp::Error& e) {
-    std::cerr << "hsdp-ckpt: error: " << e.what() << '\n';
-    code = e.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << "hsdp-ckpt " << command << ": internal error: " << e.what() << '\n';
-    code = hsdp::kExitInternal;
-  }
-  if (needs_mpi) MPI_Finalize();
-  return code;
+  using namespace hsdp::ckpt_tool;
+  return hsdp::tool::run_subcommand_tool("hsdp-ckpt", kUsage,
+                                         {{"inspect", run_inspect},
+                                          {"verify", with_mpi<run_verify>},
+                                          {"consolidate", with_mpi<run_consolidate>},
+                                          {"export", with_mpi<run_export>},
+                                          {"import", with_mpi<run_import>}},
+                                         argc, argv);
 }

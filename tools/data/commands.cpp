@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 
+#include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/data/byte_encoder.hpp"
 #include "hsdp/data/synth_dataset.hpp"
@@ -21,21 +22,6 @@ namespace hsdp::data_tool {
 namespace {
 
 constexpr unsigned kHelpWidth = 100;
-
-// Parses `args` against `options` (plus --help); returns nullopt when help was printed.
-std::optional<po::variables_map> parse(const std::vector<std::string>& args, po::options_description& options,
-                                       const char* usage) {
-  options.add_options()("help,h", "print this help and exit");
-  po::variables_map vm;
-  const po::positional_options_description no_positionals;  // a stray word is an error, not ignored
-  po::store(po::command_line_parser(args).options(options).positional(no_positionals).run(), vm);
-  if (vm.count("help")) {
-    std::cout << usage << "\n" << options;
-    return std::nullopt;
-  }
-  po::notify(vm);
-  return vm;
-}
 
 std::size_t positive_count(const po::variables_map& vm, const char* key) {
   const auto value = vm[key].as<long long>();
@@ -57,7 +43,7 @@ int run_encode(const std::vector<std::string>& args) {
       ("val-fraction", po::value<double>()->default_value(0.1, "0.1"),
        "fraction of the tokens (taken from the end, rounded, at least 1) that go to --val-output; in (0, 1)");
   // clang-format on
-  const auto vm = parse(args, options,
+  const auto vm = tool::parse_options(args, options,
                         "usage: hsdp-data encode --input TEXT --output OUT.bin [--val-output VAL.bin]\n\n"
                         "Byte-level encoding: each byte of TEXT becomes one token, so the vocabulary is 256\n"
                         "(train with vocab_size >= 256).\n");
@@ -112,7 +98,7 @@ int run_synth(const std::vector<std::string>& args) {
       ("seed", po::value<std::uint64_t>()->default_value(defaults.source.seed),
        "seed of the source (successors, probabilities) and of the sampled stream");
   // clang-format on
-  const auto vm = parse(args, options,
+  const auto vm = tool::parse_options(args, options,
                         "usage: hsdp-data synth --out-dir DIR [options]\n\n"
                         "Samples a seeded sparse Markov source of order k over V tokens:\n"
                         "  p(x | c) = (1 - uniform_mix) q_c(x) + uniform_mix / V,\n"
@@ -152,7 +138,7 @@ int run_info(const std::vector<std::string>& args) {
       ("input", po::value<std::string>()->required(), "token file to check")
       ("vocab", po::value<int>(), "also check that every token id is < this vocabulary size");
   // clang-format on
-  const auto vm = parse(args, options,
+  const auto vm = tool::parse_options(args, options,
                         "usage: hsdp-data info --input FILE.bin [--vocab V]\n\n"
                         "Validates a token file's header and size and prints its token count and largest id.\n");
   if (!vm) return kExitOk;

@@ -1,12 +1,6 @@
 // hsdp-data: prepares token files for hsdp-train (llm.c .bin format).
-#include <boost/program_options/errors.hpp>
-#include <exception>
-#include <iostream>
-#include <string>
-#include <vector>
-
+#include "../common/subcommands.hpp"
 #include "commands.hpp"
-#include "hsdp/core/error.hpp"
 
 namespace {
 
@@ -35,36 +29,7 @@ exit codes: 0 ok, 1 internal error, 2 bad options or bad data.
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<std::string> all(argv + 1, argv + argc);
-  if (all.empty()) {
-    std::cerr << "hsdp-data: missing command (encode, synth or info); see hsdp-data --help\n";
-    return hsdp::kExitBadInput;
-  }
-  const std::string command = all.front();
-  if (command == "--help" || command == "-h" || command == "help") {
-    std::cout << kUsage;
-    return hsdp::kExitOk;
-  }
-  if (command == "--version") {
-    std::cout << "hsdp-data " << HSDP_VERSION << '\n';
-    return hsdp::kExitOk;
-  }
-  const std::vector<std::string> args(all.begin() + 1, all.end());
-  try {
-    if (command == "encode") return hsdp::data_tool::run_encode(args);
-    if (command == "synth") return hsdp::data_tool::run_synth(args);
-    if (command == "info") return hsdp::data_tool::run_info(args);
-    std::cerr << "hsdp-data: unknown command '" << command
-              << "' (commands: encode, synth, info; see hsdp-data --help)\n";
-    return hsdp::kExitBadInput;
-  } catch (const boost::program_options::error& e) {
-    std::cerr << "hsdp-data " << command << ": " << e.what() << " (see hsdp-data " << command << " --help)\n";
-    return hsdp::kExitBadInput;
-  } catch (const hsdp::Error& e) {
-    std::cerr << "hsdp-data: error: " << e.what() << '\n';
-    return e.exit_code();
-  } catch (const std::exception& e) {
-    std::cerr << "hsdp-data " << command << ": internal error: " << e.what() << '\n';
-    return hsdp::kExitInternal;
-  }
+  using namespace hsdp::data_tool;
+  return hsdp::tool::run_subcommand_tool(
+      "hsdp-data", kUsage, {{"encode", run_encode}, {"synth", run_synth}, {"info", run_info}}, argc, argv);
 }
