@@ -3,12 +3,7 @@
 // parameter. In the same run it times OpenBLAS SGEMM on the model's largest GEMM (the LM head,
 // (B*T) x C times C x Vp) and reports the step's achieved GFLOP/s as a fraction of it.
 //
-// FLOPs per step = tokens * (6 * P_matmul + 6 * L * T * C), where
-//   P_matmul = L * 12 * C^2 (c_attn, attn.c_proj, c_fc, mlp.c_proj weights) + V * C (the tied LM head over
-//              the real vocabulary); excluded: wpe (a lookup), biases and LayerNorm (elementwise), the
-//              padded rows of wte (never multiplied);
-//   6 * L * T * C = causal attention, QK^T and AV at 2 * T * C FLOPs per token each over the full T x T,
-//              halved for causality, times 3 for forward + backward (PaLM's 12 * L * T * C, halved).
+// FLOPs per step: hsdp::bench::step_flops (gpt_bench.hpp), the formula hsdp-bench-train-gpu uses too.
 #include <boost/program_options.hpp>
 
 #include <algorithm>
@@ -33,6 +28,7 @@
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/model/rng.hpp"
 #include "hsdp/model/unit_buffers.hpp"
+#include "gpt_bench.hpp"
 
 namespace po = boost::program_options;
 using hsdp::model::GptConfig;
@@ -77,11 +73,6 @@ void update(std::span<float> p, std::span<float> g, std::span<float> m, std::spa
   });
 }
 
-double step_flops(const GptConfig& c, std::int64_t tokens, int seq_len) {
-  const double C = c.n_embd, L = c.n_layer;
-  const double p_matmul = L * 12.0 * C * C + static_cast<double>(c.vocab_size) * C;
-  return static_cast<double>(tokens) * (6.0 * p_matmul + 6.0 * L * seq_len * C);
-}
 
 const char* fused_label(bool fused) { return fused ? "  update ms (per unit, in backward)" : "  update ms (after backward)"; }
 
@@ -111,14 +102,8 @@ class SgemmProbe {
 Options parse(int argc, char** argv) {
   Options o;
   po::options_description desc("hsdp-bench-train-cpu options");
+  hsdp::bench::add_model_options(desc, o.model);
   desc.add_options()("help,h", "print this help")
-      ("n_layer", po::value(&o.model.n_layer)->default_value(o.model.n_layer), "transformer blocks")
-      ("n_head", po::value(&o.model.n_head)->default_value(o.model.n_head), "attention heads")
-      ("n_embd", po::value(&o.model.n_embd)->default_value(o.model.n_embd), "embedding width C")
-      ("block_size", po::value(&o.model.block_size)->default_value(o.model.block_size), "rows of wpe")
-      ("vocab_size", po::value(&o.model.vocab_size)->default_value(o.model.vocab_size), "real vocabulary V")
-      ("padded_vocab_size", po::value(&o.model.padded_vocab_size)->default_value(o.model.padded_vocab_size),
-       "stored rows of wte Vp")
       ("batch", po::value(&o.batch)->default_value(o.batch), "micro-batch B")
       ("seq_len", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length T")
       ("steps", po::value(&o.steps)->default_value(o.steps), "timed steps (after one warm-up step)")
@@ -254,7 +239,7 @@ int run(const Options& o) {
   const double sgemm_best = std::max(sgemm_openblas_best, sgemm_panels_best);
   const double sgemm_median = std::max(median(sgemm_openblas), median(sgemm_panels));
 
-  const double flops = step_flops(o.model, static_cast<std::int64_t>(tokens), o.seq_len);
+  const double flops = hsdp::bench::step_flops(o.model, static_cast<std::int64_t>(tokens), o.seq_len);
   const double achieved_mean = flops / (mean.total_ms * 1e-3) / 1e9;
   const double achieved_best = flops / (best_step_ms * 1e-3) / 1e9;
   const double tokens_per_s = static_cast<double>(tokens) / (mean.total_ms * 1e-3);

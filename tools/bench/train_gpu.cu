@@ -3,9 +3,7 @@
 // fp32 master weights and AdamW (which also writes the next step's bf16 weights). --warmup steps, then --steps
 // timed steps of forward + backward + AdamW, timed with CUDA events around each step (no host sync inside one).
 //
-// FLOPs per step = tokens * (6 * P_matmul + 6 * L * T * C), as hsdp-bench-train-cpu counts them:
-//   P_matmul = L * 12 * C^2 + V * C (the block GEMMs and the tied LM head over the real vocabulary);
-//   6 * L * T * C = causal attention (QK^T and AV, halved for causality, forward + backward).
+// FLOPs per step: hsdp::bench::step_flops (gpt_bench.hpp), as hsdp-bench-train-cpu counts them.
 // MFU = achieved FLOP/s / the card's dense bf16 peak, from a table by device name (H100 SXM 989, H100 PCIe 756,
 // H200 989, A100 312 TFLOP/s) or --peak_tflops; and, measured side by side in the same run, the step's FLOP/s over
 // what a large bf16 GEMM reaches on this card (ratio_to_gemm). Exit 77 with a message when no GPU is visible.
@@ -24,6 +22,7 @@
 #include "hsdp/model/cuda/gpt.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/model/rng.hpp"
+#include "gpt_bench.hpp"
 
 namespace po = boost::program_options;
 namespace cuda = hsdp::device::cuda;
@@ -62,11 +61,6 @@ Peak peak_for(const std::string& name, double override_tflops) {
   return {0.0, "not in the table (H100 SXM, H100 PCIe, H200, A100): give --peak_tflops"};
 }
 
-double step_flops(const GptConfig& c, std::int64_t tokens, int seq_len) {
-  const double C = c.n_embd, L = c.n_layer;
-  const double p_matmul = L * 12.0 * C * C + static_cast<double>(c.vocab_size) * C;
-  return static_cast<double>(tokens) * (6.0 * p_matmul + 6.0 * L * seq_len * C);
-}
 
 // The same card's bf16 GEMM rate, measured in the same run as the training steps: D[n, n] = A[n, n] B[n, n]^T
 // through hsdp's cuBLASLt path (bf16 inputs and output, fp32 accumulation), 3 warm-up and 10 timed products on
@@ -149,13 +143,8 @@ Options parse(int argc, char** argv) {
   Options o;
   po::options_description desc("hsdp-bench-train-gpu options");
   // clang-format off
+  hsdp::bench::add_model_options(desc, o.model);
   desc.add_options()("help,h", "print this help")
-      ("n_layer", po::value(&o.model.n_layer)->default_value(o.model.n_layer), "transformer blocks")
-      ("n_head", po::value(&o.model.n_head)->default_value(o.model.n_head), "attention heads")
-      ("n_embd", po::value(&o.model.n_embd)->default_value(o.model.n_embd), "embedding width C")
-      ("vocab_size", po::value(&o.model.vocab_size)->default_value(o.model.vocab_size), "real vocabulary V")
-      ("padded_vocab_size", po::value(&o.model.padded_vocab_size)->default_value(o.model.padded_vocab_size),
-       "stored rows of wte Vp")
       ("batch", po::value(&o.batch)->default_value(o.batch), "micro-batch B")
       ("seq_len", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length T (<= block_size)")
       ("steps", po::value(&o.steps)->default_value(o.steps), "timed steps")
@@ -206,7 +195,7 @@ int run(const Options& o) {
   const double mean_ms = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) / o.steps;
   const double best_ms = *std::min_element(step_ms.begin(), step_ms.end());
   const std::int64_t tokens = static_cast<std::int64_t>(o.batch) * o.seq_len;
-  const double flops = step_flops(o.model, tokens, o.seq_len);
+  const double flops = hsdp::bench::step_flops(o.model, tokens, o.seq_len);
   const double tflops_mean = flops / (mean_ms * 1e-3) / 1e12;
   const double tflops_best = flops / (best_ms * 1e-3) / 1e12;
   const double tokens_per_s = static_cast<double>(tokens) / (mean_ms * 1e-3);

@@ -1,0 +1,38 @@
+#pragma once
+// What hsdp-bench-train-cpu and hsdp-bench-train-gpu share: the FLOPs a training step of a GPT does, and the
+// model-shape options of their command lines.
+#include <boost/program_options.hpp>
+#include <cstdint>
+
+#include "hsdp/model/config.hpp"
+
+namespace hsdp::bench {
+
+// FLOPs per step = tokens * (6 * P_matmul + 6 * L * T * C), where
+//   P_matmul = L * 12 * C^2 (c_attn, attn.c_proj, c_fc, mlp.c_proj weights) + V * C (the tied LM head over the
+//              real vocabulary); excluded: wpe (a lookup), biases and LayerNorm (elementwise), the padded rows of
+//              wte (never multiplied);
+//   6 * L * T * C = causal attention, QK^T and AV at 2 * T * C FLOPs per token each over the full T x T, halved
+//              for causality, times 3 for forward + backward (PaLM's 12 * L * T * C, halved).
+inline double step_flops(const model::GptConfig& c, std::int64_t tokens, int seq_len) {
+  const double C = c.n_embd, L = c.n_layer;
+  const double p_matmul = L * 12.0 * C * C + static_cast<double>(c.vocab_size) * C;
+  return static_cast<double>(tokens) * (6.0 * p_matmul + 6.0 * L * seq_len * C);
+}
+
+// --n_layer, --n_head, --n_embd, --block_size, --vocab_size, --padded_vocab_size into `model` (defaults: its values).
+inline void add_model_options(boost::program_options::options_description& desc, model::GptConfig& model) {
+  namespace po = boost::program_options;
+  // clang-format off
+  desc.add_options()
+      ("n_layer", po::value(&model.n_layer)->default_value(model.n_layer), "transformer blocks")
+      ("n_head", po::value(&model.n_head)->default_value(model.n_head), "attention heads")
+      ("n_embd", po::value(&model.n_embd)->default_value(model.n_embd), "embedding width C")
+      ("block_size", po::value(&model.block_size)->default_value(model.block_size), "rows of wpe")
+      ("vocab_size", po::value(&model.vocab_size)->default_value(model.vocab_size), "real vocabulary V")
+      ("padded_vocab_size", po::value(&model.padded_vocab_size)->default_value(model.padded_vocab_size),
+       "stored rows of wte Vp");
+  // clang-format on
+}
+
+}  // namespace hsdp::bench
