@@ -72,4 +72,15 @@ void Communicator::check_all_to_all(std::size_t send, std::size_t recv) const {
   }
 }
 
+void check_reduction(DType t, ReduceOp op, const std::string& group, Collective c) {
+  if (t == DType::u8) {
+    throw_internal(std::string(to_string(c)) + " on group '" + group +
+                   "': uint8 carries packed int4 and cannot be reduced (gather or all_to_all it, then dequantize)");
+  }
+  if (op == ReduceOp::avg && !is_floating(t)) {
+    throw_internal(std::string(to_string(c)) + " on group '" + group + "': avg is not defined for " +
+                   std::string(to_string(t)) + " (use sum and scale)");
+  }
+}
+
 }  // namespace hsdp::comm

@@ -221,21 +221,6 @@ MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name, const std::vect
 
 MpiCommunicator::~MpiCommunicator() = default;
 
-namespace {
-
-void check_reduction(DType t, ReduceOp op, const std::string& group, Collective c) {
-  if (t == DType::u8) {
-    throw_internal(std::string(to_string(c)) + " on group '" + group +
-                   "': uint8 carries packed int4 and cannot be reduced (gather or all_to_all it, then dequantize)");
-  }
-  if (op == ReduceOp::avg && !is_floating(t)) {
-    throw_internal(std::string(to_string(c)) + " on group '" + group + "': avg is not defined for " +
-                   std::string(to_string(t)) + " (use sum and scale)");
-  }
-}
-
-}  // namespace
-
 CommHandle MpiCommunicator::all_reduce_async(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) {
   check_reduction(t, op, name_, Collective::all_reduce);
   const int n = to_mpi_count(count, "all_reduce");

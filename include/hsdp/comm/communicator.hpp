@@ -51,6 +51,10 @@ class CommHandle {
   std::unique_ptr<PendingOp> op_;
 };
 
+// What every implementation refuses for a reduction (all_reduce, reduce_scatter): uint8, which carries packed int4,
+// and avg of an integer type. Throws an internal Error naming the collective and the group.
+void check_reduction(DType t, ReduceOp op, const std::string& group, Collective c);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -41,17 +41,6 @@ ncclDataType_t nccl_type(DType t) {
   throw_internal("nccl: unknown element type");
 }
 
-void check_reduction(DType t, ReduceOp op, const std::string& group, Collective c) {
-  if (t == DType::u8) {
-    throw_internal(std::string(to_string(c)) + " on group '" + group +
-                   "': uint8 carries packed int4 and cannot be reduced (gather or all_to_all it, then dequantize)");
-  }
-  if (op == ReduceOp::avg && !is_floating(t)) {
-    throw_internal(std::string(to_string(c)) + " on group '" + group + "': avg is not defined for " +
-                   std::string(to_string(t)) + " (use sum and scale)");
-  }
-}
-
 }  // namespace
 
 struct NcclCommunicator::Impl {
