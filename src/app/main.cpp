@@ -8,6 +8,7 @@
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/quant/blockwise.hpp"
+#include "hsdp/shard/strategy.hpp"
 #include "hsdp/train/trainer.hpp"
 
 namespace {
@@ -65,7 +66,7 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.eval_every = deck.get_int("train.eval_every");
   o.eval_batches = integer("train.eval_batches");
   o.activation_checkpointing = deck.get_bool("train.activation_checkpointing");
-  o.engine.strategy = hsdp::comm::parse_sharding(deck.get("parallel.sharding"));
+  o.engine.strategy = hsdp::shard::parse_sharding(deck.get("parallel.sharding"));
   o.engine.param_dtype = hsdp::parse_dtype(deck.get("precision.param"), "precision.param");
   o.engine.reduce_dtype = hsdp::parse_dtype(deck.get("precision.reduce"), "precision.reduce");
   o.engine.prefetch = deck.get_bool("parallel.prefetch");
@@ -78,8 +79,9 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   z.block = static_cast<std::size_t>(deck.get_int("zeropp.block"));
   hsdp::quant::validate({z.grad_bits, z.block});
   o.threads = integer("device.threads");
-  o.device_type = deck.get("device.type");
-  o.comm_inter = deck.get("comm.inter");
+  o.device_type = hsdp::device::parse_device_type(deck.get("device.type"));
+  o.comm_intra = hsdp::comm::parse_transport(deck.get("comm.intra"), "comm.intra");
+  o.comm_inter = hsdp::comm::parse_transport(deck.get("comm.inter"), "comm.inter");
   o.comm.timeout_s = deck.get_real("comm.timeout_s");
   o.stop_at_step = deck.get_int("train.stop_at_step");
   o.eval_only = deck.get_bool("train.eval_only");
@@ -119,18 +121,18 @@ int run(int argc, char** argv, const hsdp::Logger& log) {
                    [&] { topology = hsdp::comm::detect_topology(MPI_COMM_WORLD, topology_options(deck)); });
   hsdp::comm::MpiCommunicator world(hsdp::comm::MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank,
                                     comm_options, log);
-  const auto sharding = hsdp::comm::parse_sharding(deck.get("parallel.sharding"));
-  const int hpz_size = static_cast<int>(deck.get_int("zeropp.hpz_partition_size"));
+  hsdp::train::TrainOptions options;
+  hsdp::comm::agree(MPI_COMM_WORLD, [&] { options = train_options(deck); });
   std::unique_ptr<hsdp::comm::ProcessMesh> mesh;
-  hsdp::comm::agree(MPI_COMM_WORLD,
-                   [&] { mesh = std::make_unique<hsdp::comm::ProcessMesh>(world, topology, sharding, hpz_size); });
+  hsdp::comm::agree(MPI_COMM_WORLD, [&] {
+    mesh = std::make_unique<hsdp::comm::ProcessMesh>(
+        world, topology, hsdp::shard::mesh_options(options.engine.strategy, options.engine.zeropp.hpz_partition_size));
+  });
   if (cli.print_mesh) {
     const std::string text = mesh->describe();
     log.info(text);
     return hsdp::kExitOk;
   }
-  hsdp::train::TrainOptions options;
-  hsdp::comm::agree(MPI_COMM_WORLD, [&] { options = train_options(deck); });
   const auto summary = hsdp::train::train(options, *mesh, log);
   return summary.stopped_by_signal ? hsdp::kExitRequeue : hsdp::kExitOk;
 }

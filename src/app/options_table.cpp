@@ -2,7 +2,7 @@
 // --print-config; the code that reads it says what it does.
 #include "hsdp/app/options.hpp"
 
-#include "hsdp/comm/mesh.hpp"
+#include "hsdp/shard/strategy.hpp"
 
 namespace hsdp::app {
 
@@ -96,7 +96,7 @@ const std::vector<OptionSpec>& option_table() {
       choice("parallel.sharding", "no_shard",
              "how model state is split over ranks: no_shard (DDP), zero1, shard_grad_op (ZeRO-2), full_shard "
              "(ZeRO-3), hybrid_shard (full_shard inside a node, replicas across nodes), hybrid_shard_zero2",
-             comm::kShardingChoices()),
+             shard::sharding_choices()),
       boolean("parallel.prefetch", "true",
               "issue the next unit's all-gather before the current unit computes (forward and backward)"),
       real("parallel.bucket_mb", "25", "no_shard: gradient all-reduce bucket size in MiB (fp32 gradients)", 0.001),
@@ -140,10 +140,15 @@ const std::vector<OptionSpec>& option_table() {
            "group and its sequence number",
            0.001),
 
+      choice("comm.intra", "nccl",
+             "device.type=cuda: the collectives inside a node run over nccl (one GPU per rank) or mpi (CUDA-aware "
+             "MPI when the library is, else staged through pinned host memory; several ranks may share a GPU, as "
+             "when a one-GPU machine emulates nodes); device.type=cpu always uses MPI",
+             "mpi|nccl"),
       choice("comm.inter", "mpi",
-             "device.type=cuda, more than one node: the gradient all-reduce across nodes runs over mpi (CUDA-aware "
-             "MPI when the library is, else staged through pinned host memory) or nccl (NCCL's network transports); "
-             "inside a node it is always NCCL",
+             "device.type=cuda, more than one node: the collectives across nodes run over mpi (CUDA-aware MPI when "
+             "the library is, else staged through pinned host memory) or nccl (NCCL's network transports); "
+             "device.type=cpu always uses MPI",
              "mpi|nccl"),
 
       // [device]

@@ -18,6 +18,14 @@ std::string_view to_string(Collective c) {
   return "?";
 }
 
+Transport parse_transport(std::string_view text, std::string_view key) {
+  if (text == "mpi") return Transport::mpi;
+  if (text == "nccl") return Transport::nccl;
+  throw_config(std::string(key) + ": unknown value '" + std::string(text) + "' (allowed: mpi|nccl)");
+}
+
+const char* to_string(Transport t) { return t == Transport::mpi ? "mpi" : "nccl"; }
+
 std::string_view to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return "sum";

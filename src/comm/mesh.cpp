@@ -14,10 +14,6 @@
 namespace hsdp::comm {
 namespace {
 
-constexpr std::array<Sharding, 6> kAllShardings = {Sharding::no_shard,     Sharding::zero1,
-                                                   Sharding::shard_grad_op, Sharding::full_shard,
-                                                   Sharding::hybrid_shard, Sharding::hybrid_shard_zero2};
-
 std::string node_sizes_text(const Topology& t) {
   std::string text;
   for (int id = 0; id < t.num_nodes(); ++id) {
@@ -44,36 +40,22 @@ Membership membership_of(const MpiCommunicator* group, int world_rank) {
 
 }  // namespace
 
-Sharding parse_sharding(const std::string& text) {
-  for (const Sharding s : kAllShardings) {
-    if (text == to_string(s)) return s;
-  }
-  throw_config("parallel.sharding: unknown value '" + text + "' (allowed: " + kShardingChoices() + ")");
-}
-
-const char* to_string(Sharding s) {
+const char* to_string(ShardScope s) {
   switch (s) {
-    case Sharding::no_shard: return "no_shard";
-    case Sharding::zero1: return "zero1";
-    case Sharding::shard_grad_op: return "shard_grad_op";
-    case Sharding::full_shard: return "full_shard";
-    case Sharding::hybrid_shard: return "hybrid_shard";
-    case Sharding::hybrid_shard_zero2: return "hybrid_shard_zero2";
+    case ShardScope::self: return "self";
+    case ShardScope::node: return "node";
+    case ShardScope::world: return "world";
   }
   return "?";
 }
 
-const char* kShardingChoices() { return "no_shard|zero1|shard_grad_op|full_shard|hybrid_shard|hybrid_shard_zero2"; }
-
-bool is_hybrid(Sharding s) { return s == Sharding::hybrid_shard || s == Sharding::hybrid_shard_zero2; }
-
-ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, Sharding sharding, int hpz_size)
-    : world_(world), topology_(topology), sharding_(sharding) {
+ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, const MeshOptions& options)
+    : world_(world), topology_(topology), shard_scope_(options.shard_scope), requested_by_(options.requested_by) {
+  const int hpz_size = options.hpz_size;
   // Every check comes before the first split, and the topology is the same on every rank, so all ranks throw
   // together and none is left in a collective.
-  if (is_hybrid(sharding) && !topology.nodes_equal_size()) {
-    throw_config(std::string("parallel.sharding=") + to_string(sharding) +
-                 " needs nodes with equal numbers of ranks, but the " + std::to_string(topology.num_nodes()) +
+  if (shard_scope_ == ShardScope::node && !topology.nodes_equal_size()) {
+    throw_config(options.requested_by + " needs nodes with equal numbers of ranks, but the " + std::to_string(topology.num_nodes()) +
                  " nodes have (" + node_sizes_text(topology) + ") ranks; use full_shard or change the placement");
   }
   if (hpz_size > 0) {
@@ -89,19 +71,17 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, Shard
   const int local = topology.local_rank();
   node_ = world.split(node_id, me, "node");
   cross_node_ = world.split(local, node_id, "cross_node");
-  switch (sharding) {
-    case Sharding::zero1:
-    case Sharding::shard_grad_op:
-    case Sharding::full_shard:
+  node_gather_ = world.split(node_id, me, "node_gather");
+  switch (shard_scope_) {
+    case ShardScope::world:
       shard_ = world.split(0, me, "shard");
       replicate_ = world.split(me, 0, "replicate");
       break;
-    case Sharding::hybrid_shard:
-    case Sharding::hybrid_shard_zero2:
+    case ShardScope::node:
       shard_ = world.split(node_id, me, "shard");
       replicate_ = world.split(local, node_id, "replicate");
       break;
-    case Sharding::no_shard:
+    case ShardScope::self:
       shard_ = world.split(me, 0, "shard");
       replicate_ = world.split(0, me, "replicate");
       break;
@@ -111,14 +91,14 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, Shard
 
 ByteCounters ProcessMesh::total_counters() const {
   ByteCounters total;
-  for (const auto* c : {node_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
+  for (const auto* c : {node_.get(), node_gather_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
     if (c != nullptr) total += c->counters();
   }
   return total;
 }
 
 void ProcessMesh::reset_counters() {
-  for (auto* c : {node_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
+  for (auto* c : {node_.get(), node_gather_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
     if (c != nullptr) c->reset_counters();
   }
 }
@@ -177,7 +157,7 @@ std::string ProcessMesh::describe() {
   } else {
     out << " (real nodes from MPI_COMM_TYPE_SHARED)";
   }
-  out << "; strategy " << to_string(sharding_) << "\n";
+  out << "; " << requested_by_ << ", shard groups of scope " << to_string(shard_scope_) << "\n";
   for (int id = 0; id < nodes; ++id) {
     const auto ranks = topology_.ranks_on_node(id);
     out << "  node " << id;

@@ -1,6 +1,7 @@
 #include "hsdp/shard/engine.hpp"
 
 #include "engine_impl.hpp"
+#include "hsdp/shard/formulas.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
 
@@ -18,7 +19,7 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
   impl_ = std::make_unique<Impl>(layout, mesh, options, memory, units_, timing_, log);
   Impl& m = *impl_;
   configure_zeropp(options.zeropp);
-  const bool no_shard = options.strategy == Sharding::no_shard;
+  const bool no_shard = m.replicated;
   const int shard_size = mesh.shard().size();
   const int shard_rank = mesh.shard().rank();
   for (int u = 0; u < layout.num_units(); ++u) {
@@ -35,11 +36,11 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
       total += m.geo(u).padded_numel;
     }
     m.flat_grads.reset(total, &memory, MemCategory::grads);
-    m.buckets = make_buckets(layout, options.bucket_mb);
+    m.buckets = make_buckets(UnitSizes::of(layout).numel, options.bucket_mb);
     if (options.param_dtype != DType::f32) {
       for (int u = 0; u < m.n_units; ++u) m.persistent_params.emplace_back(m.geo(u).padded_numel, memory, MemCategory::params);
     }
-  } else if (options.strategy == Sharding::zero1) {
+  } else if (m.st.grads_whole) {  // zero1
     for (int u = 0; u < m.n_units; ++u) {
       m.persistent_params.emplace_back(m.geo(u).padded_numel, memory, MemCategory::params);
       m.unit_grads[static_cast<std::size_t>(u)].reset(m.geo(u).padded_numel, &memory, MemCategory::grads);
@@ -52,10 +53,12 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
   Impl& m = *impl_;
   m.secondary.resize(static_cast<std::size_t>(m.n_units));
   if (!z.any()) return;
-  const Sharding s = m.o.strategy;
-  if (s != Sharding::full_shard && s != Sharding::hybrid_shard) {
-    throw_config(std::string("zeropp: ZeRO++ works with parallel.sharding=full_shard or hybrid_shard, not ") +
-                 comm::to_string(s));
+  if (!m.st.zeropp) {
+    std::string allowed;
+    for (const Strategy& s : all_strategies()) {
+      if (s.zeropp) allowed += (allowed.empty() ? "" : " or ") + std::string(s.name);
+    }
+    throw_config("zeropp: ZeRO++ works with parallel.sharding=" + allowed + ", not " + m.st.name);
   }
   quant::validate({z.grad_bits, z.block});
   const comm::Topology& topo = mesh_.topology();
@@ -72,7 +75,7 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
   if (!topo.nodes_equal_size()) {
     throw_config("zeropp.quantized_gradients: the two-hop all-to-all needs nodes of equal size");
   }
-  if (s == Sharding::full_shard) {
+  if (!m.hybrid) {
     if (topo.num_nodes() == 1) {
       m.qgz_exact_fallback = true;
       if (m.log != nullptr) {
@@ -97,11 +100,11 @@ Engine::~Engine() {
 
 void Engine::refresh_derived_state() {
   Impl& m = *impl_;
-  if (m.o.strategy == Sharding::zero1) {
+  if (m.st.gather_after_step) {
     std::vector<InFlight> ops;
     for (int u = 0; u < m.n_units; ++u) ops.push_back(m.gather_into(u, m.persistent_params[static_cast<std::size_t>(u)].data()));
     for (auto& op : ops) m.complete(op, true);
-  } else if (m.o.strategy == Sharding::no_shard && m.o.param_dtype != DType::f32) {
+  } else if (m.replicated && m.o.param_dtype != DType::f32) {
     for (int u = 0; u < m.n_units; ++u) {
       auto& p = m.persistent_params[static_cast<std::size_t>(u)];
       std::copy_n(units_[static_cast<std::size_t>(u)]->master.data(), p.size(), p.data());
@@ -127,7 +130,7 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
   const int final_unit = L + 1;
   // A reduction still in flight reads this unit's gradient buffer, which this micro-batch's backward adds to.
   m.drain_reductions();
-  if (m.o.strategy == Sharding::no_shard && last) {
+  if (m.replicated && last) {
     m.bucket_pending_units.clear();
     for (const Bucket& b : m.buckets) m.bucket_pending_units.push_back(b.last_unit - b.first_unit + 1);
   }
@@ -197,7 +200,7 @@ double Engine::grad_norm_squared() {
   Impl& m = *impl_;
   m.drain_reductions();
   double local = 0;
-  if (m.o.strategy == Sharding::no_shard) {
+  if (m.replicated) {
     for (int u = 0; u < m.n_units; ++u) {
       local += optim::local_squared_sum(std::span<const float>(m.grads(u), m.geo(u).numel));
     }
@@ -218,8 +221,8 @@ bool Engine::found_nonfinite() {
   m.drain_reductions();
   bool local = m.local_nonfinite;
   for (int u = 0; u < m.n_units && !local; ++u) {
-    const float* g = m.o.strategy == Sharding::no_shard ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
-    const std::size_t n = m.o.strategy == Sharding::no_shard ? m.geo(u).numel : m.geo(u).valid;
+    const float* g = m.replicated ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
+    const std::size_t n = m.replicated ? m.geo(u).numel : m.geo(u).valid;
     local = optim::has_inf_or_nan(std::span<const float>(g, n));
   }
   double flag = local ? 1.0 : 0.0;
@@ -233,15 +236,15 @@ void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamW
   for (int u = 0; u < m.n_units; ++u) {
     FlatParamUnit& fp = *units_[static_cast<std::size_t>(u)];
     const std::size_t n = fp.geometry.valid;
-    const float* grad = m.o.strategy == Sharding::no_shard ? m.grads(u) : fp.grad_shard.data();
+    const float* grad = m.replicated ? m.grads(u) : fp.grad_shard.data();
     optim::adamw_update(config, step, fp.master.span().first(n), std::span<const float>(grad, n),
                         fp.exp_avg.span().first(n), fp.exp_avg_sq.span().first(n), fp.segments);
   }
   refresh_derived_state();
 }
 
-std::vector<UnitShardView> Engine::shard_views() {
-  std::vector<UnitShardView> views;
+std::vector<UnitShard> Engine::shard_views() {
+  std::vector<UnitShard> views;
   for (auto& u : units_) {
     views.push_back({u->unit, u->geometry.begin, u->geometry.valid, u->master.data(), u->exp_avg.data(),
                      u->exp_avg_sq.data()});

@@ -14,8 +14,6 @@
 
 namespace hsdp::shard {
 
-using comm::Sharding;
-
 namespace detail {
 
 // A collective in flight plus what to do when it completes (unpack, accumulate, free).
@@ -48,9 +46,13 @@ struct Engine::Impl {
   int n_units;
 
   const Logger* log;
-  bool persistent_full;     // no_shard, zero1: full parameters live on every rank between steps
-  bool free_after_forward;  // full_shard, hybrid_shard: free after forward, gather again for backward
+  const Strategy& st;        // what the strategy means (strategy.hpp)
+  bool persistent_full;      // full parameters live on every rank between steps
+  bool free_after_forward;   // free after forward, gather again for backward
   bool hybrid;
+  bool replicated;           // shard group of one (no_shard): whole gradients reduced in buckets over the world
+  bool hierarchical = false; // replicated on several nodes of several ranks (equal sizes): buckets reduce-scattered
+                             // in the node, all-reduced across nodes, all-gathered in the node
 
   // Persistent full compute parameters [Pp] (zero1; no_shard when rounding to a lower precision).
   std::vector<Buffer<float>> persistent_params;
@@ -76,11 +78,13 @@ struct Engine::Impl {
   Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, MemoryAccountant& mem,
        std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t, const Logger* logger)
       : mesh(m), o(options), memory(mem), units(u), timing(t), n_layer(l.config().n_layer),
-        n_units(l.num_units()), log(logger) {
-    const Sharding s = o.strategy;
-    persistent_full = s == Sharding::no_shard || s == Sharding::zero1;
-    free_after_forward = s == Sharding::full_shard || s == Sharding::hybrid_shard;
-    hybrid = comm::is_hybrid(s);
+        n_units(l.num_units()), log(logger), st(strategy(options.strategy)) {
+    persistent_full = st.params_whole;
+    free_after_forward = st.free_after_forward;
+    hybrid = st.hybrid;
+    replicated = st.shard_scope == comm::ShardScope::self;
+    const comm::Topology& topo = m.topology();
+    hierarchical = replicated && topo.nodes_equal_size() && hierarchical_ddp(topo.num_nodes(), topo.node_size(0));
   }
 
   comm::Communicator& shard() { return mesh.shard(); }
@@ -223,30 +227,30 @@ struct Engine::Impl {
     gathered[static_cast<std::size_t>(u)].reset();
   }
   const float* params(int u) {
-    if (o.strategy == Sharding::no_shard && o.param_dtype == DType::f32) return unit(u).master.data();
+    if (replicated && o.param_dtype == DType::f32) return unit(u).master.data();
     if (persistent_full) return persistent_params[static_cast<std::size_t>(u)].data();
     return gathered[static_cast<std::size_t>(u)]->data();
   }
 
   // ---- gradients --------------------------------------------------------------------------------------
   float* grads(int u) {
-    if (o.strategy == Sharding::no_shard) return flat_grads.data() + flat_offset[static_cast<std::size_t>(u)];
+    if (replicated) return flat_grads.data() + flat_offset[static_cast<std::size_t>(u)];
     auto& b = unit_grads[static_cast<std::size_t>(u)];
     if (b.empty()) b.reset(geo(u).padded_numel, &memory, MemCategory::grads);
     return b.data();
   }
   // Called when unit u's gradient of this micro-batch is complete.
   void unit_backward_done(int u, bool last) {
-    if (o.strategy == Sharding::no_shard) {
+    if (replicated) {
       if (!last) return;
       for (std::size_t b = 0; b < buckets.size(); ++b) {
         if (u >= buckets[b].first_unit && u <= buckets[b].last_unit && --bucket_pending_units[b] == 0) {
-          all_reduce_range(flat_grads.data() + buckets[b].offset, buckets[b].count, replicate(), true);
+          reduce_bucket(buckets[b]);
         }
       }
       return;
     }
-    if (!last && !hybrid) return;  // accumulate locally; reduce after the last micro-batch
+    if (!last && !st.reduce_every_micro_batch) return;  // accumulate locally; reduce after the last micro-batch
     reduce_scatter_unit(u, last);
   }
   // In-place average over `group` in o.reduce_dtype, queued as a reduction.
@@ -270,6 +274,41 @@ struct Engine::Impl {
       complete(op, true);
     }
   }
+  // no_shard: the bucket's gradients averaged over the world, queued. Flat: one all-reduce. Hierarchical: a
+  // reduce-scatter over the node into 1/p of the (padded) bucket, an all-reduce of that shard across nodes, an
+  // all-gather over the node (on node_gather: see mesh.hpp), each issued when the one before completes.
+  void reduce_bucket(const Bucket& b) {
+    float* data = flat_grads.data() + b.offset;
+    if (!hierarchical) {
+      all_reduce_range(data, b.count, replicate(), true);
+      return;
+    }
+    const std::size_t count = b.count;
+    const auto p = static_cast<std::size_t>(mesh.node().size());
+    const std::size_t block = (count + p - 1) / p;
+    const DType t = o.reduce_dtype;
+    auto whole = std::make_shared<TypedBuffer>(block * p, t, memory, MemCategory::comm_buffers);
+    auto part = std::make_shared<TypedBuffer>(block, t, memory, MemCategory::comm_buffers);
+    convert_from_f32(std::span<const float>(data, count), whole->data(), t);
+    std::fill(whole->bytes.begin() + static_cast<std::ptrdiff_t>(count * size_of(t)), whole->bytes.end(), std::byte{0});
+    auto gathered = [whole, part, data, count, t]() mutable {
+      convert_to_f32(whole->data(), t, std::span<float>(data, count));
+      whole.reset();
+      part.reset();
+    };
+    auto across = [this, whole, part, block, t, gathered]() mutable {
+      reductions.push_back(issue(mesh.node_gather().all_gather_async(part->data(), whole->data(), block, t),
+                                 std::move(gathered)));
+    };
+    auto scattered = [this, part, block, t, across]() mutable {
+      reductions.push_back(issue(mesh.cross_node().all_reduce_async(part->data(), part->data(), block, t,
+                                                                    comm::ReduceOp::avg),
+                                 std::move(across)));
+    };
+    reductions.push_back(issue(mesh.node().reduce_scatter_async(whole->data(), part->data(), block, t,
+                                                                comm::ReduceOp::avg),
+                               std::move(scattered)));
+  }
   void reduce_scatter_unit(int u, bool last) {
     if (qgz && !qgz_exact_fallback) {
       quantized_reduce_scatter(u, last);
@@ -287,7 +326,7 @@ struct Engine::Impl {
       send_data = send->data();
     }
     // zero1 keeps its full gradients for the next step (zeroed in begin_step); the others free them once sent.
-    const bool free_full = o.strategy != Sharding::zero1;
+    const bool free_full = !st.grads_whole;
     auto handle = shard().reduce_scatter_async(send_data, recv->data(), g.shard_numel, t, comm::ReduceOp::avg);
     FlatParamUnit* fp = &unit(u);
     const bool cross_replicas = hybrid && last;
@@ -328,7 +367,7 @@ struct Engine::Impl {
     const float inverse = 1.0f / static_cast<float>(shard().size());
     FlatParamUnit& fp = unit(u);
     for (std::size_t i = 0; i < s; ++i) fp.grad_shard[i] += shard_sum[i] * inverse;
-    if (o.strategy != Sharding::zero1) unit_grads[static_cast<std::size_t>(u)].clear();
+    if (!st.grads_whole) unit_grads[static_cast<std::size_t>(u)].clear();
     if (hybrid && last) all_reduce_range(fp.grad_shard.data(), s, replicate(), true);
   }
 };

@@ -8,82 +8,117 @@
 namespace hsdp::shard {
 
 using comm::Collective;
-using comm::Sharding;
 
-std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strategy, int shard_size,
-                               DType param_dtype) {
+UnitSizes UnitSizes::of(const model::ModelLayout& layout) {
+  UnitSizes sizes;
+  for (const auto& unit : layout.units()) sizes.numel.push_back(unit.numel);
+  return sizes;
+}
+
+std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int shard_size, DType param_dtype) {
+  const Strategy& st = shard::strategy(strategy);
+  // The fp32 master is the compute copy only when nothing is sharded and compute needs no rounding.
+  const bool master_is_compute = st.shard_scope == comm::ShardScope::self && param_dtype == DType::f32;
   std::int64_t total = 0;
-  for (const auto& unit : layout.units()) {
-    const auto g = UnitGeometry::make(unit.numel, shard_size, 0);
-    const auto n = static_cast<std::int64_t>(unit.numel);
+  for (const std::size_t numel : units.numel) {
+    const auto g = UnitGeometry::make(numel, shard_size, 0);
     const auto s = static_cast<std::int64_t>(g.shard_numel);
     const auto pp = static_cast<std::int64_t>(g.padded_numel);
-    switch (strategy) {
-      case Sharding::no_shard: total += (param_dtype == DType::f32 ? 16 : 20) * n; break;
-      case Sharding::zero1: total += 4 * pp + 4 * pp + 16 * s; break;
-      default: total += 16 * s; break;
-    }
+    total += 12 * s;                                         // master, AdamW m and v
+    if (st.shard_scope != comm::ShardScope::self) total += 4 * s;  // the reduced gradient shard
+    if (st.grads_whole) total += 4 * pp;                     // full gradients
+    if (st.params_whole && !master_is_compute) total += 4 * pp;  // full compute parameters
   }
   return total;
 }
 
-comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOptions& o, const MeshGroups& g) {
-  comm::ByteCounters c;
+std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strategy, int shard_size,
+                               DType param_dtype) {
+  return model_state_bytes(UnitSizes::of(layout), strategy, shard_size, param_dtype);
+}
+
+void for_each_collective(const UnitSizes& units, const EngineOptions& o, const MeshGroups& g,
+                         const std::function<void(const CollectiveCall&)>& visit) {
+  const Strategy& st = strategy(o.strategy);
   const std::size_t bp = size_of(o.param_dtype);
   const std::size_t br = size_of(o.reduce_dtype);
-  auto on = [&](const GroupView& group, Collective op, std::size_t count, std::size_t bytes, int times) {
-    for (int i = 0; i < times; ++i) c.record(op, comm::traffic_bytes(op, count, bytes, group.rank, group.node_of_rank));
-  };
   const int k = o.grad_accum;
-  const int final_unit = layout.num_units() - 1;
-  if (o.strategy == Sharding::no_shard) {
-    for (const Bucket& b : make_buckets(layout, o.bucket_mb)) on(g.replicate, Collective::all_reduce, b.count, br, 1);
-    return c;
-  }
-  const ZeroPPOptions& z = o.zeropp;
-  const bool hybrid = comm::is_hybrid(o.strategy);
-  const bool regather = o.strategy == Sharding::full_shard || o.strategy == Sharding::hybrid_shard;
+  const int n_units = static_cast<int>(units.numel.size());
+  const int final_unit = n_units - 1;
   const int nodes = g.cross_node.size();
   const int p = g.node.size();
-  for (int u = 0; u < layout.num_units(); ++u) {
-    const UnitGeometry geo = UnitGeometry::make(layout.unit(u).numel, g.shard.size(), 0);
+  auto on = [&](const GroupView& group, Collective op, std::size_t count, std::size_t bytes, int times, int unit,
+                Phase phase) {
+    if (times > 0) visit({&group, op, count, bytes, times, unit, phase});
+  };
+  if (st.shard_scope == comm::ShardScope::self) {
+    const bool hierarchical = g.nodes_equal_size && hierarchical_ddp(nodes, p);
+    for (const Bucket& b : make_buckets(units.numel, o.bucket_mb)) {
+      if (!hierarchical) {
+        on(g.replicate, Collective::all_reduce, b.count, br, 1, b.first_unit, Phase::bucket_reduce);
+        continue;
+      }
+      const std::size_t block = (b.count + static_cast<std::size_t>(p) - 1) / static_cast<std::size_t>(p);
+      on(g.node, Collective::reduce_scatter, block, br, 1, b.first_unit, Phase::bucket_reduce);
+      on(g.cross_node, Collective::all_reduce, block, br, 1, b.first_unit, Phase::cross_node_reduce);
+      on(g.node, Collective::all_gather, block, br, 1, b.first_unit, Phase::bucket_gather);
+    }
+    return;
+  }
+  const ZeroPPOptions& z = o.zeropp;
+  const bool hpz = z.hpz_partition_size > 0;
+  for (int u = 0; u < n_units; ++u) {
+    const auto geo = UnitGeometry::make(units.numel[static_cast<std::size_t>(u)], g.shard.size(), 0);
     const std::size_t s = geo.shard_numel;
     const bool block = u >= 1 && u < final_unit;
-    // forward gathers: the embedding is gathered for the embedding and again for the head
-    // (with hpZ the second one reads the embedding's secondary slice inside the node).
-    const bool head_regather = regather && u == 0;
-    const bool hpz = z.hpz_partition_size > 0;
+    // The embedding is gathered for the embedding and again for a tied head; with hpZ the second gather reads the
+    // embedding's secondary slice inside the node.
+    const bool head_regather = st.free_after_forward && u == 0 && units.tied_head;
     const std::size_t hpz_slice = geo.padded_numel / static_cast<std::size_t>(g.hpz.size());
-    if (o.strategy != Sharding::zero1) {
+    if (!st.params_whole) {
       const int shard_gathers = (head_regather && !hpz) ? 2 : 1;
       if (z.quantized_weights) {
-        on(g.shard, Collective::all_gather, message_bytes(s, {quant::Bits::int8, z.block}), 1, shard_gathers * k);
+        on(g.shard, Collective::all_gather, message_bytes(s, {quant::Bits::int8, z.block}), 1, shard_gathers * k, u,
+           Phase::forward_gather);
       } else {
-        on(g.shard, Collective::all_gather, s, bp, shard_gathers * k);
+        on(g.shard, Collective::all_gather, s, bp, shard_gathers * k, u, Phase::forward_gather);
       }
-      if (head_regather && hpz) on(g.hpz, Collective::all_gather, hpz_slice, bp, k);
+      if (head_regather && hpz) on(g.hpz, Collective::all_gather, hpz_slice, bp, k, u, Phase::forward_gather);
     }
-    if (regather && block) {  // backward gathers
+    if (st.free_after_forward && block) {
       if (hpz) {
-        on(g.hpz, Collective::all_gather, hpz_slice, bp, k);
+        on(g.hpz, Collective::all_gather, hpz_slice, bp, k, u, Phase::backward_gather);
       } else {
-        on(g.shard, Collective::all_gather, s, bp, k);
+        on(g.shard, Collective::all_gather, s, bp, k, u, Phase::backward_gather);
       }
     }
-    const int reductions = hybrid ? k : 1;
+    const int reductions = st.reduce_every_micro_batch ? k : 1;
     const std::size_t m = message_bytes(s, {z.grad_bits, z.block});
-    if (z.quantized_gradients && hybrid) {
-      on(g.shard, Collective::all_to_all, m, 1, reductions);
+    if (z.quantized_gradients && st.hybrid) {
+      on(g.shard, Collective::all_to_all, m, 1, reductions, u, Phase::reduce);
     } else if (z.quantized_gradients && nodes > 1) {
-      if (p > 1) on(g.node, Collective::all_to_all, static_cast<std::size_t>(nodes) * m, 1, reductions);
-      on(g.cross_node, Collective::all_to_all, m, 1, reductions);
+      if (p > 1) on(g.node, Collective::all_to_all, static_cast<std::size_t>(nodes) * m, 1, reductions, u, Phase::reduce);
+      on(g.cross_node, Collective::all_to_all, m, 1, reductions, u, Phase::reduce);
     } else {
-      on(g.shard, Collective::reduce_scatter, s, br, reductions);
+      on(g.shard, Collective::reduce_scatter, s, br, reductions, u, Phase::reduce);
     }
-    if (hybrid) on(g.replicate, Collective::all_reduce, s, br, 1);
-    if (o.strategy == Sharding::zero1) on(g.shard, Collective::all_gather, s, bp, 1);
+    if (st.hybrid) on(g.replicate, Collective::all_reduce, s, br, 1, u, Phase::cross_node_reduce);
+    if (st.gather_after_step) on(g.shard, Collective::all_gather, s, bp, 1, u, Phase::post_step_gather);
   }
+}
+
+comm::ByteCounters step_traffic(const UnitSizes& units, const EngineOptions& options, const MeshGroups& g) {
+  comm::ByteCounters c;
+  for_each_collective(units, options, g, [&](const CollectiveCall& call) {
+    const comm::LinkBytes bytes =
+        comm::traffic_bytes(call.op, call.count, call.elem_bytes, call.group->rank, call.group->node_of_rank);
+    for (int i = 0; i < call.times; ++i) c.record(call.op, bytes);
+  });
   return c;
+}
+
+comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOptions& options, const MeshGroups& g) {
+  return step_traffic(UnitSizes::of(layout), options, g);
 }
 
 }  // namespace hsdp::shard

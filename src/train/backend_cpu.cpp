@@ -30,13 +30,7 @@ class CpuBackend final : public Backend {
   }
   const shard::StepTiming& timing() const override { return engine_.timing(); }
 
-  std::vector<ckpt::UnitShard> checkpoint_shards() override {
-    std::vector<ckpt::UnitShard> out;
-    for (const auto& v : engine_.shard_views()) {
-      out.push_back({v.unit, v.begin, v.count, v.params, v.exp_avg, v.exp_avg_sq});
-    }
-    return out;
-  }
+  std::vector<ckpt::UnitShard> checkpoint_shards() override { return engine_.shard_views(); }
   void checkpoint_loaded() override { engine_.refresh_derived_state(); }
   bool is_checkpoint_writer() const override { return engine_.is_checkpoint_writer(); }
 

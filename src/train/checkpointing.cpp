@@ -29,7 +29,7 @@ std::optional<ckpt::TrainState> Checkpointer::resume() {
 void Checkpointer::save(ckpt::TrainState state) {
   const comm::Topology& topo = mesh_.topology();
   state.deck_text = options_.deck_text;
-  state.strategy = comm::to_string(options_.engine.strategy);
+  state.strategy = shard::to_string(options_.engine.strategy);
   state.world_size = topo.world_size;
   state.nodes = topo.num_nodes();
   std::ostringstream mesh;

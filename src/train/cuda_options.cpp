@@ -8,8 +8,8 @@ namespace hsdp::train {
 
 void check_cuda_options(const TrainOptions& o) {
   const std::string what = "device.type=cuda ";
-  if (o.engine.strategy != comm::Sharding::no_shard) {
-    throw_config(what + "trains data-parallel only: parallel.sharding=" + comm::to_string(o.engine.strategy) +
+  if (o.engine.strategy != shard::Sharding::no_shard) {
+    throw_config(what + "trains data-parallel only: parallel.sharding=" + shard::to_string(o.engine.strategy) +
                  " runs on the CPU (device.type=cpu); use parallel.sharding=no_shard on GPUs");
   }
   if (o.engine.param_dtype != DType::bf16) {

@@ -90,7 +90,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
 
   std::unique_ptr<Backend> backend_holder;
   comm::agree(world.raw(), [&] {
-    if (o.device_type == "cuda") {
+    if (o.device_type == device::DeviceType::cuda) {
       check_cuda_options(o);
       backend_holder = make_cuda_backend(o, *layout, mesh, memory, log);
     } else {
@@ -105,7 +105,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   const std::int64_t tokens_per_step = static_cast<std::int64_t>(tokens_per_micro) * o.grad_accum * dp_size;
 
   log.info("hsdp-train: ", layout->total_numel(), " parameters (", layout->num_units(), " units), ",
-           mesh.topology().world_size, " rank(s), strategy ", comm::to_string(o.engine.strategy), " (param ",
+           mesh.topology().world_size, " rank(s), strategy ", shard::to_string(o.engine.strategy), " (param ",
            to_string(o.engine.param_dtype), ", reduce ", to_string(o.engine.reduce_dtype), "), ",
            tokens_per_step, " tokens per step (micro_batch ", o.micro_batch, " x seq_len ", o.seq_len,
            " x grad_accum ", o.grad_accum, " x ", dp_size, " data-parallel), ", thread_count,
@@ -259,7 +259,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     if (entropy_rate > 0) j.add("entropy_rate", entropy_rate);
     j.add("tokens_per_s", summary.tokens_per_s).add("seconds", summary.seconds);
     j.add("world_size", mesh.topology().world_size).add("nodes", mesh.topology().num_nodes());
-    j.add("strategy", comm::to_string(o.engine.strategy));
+    j.add("strategy", shard::to_string(o.engine.strategy));
     j.add("param_dtype", to_string(o.engine.param_dtype)).add("reduce_dtype", to_string(o.engine.reduce_dtype));
     j.add("params", static_cast<std::uint64_t>(layout->total_numel()));
     j.add_raw("memory_peak", [&] {

@@ -33,13 +33,13 @@ const char* to_string(Role r) {
 }
 
 struct GroupCase {
-  Sharding sharding;
+  ShardScope scope;
   Role role;
 };
 
 std::vector<GroupCase> all_group_cases() {
   std::vector<GroupCase> cases;
-  for (const Sharding s : kStrategies) {
+  for (const ShardScope s : kScopes) {
     for (const Role r : {Role::world, Role::node, Role::cross_node, Role::shard, Role::replicate}) {
       cases.push_back({s, r});
     }
@@ -141,12 +141,12 @@ std::string label(const char* collective, std::size_t count, bool in_place, Redu
 class Collectives : public ::testing::TestWithParam<GroupCase> {
  protected:
   void SetUp() override {
-    if (!context().meshes.contains(GetParam().sharding)) {
-      GTEST_SKIP() << comm::to_string(GetParam().sharding) << " needs nodes of equal size";
+    if (!context().meshes.contains(GetParam().scope)) {
+      GTEST_SKIP() << "shard scope " << comm::to_string(GetParam().scope) << " needs nodes of equal size";
     }
   }
   MpiCommunicator& group() const {
-    ProcessMesh& mesh = *context().meshes.at(GetParam().sharding);
+    ProcessMesh& mesh = *context().meshes.at(GetParam().scope);
     switch (GetParam().role) {
       case Role::world: return mesh.world();
       case Role::node: return mesh.node();
@@ -370,7 +370,7 @@ TEST_P(Collectives, HalfPrecisionSum_OfInexactInputs_IsWithinOneRoundingPerAddit
 
 INSTANTIATE_TEST_SUITE_P(EveryGroupOfEveryStrategy, Collectives, ::testing::ValuesIn(all_group_cases()),
                          [](const ::testing::TestParamInfo<GroupCase>& info) {
-                           return std::string(comm::to_string(info.param.sharding)) + "_" + to_string(info.param.role);
+                           return std::string(comm::to_string(info.param.scope)) + "_" + to_string(info.param.role);
                          });
 
 }  // namespace

@@ -53,9 +53,9 @@ int run(int& argc, char** argv, const MpiEnvironment& mpi) {
   MpiCommunicator world(MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank, comm_options, logger);
   MpiTestContext context{world, topology, MeshSpec{mpi.world_size(), options.ranks_per_node, options.placement},
                          logger, {}};
-  for (const Sharding s : kStrategies) {
-    if (is_hybrid(s) && !topology.nodes_equal_size()) continue;
-    context.meshes.emplace(s, std::make_unique<ProcessMesh>(world, topology, s));
+  for (const ShardScope s : kScopes) {
+    if (s == ShardScope::node && !topology.nodes_equal_size()) continue;
+    context.meshes.emplace(s, std::make_unique<ProcessMesh>(world, topology, MeshOptions{s}));
   }
   context_slot() = &context;
 

@@ -75,7 +75,7 @@ TEST(Topology, RealNodes_FromSharedMemory_GroupExactlyTheRanksOnOneHost) {
           << "ranks " << r << " and " << s;
     }
   }
-  ProcessMesh mesh(context().world, real, Sharding::full_shard);
+  ProcessMesh mesh(context().world, real, MeshOptions{ShardScope::world});
   const std::string text = mesh.describe();
   if (real.world_rank == 0) {
     EXPECT_THAT(text, HasSubstr("(real nodes from MPI_COMM_TYPE_SHARED)"));
@@ -83,40 +83,39 @@ TEST(Topology, RealNodes_FromSharedMemory_GroupExactlyTheRanksOnOneHost) {
   }
 }
 
-TEST(Mesh, NodeAndCrossNodeGroups_FollowTheEmulatedPlacement_ForEveryStrategy) {
-  for (const auto& [sharding, mesh] : context().meshes) {
-    EXPECT_THAT(members_of(mesh->node()), ElementsAreArray(same_node_ranks())) << to_string(sharding);
-    EXPECT_THAT(members_of(mesh->cross_node()), ElementsAreArray(same_local_rank_ranks())) << to_string(sharding);
+TEST(Mesh, NodeAndCrossNodeGroups_FollowTheEmulatedPlacement_ForEveryShardScope) {
+  for (const auto& [scope, mesh] : context().meshes) {
+    EXPECT_THAT(members_of(mesh->node()), ElementsAreArray(same_node_ranks())) << to_string(scope);
+    EXPECT_THAT(members_of(mesh->node_gather()), ElementsAreArray(same_node_ranks())) << to_string(scope);
+    EXPECT_THAT(members_of(mesh->cross_node()), ElementsAreArray(same_local_rank_ranks())) << to_string(scope);
     EXPECT_EQ(mesh->node().name(), "node");
+    EXPECT_EQ(mesh->node_gather().name(), "node_gather");
     EXPECT_EQ(mesh->cross_node().name(), "cross_node");
   }
 }
 
-TEST(Mesh, ShardAndReplicateGroups_HaveTheMembershipOfTheirStrategy) {
+TEST(Mesh, ShardAndReplicateGroups_HaveTheMembershipOfTheirScope) {
   const int me = context().topology.world_rank;
-  for (const auto& [sharding, mesh] : context().meshes) {
+  for (const auto& [scope, mesh] : context().meshes) {
     std::vector<int> shard;
     std::vector<int> replicate;
-    switch (sharding) {
-      case Sharding::zero1:
-      case Sharding::shard_grad_op:
-      case Sharding::full_shard:
+    switch (scope) {
+      case ShardScope::world:
         shard = all_ranks();
         replicate = {me};
         break;
-      case Sharding::hybrid_shard:
-      case Sharding::hybrid_shard_zero2:
+      case ShardScope::node:
         shard = same_node_ranks();
         replicate = same_local_rank_ranks();
         break;
-      case Sharding::no_shard:
+      case ShardScope::self:
         shard = {me};
         replicate = all_ranks();
         break;
     }
-    EXPECT_THAT(members_of(mesh->shard()), ElementsAreArray(shard)) << to_string(sharding);
-    EXPECT_THAT(members_of(mesh->replicate()), ElementsAreArray(replicate)) << to_string(sharding);
-    EXPECT_EQ(mesh->shard().size() * mesh->replicate().size(), context().spec.world_size) << to_string(sharding);
+    EXPECT_THAT(members_of(mesh->shard()), ElementsAreArray(shard)) << to_string(scope);
+    EXPECT_THAT(members_of(mesh->replicate()), ElementsAreArray(replicate)) << to_string(scope);
+    EXPECT_EQ(mesh->shard().size() * mesh->replicate().size(), context().spec.world_size) << to_string(scope);
     EXPECT_EQ(mesh->shard().name(), "shard");
     EXPECT_EQ(mesh->replicate().name(), "replicate");
     EXPECT_FALSE(mesh->has_hpz());
@@ -125,7 +124,7 @@ TEST(Mesh, ShardAndReplicateGroups_HaveTheMembershipOfTheirStrategy) {
 
 TEST(Mesh, HybridShard_ShardGroupIsOneEmulatedNode_AndReplicateGroupHasOneRankPerNode) {
   const MeshSpec& m = context().spec;
-  ProcessMesh& mesh = *context().meshes.at(Sharding::hybrid_shard);
+  ProcessMesh& mesh = *context().meshes.at(ShardScope::node);
   // Written out for the 2x2 meshes, as a person would check them by hand.
   if (m.ranks_per_node == 2 && m.world_size == 4) {
     const int me = context().topology.world_rank;
@@ -147,18 +146,16 @@ TEST(Mesh, HybridShard_OnNodesOfUnequalSize_IsAConfigErrorNamingTheSizes) {
   // ranks_per_node 3 on 4 ranks, block: nodes of 3 and 1 ranks.
   const Topology unequal = Topology::emulate(context().topology.world_rank, context().spec.world_size, 3,
                                              Placement::block);
-  for (const Sharding s : {Sharding::hybrid_shard, Sharding::hybrid_shard_zero2}) {
-    try {
-      ProcessMesh mesh(context().world, unequal, s);
-      ADD_FAILURE() << "no error for " << to_string(s);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::config);
-      EXPECT_THAT(e.what(), HasSubstr(to_string(s)));
-      EXPECT_THAT(e.what(), HasSubstr("node 0: 3, node 1: 1"));
-    }
+  try {
+    ProcessMesh mesh(context().world, unequal, MeshOptions{ShardScope::node, 0, "parallel.sharding=hybrid_shard"});
+    ADD_FAILURE() << "no error for a node-scoped mesh on nodes of unequal size";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_THAT(e.what(), HasSubstr("parallel.sharding=hybrid_shard"));
+    EXPECT_THAT(e.what(), HasSubstr("node 0: 3, node 1: 1"));
   }
-  // Full sharding does not care about node sizes.
-  ProcessMesh full(context().world, unequal, Sharding::full_shard);
+  // Sharding over the world does not care about node sizes.
+  ProcessMesh full(context().world, unequal, MeshOptions{ShardScope::world});
   EXPECT_EQ(full.node().size(), context().topology.world_rank < 3 ? 3 : 1);
 }
 
@@ -167,7 +164,7 @@ TEST(Mesh, HpzGroups_AreConsecutiveLocalRanksOfOneNode_OrAConfigErrorWhenKDoesNo
   constexpr int k = 2;
   if (m.ranks_per_node % k != 0) {
     try {
-      ProcessMesh mesh(context().world, context().topology, Sharding::full_shard, k);
+      ProcessMesh mesh(context().world, context().topology, MeshOptions{ShardScope::world, k});
       ADD_FAILURE() << "no error for hpz " << k << " on nodes of " << m.ranks_per_node;
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::config);
@@ -175,7 +172,7 @@ TEST(Mesh, HpzGroups_AreConsecutiveLocalRanksOfOneNode_OrAConfigErrorWhenKDoesNo
     }
     return;
   }
-  ProcessMesh mesh(context().world, context().topology, Sharding::full_shard, k);
+  ProcessMesh mesh(context().world, context().topology, MeshOptions{ShardScope::world, k});
   ASSERT_TRUE(mesh.has_hpz());
   const int me = context().topology.world_rank;
   EXPECT_THAT(members_of(mesh.hpz()), ElementsAreArray(world_ranks_where([&](int r) {
@@ -189,20 +186,22 @@ TEST(Mesh, HpzGroups_AreConsecutiveLocalRanksOfOneNode_OrAConfigErrorWhenKDoesNo
 }
 
 TEST(Mesh, TotalCounters_SumTheMeshGroups_AndLeaveWorldOut) {
-  ProcessMesh& mesh = *context().meshes.at(Sharding::full_shard);
+  ProcessMesh& mesh = *context().meshes.at(ShardScope::world);
   mesh.reset_counters();
   const ByteCounters world_before = mesh.world().counters();
   std::vector<float> data(13, 1.0f);
   mesh.shard().all_reduce(std::span<float>(data));
   mesh.replicate().all_reduce(std::span<float>(data));
   mesh.node().barrier();
+  mesh.node_gather().all_reduce(std::span<float>(data));
   mesh.cross_node().broadcast(std::span<float>(data), 0);
   ByteCounters expected = mesh.shard().counters();
   expected += mesh.replicate().counters();
   expected += mesh.node().counters();
+  expected += mesh.node_gather().counters();
   expected += mesh.cross_node().counters();
   EXPECT_TRUE(mesh.total_counters() == expected);
-  EXPECT_EQ(mesh.total_counters().of(Collective::all_reduce).calls, 2u);
+  EXPECT_EQ(mesh.total_counters().of(Collective::all_reduce).calls, 3u);
   EXPECT_TRUE(mesh.world().counters() == world_before);
   mesh.reset_counters();
   EXPECT_TRUE(mesh.total_counters() == ByteCounters{});
@@ -210,13 +209,13 @@ TEST(Mesh, TotalCounters_SumTheMeshGroups_AndLeaveWorldOut) {
 
 TEST(Mesh, Describe_OnRankZero_ListsNodesAndEachGroupOnce) {
   const MeshSpec& m = context().spec;
-  ProcessMesh& mesh = *context().meshes.at(Sharding::hybrid_shard);
+  ProcessMesh& mesh = *context().meshes.at(ShardScope::node);
   const std::string text = mesh.describe();
   if (context().topology.world_rank != 0) {
     EXPECT_EQ(text, "");
     return;
   }
-  EXPECT_THAT(text, HasSubstr("strategy hybrid_shard"));
+  EXPECT_THAT(text, HasSubstr("shard groups of scope node"));
   EXPECT_THAT(text, HasSubstr("--topology.ranks_per_node=" + std::to_string(m.ranks_per_node)));
   EXPECT_THAT(text, HasSubstr(std::string("placement ") + to_string(m.placement)));
   if (m.ranks_per_node == 2 && m.placement == Placement::cyclic) {

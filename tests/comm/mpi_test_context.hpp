@@ -1,6 +1,6 @@
 #pragma once
 // What every test of comm_mpi_test shares: the emulated mesh given on the command line, the topology, the world
-// communicator and one ProcessMesh per strategy. Built once by main (collectively) before the tests run.
+// communicator and one ProcessMesh per shard scope. Built once by main (collectively) before the tests run.
 #include <map>
 #include <memory>
 #include <vector>
@@ -12,9 +12,7 @@
 
 namespace hsdp::comm::testing {
 
-inline constexpr Sharding kStrategies[] = {Sharding::no_shard,     Sharding::zero1,
-                                           Sharding::shard_grad_op, Sharding::full_shard,
-                                           Sharding::hybrid_shard, Sharding::hybrid_shard_zero2};
+inline constexpr ShardScope kScopes[] = {ShardScope::self, ShardScope::node, ShardScope::world};
 
 // The mesh as given by --topology.ranks_per_node and --topology.placement, and the node layout it means,
 // computed here from those two numbers alone (independently of Topology) for the closed-form expectations.
@@ -36,7 +34,7 @@ struct MpiTestContext {
   const Topology& topology;
   MeshSpec spec;
   Logger& logger;
-  std::map<Sharding, std::unique_ptr<ProcessMesh>> meshes;
+  std::map<ShardScope, std::unique_ptr<ProcessMesh>> meshes;  // node: only on nodes of equal size
 };
 
 // Set by main for the lifetime of RUN_ALL_TESTS (gtest offers no other way to hand objects to TEST_P bodies).

@@ -11,12 +11,12 @@
 #include "hsdp/core/error.hpp"
 #include "plan/report.hpp"
 #include "plan/shapes.hpp"
-#include "plan/unit_formulas.hpp"
+#include "plan/cost.hpp"
 
 namespace hsdp::plan {
 namespace {
 
-using comm::Sharding;
+using shard::Sharding;
 
 const StrategyPlan& row(const Plan& plan, const std::string& name) {
   for (const auto& s : plan.strategies) {

@@ -18,8 +18,10 @@
 namespace hsdp::shard {
 namespace {
 
-using comm::Sharding;
 using comm::testing::context;
+
+constexpr Sharding kStrategies[] = {Sharding::no_shard,     Sharding::zero1,        Sharding::shard_grad_op,
+                                    Sharding::full_shard,   Sharding::hybrid_shard, Sharding::hybrid_shard_zero2};
 
 // vocab 61 and odd widths: no unit divides by 2 or 4, so every strategy pads.
 model::GptConfig tiny_config() { return {.n_layer = 2, .n_head = 2, .n_embd = 18, .block_size = 16, .vocab_size = 61, .padded_vocab_size = 64}; }
@@ -96,6 +98,13 @@ GroupView view(comm::Communicator& c) {
   return g;
 }
 
+MeshGroups groups_of(comm::ProcessMesh& mesh) {
+  MeshGroups groups{view(mesh.shard()), view(mesh.replicate()), view(mesh.node()), view(mesh.cross_node()), {},
+                    mesh.topology().nodes_equal_size()};
+  if (mesh.has_hpz()) groups.hpz = view(mesh.hpz());
+  return groups;
+}
+
 struct Result {
   std::vector<double> losses;
   double max_param_diff = 0;  // max over ranks of |shard - reference| / max |reference|
@@ -106,7 +115,7 @@ struct Result {
 Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType param = DType::f32,
                   DType reduce = DType::f32, const ReferenceRun* ref = nullptr) {
   auto& ctx = context();
-  comm::ProcessMesh& mesh = *ctx.meshes.at(strategy);
+  comm::ProcessMesh& mesh = *ctx.meshes.at(shard::strategy(strategy).shard_scope);
   const model::ModelLayout layout(tiny_config());
   MemoryAccountant memory;
   EngineOptions options{.strategy = strategy, .param_dtype = param, .reduce_dtype = reduce, .prefetch = true,
@@ -117,9 +126,7 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
   const int per_rank = global_rows / world;
   const int micro = per_rank / k;
   model::Gpt<float> gpt(layout, micro, kSeq, memory);
-  MeshGroups groups{view(mesh.shard()), view(mesh.replicate()), view(mesh.node()), view(mesh.cross_node()), {}};
-  if (mesh.has_hpz()) groups.hpz = view(mesh.hpz());
-  const comm::ByteCounters expected = step_traffic(layout, options, groups);
+  const comm::ByteCounters expected = step_traffic(layout, options, groups_of(mesh));
 
   Result result;
   for (int step = 0; step < steps; ++step) {
@@ -190,8 +197,8 @@ TEST_P(EveryStrategy, Bf16CommunicationCountsTwoBytesAndStaysClose) {
   EXPECT_NEAR(r.losses.back(), ref.losses.back(), 0.01 * ref.losses.back());
 }
 
-INSTANTIATE_TEST_SUITE_P(Engine, EveryStrategy, ::testing::ValuesIn(comm::testing::kStrategies),
-                         [](const auto& info) { return std::string(comm::to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Engine, EveryStrategy, ::testing::ValuesIn(kStrategies),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 }  // namespace
 }  // namespace hsdp::shard
@@ -249,7 +256,7 @@ TEST_P(QgzBits, TwoHopAllToAll_IsWithinTheBoundOfTwoQuantizations) {
   auto& ctx = context();
   const comm::Topology& topo = ctx.topology;
   if (topo.num_nodes() == 1 || !topo.nodes_equal_size()) GTEST_SKIP() << "one node: qgZ uses the exact reduce-scatter";
-  comm::ProcessMesh& mesh = *ctx.meshes.at(Sharding::full_shard);
+  comm::ProcessMesh& mesh = *ctx.meshes.at(comm::ShardScope::world);
   const std::size_t s = 1001;  // odd: partial blocks, odd int4 packing
   const std::size_t n = static_cast<std::size_t>(ctx.world.size());
   std::vector<std::vector<float>> inputs;
@@ -276,7 +283,7 @@ TEST_P(QgzBits, TwoHopAllToAll_IsWithinTheBoundOfTwoQuantizations) {
 TEST_P(QgzBits, OneHopInsideTheNode_IsWithinTheBoundOfOneQuantization) {
   auto& ctx = context();
   if (!ctx.topology.nodes_equal_size()) GTEST_SKIP() << "hybrid needs equal nodes";
-  comm::ProcessMesh& mesh = *ctx.meshes.at(Sharding::hybrid_shard);
+  comm::ProcessMesh& mesh = *ctx.meshes.at(comm::ShardScope::node);
   comm::Communicator& group = mesh.shard();
   const std::size_t s = 777;
   const auto p = static_cast<std::size_t>(group.size());
@@ -338,9 +345,7 @@ Traffic measure(comm::ProcessMesh& mesh, const EngineOptions& options, float ran
   t.step = summed_inter(t.mine.total().inter);
   t.gathers = summed_inter(t.mine.of(comm::Collective::all_gather).bytes.inter);
   t.reductions = t.step - t.gathers;
-  MeshGroups groups{view(mesh.shard()), view(mesh.replicate()), view(mesh.node()), view(mesh.cross_node()), {}};
-  if (mesh.has_hpz()) groups.hpz = view(mesh.hpz());
-  const comm::ByteCounters expected = step_traffic(layout, options, groups);
+  const comm::ByteCounters expected = step_traffic(layout, options, groups_of(mesh));
   t.matches_formula = t.mine == expected;
   if (!t.matches_formula) {  // say where, to make a failure readable
     for (const auto c : comm::kAllCollectives) {
@@ -368,7 +373,7 @@ TEST(ZeroPP, InterNodeBytes_AreAQuarterOfFullShardBf16_AndEachFeatureShowsItsFac
   const comm::Topology& topo = ctx.topology;
   if (topo.num_nodes() == 1 || !topo.nodes_equal_size()) GTEST_SKIP() << "needs several equal nodes";
   const int k = topo.node_size(0);
-  comm::ProcessMesh mesh(ctx.world, topo, Sharding::full_shard, k);
+  comm::ProcessMesh mesh(ctx.world, topo, mesh_options(Sharding::full_shard, k));
   const Traffic base = measure(mesh, bf16_full_shard());
   EngineOptions qwz = bf16_full_shard(), hpz = bf16_full_shard(), qgz = bf16_full_shard(), all = bf16_full_shard();
   qwz.zeropp.quantized_weights = true;
@@ -409,7 +414,7 @@ TEST(ZeroPP, InterNodeBytes_AreAQuarterOfFullShardBf16_AndEachFeatureShowsItsFac
 TEST(ZeroPP, OneNode_QgzFallsBackToTheExactReduceScatter) {
   auto& ctx = context();
   if (ctx.topology.num_nodes() != 1) GTEST_SKIP() << "only on one node";
-  comm::ProcessMesh& mesh = *ctx.meshes.at(Sharding::full_shard);
+  comm::ProcessMesh& mesh = *ctx.meshes.at(comm::ShardScope::world);
   EngineOptions qgz = bf16_full_shard();
   qgz.zeropp.quantized_gradients = true;
   const Traffic a = measure(mesh, bf16_full_shard()), b = measure(mesh, qgz);
@@ -422,7 +427,7 @@ TEST(ZeroPP, OneNode_QgzFallsBackToTheExactReduceScatter) {
 TEST(ZeroPP, Fp16OverflowOnOneRank_IsSeenByEveryRankBeforeQuantizing) {
   auto& ctx = context();
   if (!ctx.topology.nodes_equal_size()) GTEST_SKIP() << "needs equal nodes";
-  comm::ProcessMesh& mesh = *ctx.meshes.at(Sharding::full_shard);
+  comm::ProcessMesh& mesh = *ctx.meshes.at(comm::ShardScope::world);
   const model::ModelLayout layout(tiny_config());
   MemoryAccountant memory;
   EngineOptions o = bf16_full_shard();

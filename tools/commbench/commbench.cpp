@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     const auto topology = hsdp::comm::detect_topology(MPI_COMM_WORLD, o.topology);
     hsdp::comm::MpiCommunicator world(hsdp::comm::MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank,
                                       comm_options, log);
-    hsdp::comm::ProcessMesh mesh(world, topology, hsdp::comm::Sharding::hybrid_shard);
+    hsdp::comm::ProcessMesh mesh(world, topology, hsdp::comm::MeshOptions{hsdp::comm::ShardScope::node, 0, "hsdp-commbench"});
 
     struct Group {
       const char* label;

@@ -9,7 +9,7 @@
 namespace hsdp::plan {
 
 using comm::Collective;
-using comm::Sharding;
+using shard::Sharding;
 
 double collective_seconds(const CollectiveCall& call, const Cluster& cluster) {
   const shard::GroupView& group = *call.group;
@@ -60,7 +60,7 @@ StepTime step_time(const PlanModel& model, const Workload& work, const Cluster& 
     } else if (call.unit == 0 && call.phase == Phase::forward_gather && call.group == &groups.shard) {
       t.exposed_s += one * std::min(call.times, k);
     } else if (call.unit == 0 && (call.phase == Phase::reduce || call.phase == Phase::cross_node_reduce ||
-                                  call.phase == Phase::bucket_all_reduce)) {
+                                  call.phase == Phase::bucket_reduce || call.phase == Phase::bucket_gather)) {
       t.exposed_s += one;
     }
   });
@@ -81,39 +81,30 @@ std::int64_t transient_bytes(const UnitSizes& units, const shard::EngineOptions&
   }
   const auto bp = static_cast<std::int64_t>(size_of(o.param_dtype));
   const auto br = static_cast<std::int64_t>(size_of(o.reduce_dtype));
-  const Sharding s = o.strategy;
-  const bool replicated = s == Sharding::no_shard || s == Sharding::zero1;
-  const bool keeps_gathered = s == Sharding::shard_grad_op || s == Sharding::hybrid_shard_zero2;
+  const shard::Strategy& st = shard::strategy(o.strategy);
+  const bool replicated = st.params_whole;
+  const bool keeps_gathered = !st.params_whole && !st.free_after_forward;
   std::int64_t bytes = 0;
   if (keeps_gathered)
     bytes += 4 * padded_total;
   else if (!replicated)
     bytes += 3 * 4 * largest;
   if (!replicated) {
-    bytes += (o.grad_accum > 1 && !comm::is_hybrid(s)) ? 4 * padded_total : 3 * 4 * largest;
+    bytes += (o.grad_accum > 1 && !st.reduce_every_micro_batch) ? 4 * padded_total : 3 * 4 * largest;
     if (bp != 4) bytes += bp * largest;
   }
   if (br != 4) bytes += br * (replicated ? padded_total : 3 * largest);
-  if (s != Sharding::no_shard) bytes += br * shard_total;
+  if (st.shard_scope != comm::ShardScope::self) bytes += br * shard_total;
   if (o.zeropp.hpz_partition_size > 0) bytes += bp * hpz_units / o.zeropp.hpz_partition_size;
   return bytes;
 }
 
+// 2-byte parameters (whole unless freed after forward), 2-byte gradients (whole or sharded), 12 bytes of fp32
+// master and moments (sharded): DDP 16P, ZeRO-1 4P + 12P/n, ZeRO-2 2P + 14P/n, ZeRO-3 16P/n.
 double zero_paper_state_bytes(double p, Sharding strategy, int shard_size) {
+  const shard::Strategy& st = shard::strategy(strategy);
   const double n = shard_size;
-  switch (strategy) {
-    case Sharding::no_shard:
-      return 16 * p;
-    case Sharding::zero1:
-      return 4 * p + 12 * p / n;
-    case Sharding::shard_grad_op:
-    case Sharding::hybrid_shard_zero2:
-      return 2 * p + 14 * p / n;
-    case Sharding::full_shard:
-    case Sharding::hybrid_shard:
-      return 16 * p / n;
-  }
-  return 0;
+  return (st.free_after_forward ? 2 * p / n : 2 * p) + (st.grads_whole ? 2 * p : 2 * p / n) + 12 * p / n;
 }
 
 }  // namespace hsdp::plan

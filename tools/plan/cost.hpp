@@ -18,15 +18,24 @@
 //   step = exposed + max(compute, comm - exposed)
 // where `exposed` is the communication nothing can hide: the embedding's first forward gather of each micro-batch
 // (no compute runs before it), the embedding's gradient reduction after the last backward (nothing runs after it;
-// no_shard: the bucket holding the embedding), zero1's all-gather after AdamW, and qgZ's all-to-alls (hsdp runs the
+// no_shard: the bucket holding the embedding, all three hops when hierarchical), zero1's all-gather after AdamW, and qgZ's all-to-alls (hsdp runs the
 // two hops blocking).
 #include <cstdint>
 #include <string>
 
+#include "hsdp/shard/formulas.hpp"
 #include "plan/shapes.hpp"
-#include "plan/unit_formulas.hpp"
 
 namespace hsdp::plan {
+
+// The library's formulas (hsdp/shard/formulas.hpp), which hsdp-train's counters are held to: the planner has no
+// copy of its own.
+using shard::CollectiveCall;
+using shard::for_each_collective;
+using shard::model_state_bytes;
+using shard::Phase;
+using shard::step_traffic;
+using shard::UnitSizes;
 
 struct LinkClass {
   double gbps = 0;        // GB/s (1e9 bytes) per rank
@@ -83,6 +92,6 @@ std::int64_t transient_bytes(const UnitSizes& units, const shard::EngineOptions&
 // ZeRO paper (mixed-precision Adam: 2-byte params and grads, 12 bytes of fp32 master + moments), P parameters,
 // n = shard group size: no_shard 16P, zero1 4P + 12P/n, shard_grad_op 2P + 14P/n, full_shard 16P/n (hybrid: n =
 // ranks per node).
-double zero_paper_state_bytes(double params, comm::Sharding strategy, int shard_size);
+double zero_paper_state_bytes(double params, shard::Sharding strategy, int shard_size);
 
 }  // namespace hsdp::plan

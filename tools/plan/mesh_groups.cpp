@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/shard/strategy.hpp"
 
 namespace hsdp::plan {
 namespace {
@@ -40,9 +41,10 @@ std::string node_sizes_text(const comm::Topology& t) {
 
 }  // namespace
 
-shard::MeshGroups mesh_groups(const comm::Topology& t, comm::Sharding strategy, int hpz) {
-  if (comm::is_hybrid(strategy) && !t.nodes_equal_size()) {
-    throw_config(std::string(comm::to_string(strategy)) + " needs nodes with equal numbers of ranks (" +
+shard::MeshGroups mesh_groups(const comm::Topology& t, shard::Sharding strategy, int hpz) {
+  const comm::ShardScope scope = shard::strategy(strategy).shard_scope;
+  if (scope == comm::ShardScope::node && !t.nodes_equal_size()) {
+    throw_config(std::string(shard::to_string(strategy)) + " needs nodes with equal numbers of ranks (" +
                  node_sizes_text(t) + ")");
   }
   if (hpz > 0) {
@@ -62,19 +64,17 @@ shard::MeshGroups mesh_groups(const comm::Topology& t, comm::Sharding strategy, 
   shard::MeshGroups g;
   g.node = split(t, node, self);
   g.cross_node = split(t, local, node);
-  switch (strategy) {
-    case comm::Sharding::zero1:
-    case comm::Sharding::shard_grad_op:
-    case comm::Sharding::full_shard:
+  g.nodes_equal_size = t.nodes_equal_size();
+  switch (scope) {
+    case comm::ShardScope::world:
       g.shard = split(t, zero, self);
       g.replicate = split(t, self, zero);
       break;
-    case comm::Sharding::hybrid_shard:
-    case comm::Sharding::hybrid_shard_zero2:
+    case comm::ShardScope::node:
       g.shard = split(t, node, self);
       g.replicate = split(t, local, node);
       break;
-    case comm::Sharding::no_shard:
+    case comm::ShardScope::self:
       g.shard = split(t, self, zero);
       g.replicate = split(t, zero, self);
       break;

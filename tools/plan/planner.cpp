@@ -11,7 +11,7 @@
 
 namespace hsdp::plan {
 
-using comm::Sharding;
+using shard::Sharding;
 
 const char* kRecommendationRule() {
   return "fits: model state + transient + activations <= memory per rank x (1 - margin); activations without\n"
@@ -39,10 +39,7 @@ const char* to_string(Fit f) {
 
 std::vector<Variant> strategy_variants(const shard::ZeroPPOptions& deck, int hpz) {
   std::vector<Variant> v;
-  for (const Sharding s : {Sharding::no_shard, Sharding::zero1, Sharding::shard_grad_op, Sharding::full_shard,
-                           Sharding::hybrid_shard, Sharding::hybrid_shard_zero2}) {
-    v.push_back({comm::to_string(s), s, {}});
-  }
+  for (const shard::Strategy& s : shard::all_strategies()) v.push_back({s.name, s.sharding, {}});
   shard::ZeroPPOptions all;
   all.quantized_weights = true;
   all.hpz_partition_size = hpz;
@@ -62,7 +59,6 @@ comm::LinkBytes rank_traffic(const PlanModel& model, const Cluster& cluster, con
                              int rank) {
   const comm::Topology t = emulated_topology(rank, cluster.nodes, cluster.ranks_per_node, cluster.placement);
   const shard::MeshGroups g = mesh_groups(t, options.strategy, options.zeropp.hpz_partition_size);
-  if (model.gpt) return shard::step_traffic(model::ModelLayout(*model.gpt), options, g).total();
   return step_traffic(UnitSizes{model.unit_numel, model.tied_head}, options, g).total();
 }
 
@@ -109,9 +105,7 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
   const shard::MeshGroups groups = mesh_groups(t0, v.sharding, v.zeropp.hpz_partition_size);
   p.shard_size = groups.shard.size();
   const UnitSizes units{in.model.unit_numel, in.model.tied_head};
-  p.model_state = in.model.gpt ? shard::model_state_bytes(model::ModelLayout(*in.model.gpt), v.sharding, p.shard_size,
-                                                          p.options.param_dtype)
-                               : model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype);
+  p.model_state = model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype);
   p.zero_paper_state = zero_paper_state_bytes(static_cast<double>(in.model.params()), v.sharding, p.shard_size);
   p.transient = transient_bytes(units, p.options, p.shard_size);
   p.activations = activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len, false);
@@ -207,7 +201,7 @@ void recommend(const PlanInputs& in, Plan& plan) {
     }
   }
   if (several_nodes && at(pick).time.comm_inter_s > at(pick).time.compute_s) {
-    const bool hybrid = comm::is_hybrid(at(pick).variant.sharding);
+    const bool hybrid = shard::is_hybrid(at(pick).variant.sharding);
     const int z = index_of(plan, hybrid ? "hybrid_shard+qgZ" : "full_shard+qwZ+hpZ+qgZ");
     if (fits(z) && at(z).step_s <= (1.0 - kZeroPPMinimumGain) * at(pick).step_s) {
       std::ostringstream r;

@@ -31,7 +31,7 @@ const char* kRecommendationRule();
 
 struct Variant {
   std::string name;  // "full_shard", "full_shard+qwZ+hpZ+qgZ", ...
-  comm::Sharding sharding = comm::Sharding::no_shard;
+  shard::Sharding sharding = shard::Sharding::no_shard;
   shard::ZeroPPOptions zeropp;
 };
 

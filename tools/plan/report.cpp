@@ -153,7 +153,7 @@ std::string json_report(const PlanInputs& in, const Plan& plan) {
     const bool recommended = static_cast<int>(i) == plan.recommended;
     JsonLine j;
     j.add("model", in.model.name).add("params", static_cast<std::uint64_t>(in.model.params()));
-    j.add("strategy", p.variant.name).add("sharding", comm::to_string(p.variant.sharding));
+    j.add("strategy", p.variant.name).add("sharding", shard::to_string(p.variant.sharding));
     j.add("qwZ", p.options.zeropp.quantized_weights).add("hpZ", p.options.zeropp.hpz_partition_size);
     j.add("qgZ", p.options.zeropp.quantized_gradients);
     j.add("param_dtype", dtype_name(p.options.param_dtype)).add("reduce_dtype", dtype_name(p.options.reduce_dtype));

@@ -32,20 +32,14 @@
 #include "hsdp/data/sampler.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
+#include "hsdp/shard/flat_param.hpp"
 
 namespace hsdp::ckpt {
 
 inline constexpr int kFormatVersion = 1;
 
-// One contiguous range of one unit's flat fp32 buffer that this rank holds (from the sharding engine).
-struct UnitShard {
-  int unit = 0;                 // index into ModelLayout::units()
-  std::size_t begin = 0;        // first element of the unit's flat buffer this rank holds
-  std::size_t count = 0;        // valid elements (padding beyond the unit's numel is excluded)
-  float* params = nullptr;      // count elements each: fp32 master weights,
-  float* exp_avg = nullptr;     // Adam m,
-  float* exp_avg_sq = nullptr;  // Adam v
-};
+// One contiguous range of one unit's flat fp32 buffer that this rank holds: the sharding engine's own type.
+using shard::UnitShard;
 
 struct TrainState {
   std::int64_t step = 0;

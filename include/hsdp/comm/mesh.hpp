@@ -5,9 +5,12 @@
 //   cross_node  the ranks with this rank's local rank, one per node
 //   shard       the ranks one unit's parameters are split over
 //   replicate   the ranks that hold the same shard
+//   node_gather the node's ranks again: no_shard's hierarchical all-gather runs on it while its reduce-scatters run
+//               on node (nonblocking collectives on one communicator must be issued in the same order on every
+//               rank; two independent streams of them need two communicators)
 //   hpz         hpZ secondary group: k consecutive local ranks of this node (only when hpz k > 0)
-// FULL_SHARD/SHARD_GRAD_OP/ZeRO-1: shard = world, replicate = self. HYBRID_SHARD(_ZERO2): shard = node,
-// replicate = cross_node (needs nodes of equal size). NO_SHARD: shard = self, replicate = world.
+// The shard group's scope comes from the strategy (hsdp/shard/strategy.hpp): world (replicate = self), node
+// (replicate = cross_node; needs nodes of equal size) or self (replicate = world).
 #include <memory>
 #include <string>
 
@@ -16,22 +19,29 @@
 
 namespace hsdp::comm {
 
-enum class Sharding { no_shard, zero1, shard_grad_op, full_shard, hybrid_shard, hybrid_shard_zero2 };
+// The ranks one unit's parameters are split over.
+enum class ShardScope { self, node, world };
+const char* to_string(ShardScope s);
 
-Sharding parse_sharding(const std::string& text);  // config Error naming the allowed values
-const char* to_string(Sharding s);
-const char* kShardingChoices();                    // "no_shard|zero1|shard_grad_op|full_shard|hybrid_shard|hybrid_shard_zero2"
-bool is_hybrid(Sharding s);
+struct MeshOptions {
+  ShardScope shard_scope = ShardScope::self;
+  // hpZ secondary group of k consecutive local ranks: 0 = none; else k must divide the ranks of every node (k = 1:
+  // each rank is its own group, so the backward gather is a local copy).
+  int hpz_size = 0;
+  // Who asked for this mesh, for error messages (e.g. "parallel.sharding=hybrid_shard").
+  std::string requested_by = "the process mesh";
+};
 
 class ProcessMesh {
  public:
-  // Collective over `world`. hpz_size k: 0 = no secondary group; else k must divide the ranks per node (k = 1:
-  // each rank is its own group, so the backward gather is a local copy).
-  ProcessMesh(MpiCommunicator& world, const Topology& topology, Sharding sharding, int hpz_size = 0);
+  // Collective over `world`. Config errors (nodes of unequal size for a node scope, k not dividing a node) are
+  // thrown on every rank before the first split.
+  ProcessMesh(MpiCommunicator& world, const Topology& topology, const MeshOptions& options);
 
   MpiCommunicator& world() { return world_; }
   MpiCommunicator& node() { return *node_; }
   MpiCommunicator& cross_node() { return *cross_node_; }
+  MpiCommunicator& node_gather() { return *node_gather_; }
   MpiCommunicator& shard() { return *shard_; }
   MpiCommunicator& replicate() { return *replicate_; }
   const MpiCommunicator& shard() const { return *shard_; }
@@ -39,7 +49,7 @@ class ProcessMesh {
   bool has_hpz() const { return hpz_ != nullptr; }
   MpiCommunicator& hpz() { return *hpz_; }
   const Topology& topology() const { return topology_; }
-  Sharding sharding() const { return sharding_; }
+  ShardScope shard_scope() const { return shard_scope_; }
 
   // Sum of the counters of every communicator of the mesh except world (world is the caller's and may carry
   // set-up traffic); each collective is counted once, on the communicator it ran on.
@@ -52,9 +62,11 @@ class ProcessMesh {
  private:
   MpiCommunicator& world_;
   Topology topology_;
-  Sharding sharding_;
+  ShardScope shard_scope_;
+  std::string requested_by_;
   std::unique_ptr<MpiCommunicator> node_;
   std::unique_ptr<MpiCommunicator> cross_node_;
+  std::unique_ptr<MpiCommunicator> node_gather_;
   // shard and replicate are communicators of their own (splits with the same membership as world, node,
   // cross_node or self) so that counters and watchdog messages name the role they play.
   std::unique_ptr<MpiCommunicator> shard_;

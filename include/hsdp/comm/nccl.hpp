@@ -84,9 +84,8 @@ class NcclCommunicator final : public Communicator {
   std::uint64_t sequence_ = 0;
 };
 
-enum class InterNodeBackend { mpi, nccl };
-// Parses comm.inter: "mpi" or "nccl"; throws a config Error naming comm.inter otherwise.
-InterNodeBackend parse_inter_node_backend(std::string_view text);
+// comm.inter's values (types.hpp: parse_transport).
+using InterNodeBackend = Transport;
 
 // True when the MPI library says it can read and write device memory: MPIX_Query_cuda_support() from
 // mpi-ext.h where the MPI build has it (Open MPI built with CUDA), false otherwise (or when the header lacks it).

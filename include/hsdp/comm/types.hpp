@@ -64,6 +64,13 @@ struct ByteCounters {
   friend bool operator==(const ByteCounters&, const ByteCounters&) = default;
 };
 
+// What carries the collectives of a group over device (GPU) memory: comm.intra inside a node, comm.inter across
+// nodes. mpi: MPI (CUDA-aware where the library is, else staged through pinned host memory); nccl: NCCL.
+enum class Transport { mpi, nccl };
+// Parses "mpi" / "nccl"; a config Error naming `key` otherwise.
+Transport parse_transport(std::string_view text, std::string_view key);
+const char* to_string(Transport t);
+
 struct CommOptions {
   // A collective that has not completed after this many seconds aborts the whole job (the watchdog).
   double timeout_s = 300.0;

@@ -3,9 +3,8 @@
 // until a bucket holds at least parallel.bucket_mb MiB of fp32 gradients. A bucket is a contiguous range of the
 // flat gradient buffer (units are stored in forward order), all-reduced as soon as its last unit's backward is done.
 #include <cstddef>
+#include <span>
 #include <vector>
-
-#include "hsdp/model/layout.hpp"
 
 namespace hsdp::shard {
 
@@ -16,6 +15,7 @@ struct Bucket {
   std::size_t count = 0;
 };
 
-std::vector<Bucket> make_buckets(const model::ModelLayout& layout, double bucket_mb);
+// unit_numel: elements of each unit, in forward order.
+std::vector<Bucket> make_buckets(std::span<const std::size_t> unit_numel, double bucket_mb);
 
 }  // namespace hsdp::shard

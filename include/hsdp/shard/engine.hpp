@@ -46,12 +46,13 @@
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/shard/flat_param.hpp"
+#include "hsdp/shard/strategy.hpp"
 #include "hsdp/shard/zeropp.hpp"
 
 namespace hsdp::shard {
 
 struct EngineOptions {
-  comm::Sharding strategy = comm::Sharding::no_shard;
+  Sharding strategy = Sharding::no_shard;
   DType param_dtype = DType::f32;
   DType reduce_dtype = DType::f32;
   bool prefetch = true;
@@ -63,16 +64,6 @@ struct EngineOptions {
 struct StepTiming {
   double comm_ms = 0;          // sum over collectives of issue -> observed completion
   double exposed_comm_ms = 0;  // time the compute thread waited for collectives
-};
-
-// A rank's view of one unit's shard, for checkpoints: `count` valid elements starting at `begin`.
-struct UnitShardView {
-  int unit;
-  std::size_t begin;
-  std::size_t count;
-  float* params;
-  float* exp_avg;
-  float* exp_avg_sq;
 };
 
 class Engine {
@@ -101,7 +92,7 @@ class Engine {
 
   const StepTiming& timing() const { return timing_; }
   const std::vector<std::unique_ptr<FlatParamUnit>>& units() const { return units_; }
-  std::vector<UnitShardView> shard_views();
+  std::vector<UnitShard> shard_views();
   // Exactly one replica of every shard writes checkpoints: the rank with replicate rank 0.
   bool is_checkpoint_writer() const;
   // After the shards were overwritten (checkpoint load): rebuild derived state (persistent full parameters).

@@ -25,6 +25,16 @@ struct UnitGeometry {
   static UnitGeometry make(std::size_t numel, int shard_size, int shard_rank);
 };
 
+// One contiguous range of one unit's flat fp32 buffer that this rank holds (a checkpoint's unit of I/O).
+struct UnitShard {
+  int unit = 0;                 // index into ModelLayout::units()
+  std::size_t begin = 0;        // first element of the unit's flat buffer this rank holds
+  std::size_t count = 0;        // valid elements (padding beyond the unit's numel is excluded)
+  float* params = nullptr;      // count elements each: fp32 master weights,
+  float* exp_avg = nullptr;     // Adam m,
+  float* exp_avg_sq = nullptr;  // Adam v
+};
+
 struct FlatParamUnit {
   int unit = 0;
   UnitGeometry geometry;

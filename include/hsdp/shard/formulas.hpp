@@ -1,6 +1,7 @@
 #pragma once
 // What a strategy costs, by formula: persistent model-state bytes per rank and bytes sent per step per link.
-// Tests compare these with the memory accountant and the byte counters exactly; hsdp-plan prints them.
+// Tests compare these with the memory accountant and the byte counters exactly; hsdp-plan prints them. Both read
+// the strategy table (strategy.hpp) and nothing else about a strategy; the planner calls these very functions.
 //
 // Per unit: N elements, shard group of n ranks, S = ceil(N/n), Pp = S n (padding included). Persistent
 // model state (after a step; transient gathered parameters and full gradients are freed by then):
@@ -15,7 +16,9 @@
 //
 // Bytes per step (k micro-batches, b_p = param dtype bytes, b_r = reduce dtype bytes), per collective with the
 // traffic model of comm/traffic.hpp on the group it runs on:
-//   no_shard       per bucket: all_reduce(bucket count, b_r) on replicate (= world)
+//   no_shard       per bucket of c elements: all_reduce(c, b_r) on replicate (= world); hierarchical (nodes > 1 of
+//                  p > 1 ranks, equal sizes): reduce_scatter(ceil(c/p), b_r) on node, all_reduce(ceil(c/p), b_r) on
+//                  cross_node, all_gather(ceil(c/p), b_r) on node (node_gather)
 //   zero1          per unit: reduce_scatter(S, b_r) + all_gather(S, b_p) on shard (= world)
 //   shard_grad_op  per micro-batch and unit: all_gather(S, b_p); per unit: reduce_scatter(S, b_r)
 //   full_shard     per micro-batch: all_gather(S, b_p) twice per block and for the embedding (embedding and head),
@@ -28,11 +31,14 @@
 //   qgZ   full_shard, nodes > 1: per unit all_to_all(nodes M(S)) on node (if p > 1) + all_to_all(M(S)) on cross_node
 //         full_shard, one node: the exact reduce_scatter;  hybrid_shard: all_to_all(M(S)) on shard (= node)
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "hsdp/comm/types.hpp"
 #include "hsdp/model/layout.hpp"
+#include "hsdp/shard/buckets.hpp"
 #include "hsdp/shard/engine.hpp"
+#include "hsdp/shard/strategy.hpp"
 
 namespace hsdp::shard {
 
@@ -43,15 +49,51 @@ struct GroupView {
   int size() const { return static_cast<int>(node_of_rank.size()); }
 };
 
-std::int64_t model_state_bytes(const model::ModelLayout& layout, comm::Sharding strategy, int shard_size,
-                               DType param_dtype);
-
 struct MeshGroups {
   GroupView shard, replicate, node, cross_node;
-  GroupView hpz;  // size 1 when there is no hpZ group
+  GroupView hpz;                  // size 1 when there is no hpZ group
+  bool nodes_equal_size = true;   // every node has node.size() ranks
 };
 
+// The model's units as the formulas need them: elements per unit (embedding, blocks..., final unit), and whether
+// the LM head is the embedding (gathered again for the head) as in GPT-2. Llama-style shapes (hsdp-plan) untie it.
+struct UnitSizes {
+  std::vector<std::size_t> numel;
+  bool tied_head = true;
+  static UnitSizes of(const model::ModelLayout& layout);
+};
+
+enum class Phase {
+  bucket_reduce,      // no_shard: a gradient bucket, reduced as backward reaches it (flat all-reduce, or the
+                      // hierarchical reduce-scatter inside the node)
+  forward_gather,     // a unit's weights before its forward (the embedding: also for a tied head)
+  backward_gather,    // a block's weights again before its backward (full_shard, hybrid_shard)
+  reduce,             // the unit's gradient reduce-scatter (or qgZ all-to-all) inside the shard group
+  cross_node_reduce,  // hybrid, hierarchical no_shard: the gradient shard all-reduced across nodes
+  bucket_gather,      // hierarchical no_shard: the reduced bucket all-gathered inside the node
+  post_step_gather,   // zero1: the updated parameters all-gathered after AdamW
+};
+
+struct CollectiveCall {
+  const GroupView* group;
+  comm::Collective op;
+  std::size_t count;  // as the traffic model takes it (comm/traffic.hpp)
+  std::size_t elem_bytes;
+  int times;  // identical calls
+  int unit;   // the unit (no_shard: the bucket's lowest unit)
+  Phase phase;
+};
+
+// Every collective of one optimizer step (k = options.grad_accum micro-batches), in the engine's order per unit.
+void for_each_collective(const UnitSizes& units, const EngineOptions& options, const MeshGroups& g,
+                         const std::function<void(const CollectiveCall&)>& visit);
+
 // The byte counters a step of the engine must produce on the mesh's communicators (ProcessMesh::total_counters).
+comm::ByteCounters step_traffic(const UnitSizes& units, const EngineOptions& options, const MeshGroups& g);
 comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOptions& options, const MeshGroups& g);
+
+std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int shard_size, DType param_dtype);
+std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strategy, int shard_size,
+                               DType param_dtype);
 
 }  // namespace hsdp::shard

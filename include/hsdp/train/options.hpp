@@ -4,6 +4,8 @@
 #include <string>
 
 #include "hsdp/comm/mesh.hpp"
+#include "hsdp/comm/types.hpp"
+#include "hsdp/device/cuda/select_device.hpp"
 #include "hsdp/model/config.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
@@ -33,8 +35,9 @@ struct TrainOptions {
 
   shard::EngineOptions engine;  // strategy, precision, prefetch, buckets, grad_accum
   int threads = 0;  // 0 = cores of the node / ranks on it
-  std::string device_type = "cpu";  // cpu | cuda (hsdp/train/cuda_backend.hpp)
-  std::string comm_inter = "mpi";   // cuda: the backend of the groups that cross nodes, mpi | nccl
+  device::DeviceType device_type = device::DeviceType::cpu;  // hsdp/train/cuda_backend.hpp
+  comm::Transport comm_intra = comm::Transport::nccl;  // cuda: what carries the collectives inside a node
+  comm::Transport comm_inter = comm::Transport::mpi;   // cuda: what carries the collectives across nodes
   comm::CommOptions comm;           // the watchdog's timeout, for the communicators the backend creates
 
   std::int64_t stop_at_step = 0;  // 0: run to `steps`

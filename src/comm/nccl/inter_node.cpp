@@ -184,12 +184,6 @@ class DeviceMpiCommunicator final : public Communicator {
 
 }  // namespace
 
-InterNodeBackend parse_inter_node_backend(std::string_view text) {
-  if (text == "mpi") return InterNodeBackend::mpi;
-  if (text == "nccl") return InterNodeBackend::nccl;
-  throw_config("comm.inter: unknown backend '" + std::string(text) + "' (expected mpi or nccl)");
-}
-
 bool mpi_is_cuda_aware() {
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
   return MPIX_Query_cuda_support() == 1;
