@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "hsdp/core/error.hpp"
@@ -72,14 +74,20 @@ TEST(Gemm, TooSmallLeadingDimension_ThrowsInternalError) {
   }
 }
 
-// Shapes large enough for gemm() to split: into column panels, row panels, and depth slices. Compared
-// with one plain OpenBLAS call to 1e-5 of the largest |C| (float; depth slices and different blocking
-// change the order of a sum of up to 8192 terms of size <= 1: rounding ~ sqrt(k) * 6e-8 * |terms|).
+// Shapes large enough for gemm() to split: into column panels, row panels, and depth slices. Compared with one
+// plain OpenBLAS call and with the exact result (double), element by element, to a bound derived from the depth,
+// not fitted to one CPU: any float evaluation of alpha * sum_p a_ip b_pj + beta c_ij, in any order of summation,
+// blocked or not, with or without FMA (whatever the x86-64 kernel does), is within
+//   gamma_{k+2} (|alpha| sum_p |a_ip b_pj| + |beta c_ij|),   gamma_n = n u / (1 - n u), u = 2^-24
+// of the exact value (Higham, Accuracy and Stability of Numerical Algorithms, 3.1: k products, k-1 additions, the
+// scaling by alpha and the addition of beta c). The split and the plain call each satisfy it, so they differ by at
+// most twice that. (A panel or slice computed wrongly, or twice, misses by a multiple of the terms themselves.)
 struct SplitCase {
   const char* what;
   Op op_a, op_b;
   int m, n, k;
 };
+void PrintTo(const SplitCase& c, std::ostream* out) { *out << c.what; }
 
 class GemmSplit : public ::testing::TestWithParam<SplitCase> {};
 
@@ -92,27 +100,47 @@ TEST_P(GemmSplit, MatchesOnePlainBlasCall_AndIsBitIdenticalForOneAndTwoThreads) 
   const std::size_t cn = static_cast<std::size_t>(s.m) * s.n;
   std::vector<float> c_init(cn);
   for (std::size_t i = 0; i < cn; ++i) c_init[i] = static_cast<float>(0.001 * static_cast<double>(i % 101));
+  constexpr float alpha = 0.5f, beta = 2.0f;
   std::vector<float> expected = c_init, one = c_init, two = c_init;
-  blas_gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, expected.data(), s.n);
+  blas_gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta, expected.data(), s.n);
   {
     ThreadCountScope scope(1);
-    gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, one.data(), s.n);
+    gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta, one.data(), s.n);
   }
   {
     ThreadCountScope scope(2);
-    gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, two.data(), s.n);
+    gemm<float>(s.op_a, s.op_b, s.m, s.n, s.k, alpha, a.data(), lda, b.data(), ldb, beta, two.data(), s.n);
   }
-  float scale = 0;
-  for (const float v : expected) scale = std::max(scale, std::abs(v));
-  for (std::size_t i = 0; i < cn; ++i) ASSERT_NEAR(two[i], expected[i], 1e-5 * scale) << s.what << " at " << i;
+  const double u = std::ldexp(1.0, -24);
+  const double gamma = (s.k + 2) * u / (1 - (s.k + 2) * u);
+  const auto at_a = [&](int i, int p) { return static_cast<double>(s.op_a == Op::none ? a[i * lda + p] : a[p * lda + i]); };
+  const auto at_b = [&](int p, int j) { return static_cast<double>(s.op_b == Op::none ? b[p * ldb + j] : b[j * ldb + p]); };
+  for (int i = 0; i < s.m; ++i) {
+    for (int j = 0; j < s.n; ++j) {
+      double exact = 0, magnitude = 0;
+      for (int p = 0; p < s.k; ++p) {
+        const double product = at_a(i, p) * at_b(p, j);
+        exact += product;
+        magnitude += std::fabs(product);
+      }
+      const std::size_t e = static_cast<std::size_t>(i) * s.n + j;
+      const double c = c_init[e];
+      exact = alpha * exact + beta * c;
+      const double bound = gamma * (alpha * magnitude + beta * std::fabs(c));
+      ASSERT_LE(std::fabs(two[e] - exact), bound) << s.what << " at (" << i << ", " << j << ")";
+      ASSERT_LE(std::fabs(expected[e] - exact), bound) << "plain BLAS at (" << i << ", " << j << ")";
+      ASSERT_LE(std::fabs(two[e] - expected[e]), 2 * bound) << s.what << " at (" << i << ", " << j << ")";
+    }
+  }
   // The split is fixed by the shape: one thread works through the same panels/slices.
   ASSERT_EQ(one, two) << s.what;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmSplit,
-                         ::testing::Values(SplitCase{"column panels", Op::none, Op::transpose, 64, 4096, 512},
-                                           SplitCase{"row panels", Op::transpose, Op::none, 4096, 64, 512},
-                                           SplitCase{"depth slices", Op::none, Op::none, 32, 48, 8192}));
+                         ::testing::Values(SplitCase{"column_panels", Op::none, Op::transpose, 64, 4096, 512},
+                                           SplitCase{"row_panels", Op::transpose, Op::none, 4096, 64, 512},
+                                           SplitCase{"depth_slices", Op::none, Op::none, 32, 48, 8192}),
+                         [](const auto& info) { return std::string(info.param.what); });
 
 TEST(Gemm, DepthSlices_IgnoreNanInC_WhenBetaIsZero) {
   const int m = 16, n = 16, k = 8192;

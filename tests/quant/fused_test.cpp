@@ -58,6 +58,9 @@ struct FusedCase {
   Bits out;
   std::size_t inputs;
 };
+void PrintTo(const FusedCase& c, std::ostream* out) {
+  *out << to_string(c.in) << "_to_" << to_string(c.out) << "_" << c.inputs << "_inputs";
+}
 
 class FusedReduce : public ::testing::TestWithParam<FusedCase> {};
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <ostream>
 #include <vector>
 
 #include "hsdp/quant/blockwise.hpp"
@@ -114,3 +115,8 @@ inline bool same_quantized(const QuantizedBuffer& a, const QuantizedBuffer& b) {
 }
 
 }  // namespace hsdp::quant::test
+
+namespace hsdp::quant {
+// Readable parameter values in test names (ctest -R selects them): "int8", not "4-byte object <08-00 00-00>".
+inline void PrintTo(Bits bits, std::ostream* out) { *out << to_string(bits); }
+}  // namespace hsdp::quant
