@@ -8,15 +8,15 @@
 namespace hsdp::shard {
 
 Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
-               std::uint64_t seed, MemoryAccountant& memory, const Logger* log)
-    : mesh_(mesh) {
+               std::uint64_t seed, MemoryAccountant& memory, const Logger* log, std::unique_ptr<Device> device)
+    : device_(device ? std::move(device) : make_cpu_device(memory)), mesh_(mesh) {
   if (options.grad_accum < 1) throw_config("train.grad_accum must be >= 1");
   for (const DType t : {options.param_dtype, options.reduce_dtype}) {
     if (t != DType::f32 && t != DType::bf16 && t != DType::f16) {
       throw_config("precision: " + std::string(to_string(t)) + " is not a parameter/reduction dtype (fp32|bf16|fp16)");
     }
   }
-  impl_ = std::make_unique<Impl>(layout, mesh, options, memory, units_, timing_, log);
+  impl_ = std::make_unique<Impl>(layout, mesh, options, *device_, units_, timing_, log);
   Impl& m = *impl_;
   configure_zeropp(options.zeropp);
   const bool no_shard = m.replicated;
@@ -35,15 +35,17 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
       m.flat_offset.push_back(total);
       total += m.geo(u).padded_numel;
     }
-    m.flat_grads.reset(total, &memory, MemCategory::grads);
+    m.flat_grads = device_->array<float>(total, MemCategory::grads);
     m.buckets = make_buckets(UnitSizes::of(layout).numel, options.bucket_mb);
     if (options.param_dtype != DType::f32) {
-      for (int u = 0; u < m.n_units; ++u) m.persistent_params.emplace_back(m.geo(u).padded_numel, memory, MemCategory::params);
+      for (int u = 0; u < m.n_units; ++u) {
+        m.persistent_params.push_back(device_->array<float>(m.geo(u).padded_numel, MemCategory::params));
+      }
     }
   } else if (m.st.grads_whole) {  // zero1
     for (int u = 0; u < m.n_units; ++u) {
-      m.persistent_params.emplace_back(m.geo(u).padded_numel, memory, MemCategory::params);
-      m.unit_grads[static_cast<std::size_t>(u)].reset(m.geo(u).padded_numel, &memory, MemCategory::grads);
+      m.persistent_params.push_back(device_->array<float>(m.geo(u).padded_numel, MemCategory::params));
+      m.unit_grads[static_cast<std::size_t>(u)] = device_->array<float>(m.geo(u).padded_numel, MemCategory::grads);
     }
   }
   refresh_derived_state();
@@ -107,8 +109,8 @@ void Engine::refresh_derived_state() {
   } else if (m.replicated && m.o.param_dtype != DType::f32) {
     for (int u = 0; u < m.n_units; ++u) {
       auto& p = m.persistent_params[static_cast<std::size_t>(u)];
-      std::copy_n(units_[static_cast<std::size_t>(u)]->master.data(), p.size(), p.data());
-      round_to(p.span(), m.o.param_dtype);
+      device_->convert(units_[static_cast<std::size_t>(u)]->master.data(), DType::f32, p.data(), DType::f32, p.size());
+      device_->round_to(p.data(), p.size(), m.o.param_dtype);
     }
   }
 }
@@ -117,10 +119,10 @@ void Engine::begin_step() {
   Impl& m = *impl_;
   m.drain_reductions();
   timing_ = {};
-  for (auto& u : units_) u->grad_shard.fill_zero();
+  for (auto& u : units_) device_->fill_zero(u->grad_shard.data(), u->grad_shard.size_bytes());
   m.local_nonfinite = false;
-  m.flat_grads.fill_zero();
-  for (auto& g : m.unit_grads) g.fill_zero();
+  device_->fill_zero(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
+  for (auto& g : m.unit_grads) device_->fill_zero(g.data(), g.size() * sizeof(float));
 }
 
 float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
@@ -202,11 +204,11 @@ double Engine::grad_norm_squared() {
   double local = 0;
   if (m.replicated) {
     for (int u = 0; u < m.n_units; ++u) {
-      local += optim::local_squared_sum(std::span<const float>(m.grads(u), m.geo(u).numel));
+      local += device_->squared_sum(m.grads(u), m.geo(u).numel);
     }
     return local;  // every rank holds the same averaged gradients
   }
-  for (auto& u : units_) local += optim::local_squared_sum(u->grad_shard.span().first(u->geometry.valid));
+  for (auto& u : units_) local += device_->squared_sum(u->grad_shard.data(), u->geometry.valid);
   // Sum the disjoint shards once: only the first replica of each shard contributes. On world, so the engine's
   // byte counters (shard/replicate groups) hold gradient and parameter traffic only.
   double contribution = mesh_.replicate().rank() == 0 ? local : 0.0;
@@ -223,7 +225,7 @@ bool Engine::found_nonfinite() {
   for (int u = 0; u < m.n_units && !local; ++u) {
     const float* g = m.replicated ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
     const std::size_t n = m.replicated ? m.geo(u).numel : m.geo(u).valid;
-    local = optim::has_inf_or_nan(std::span<const float>(g, n));
+    local = !device_->all_finite(g, n);
   }
   double flag = local ? 1.0 : 0.0;
   mesh_.world().all_reduce(std::span<double>(&flag, 1), comm::ReduceOp::sum);
@@ -237,8 +239,7 @@ void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamW
     FlatParamUnit& fp = *units_[static_cast<std::size_t>(u)];
     const std::size_t n = fp.geometry.valid;
     const float* grad = m.replicated ? m.grads(u) : fp.grad_shard.data();
-    optim::adamw_update(config, step, fp.master.span().first(n), std::span<const float>(grad, n),
-                        fp.exp_avg.span().first(n), fp.exp_avg_sq.span().first(n), fp.segments);
+    device_->adamw(config, step, fp.master.data(), grad, fp.exp_avg.data(), fp.exp_avg_sq.data(), n, fp.segments);
   }
   refresh_derived_state();
 }

@@ -10,6 +10,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 #include "hsdp/shard/buckets.hpp"
+#include "hsdp/shard/device.hpp"
 #include "hsdp/shard/engine.hpp"
 
 namespace hsdp::shard {
@@ -23,23 +24,18 @@ struct InFlight {
   std::function<void()> on_complete;
 };
 
-// Raw storage for a buffer of `count` elements of `dtype`, charged to `category`.
-struct TypedBuffer {
-  Buffer<std::byte> bytes;
-  TypedBuffer(std::size_t count, DType t, MemoryAccountant& memory, MemCategory category)
-      : bytes(count * size_of(t), memory, category) {}
-  void* data() { return bytes.data(); }
-};
+// Device storage shared by a collective and the work that follows it (std::function needs copyable captures).
+using SharedBytes = std::shared_ptr<DeviceArray<std::byte>>;
 
 }  // namespace detail
 
 using detail::InFlight;
-using detail::TypedBuffer;
+using detail::SharedBytes;
 
 struct Engine::Impl {
   comm::ProcessMesh& mesh;
   EngineOptions o;
-  MemoryAccountant& memory;
+  Device& dev;
   std::vector<std::unique_ptr<FlatParamUnit>>& units;
   StepTiming& timing;
   int n_layer;
@@ -55,15 +51,15 @@ struct Engine::Impl {
                              // in the node, all-reduced across nodes, all-gathered in the node
 
   // Persistent full compute parameters [Pp] (zero1; no_shard when rounding to a lower precision).
-  std::vector<Buffer<float>> persistent_params;
-  // Transient gathered parameters [Pp] of sharded strategies, with their gather in flight if any.
-  std::vector<std::optional<Buffer<float>>> gathered;
+  std::vector<DeviceArray<float>> persistent_params;
+  // Transient gathered parameters [Pp] of sharded strategies (empty when not gathered), with their gather in flight.
+  std::vector<DeviceArray<float>> gathered;
   std::vector<std::optional<InFlight>> gathering;
   // Full fp32 gradients [Pp]: one flat allocation for no_shard (buckets are ranges of it), persistent per unit for
   // zero1, transient per unit for the sharded strategies.
-  Buffer<float> flat_grads;
+  DeviceArray<float> flat_grads;
   std::vector<std::size_t> flat_offset;
-  std::vector<Buffer<float>> unit_grads;
+  std::vector<DeviceArray<float>> unit_grads;
   std::vector<Bucket> buckets;
   std::vector<int> bucket_pending_units;
   std::deque<InFlight> reductions;
@@ -71,13 +67,13 @@ struct Engine::Impl {
   // ZeRO++
   bool qwz = false, hpz = false, qgz = false;
   bool qgz_exact_fallback = false;  // one node: nothing crosses nodes, the exact reduce-scatter is used
-  std::vector<std::shared_ptr<TypedBuffer>> secondary;  // hpZ: this rank's 1/k slice of each block, fwd -> bwd
+  std::vector<SharedBytes> secondary;  // hpZ: this rank's 1/k slice of each block, fwd -> bwd
   bool local_nonfinite = false;  // fp16 + qgZ: non-finite gradients seen before quantizing (the step is skipped)
   std::vector<std::vector<int>> shard_rank_at;  // [node][local] -> shard rank (full_shard qgZ)
 
-  Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, MemoryAccountant& mem,
+  Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, Device& device,
        std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t, const Logger* logger)
-      : mesh(m), o(options), memory(mem), units(u), timing(t), n_layer(l.config().n_layer),
+      : mesh(m), o(options), dev(device), units(u), timing(t), n_layer(l.config().n_layer),
         n_units(l.num_units()), log(logger), st(strategy(options.strategy)) {
     persistent_full = st.params_whole;
     free_after_forward = st.free_after_forward;
@@ -91,6 +87,9 @@ struct Engine::Impl {
   comm::Communicator& replicate() { return mesh.replicate(); }
   const UnitGeometry& geo(int u) const { return units[static_cast<std::size_t>(u)]->geometry; }
   FlatParamUnit& unit(int u) { return *units[static_cast<std::size_t>(u)]; }
+  SharedBytes staging(std::size_t count, DType t, MemCategory category = MemCategory::comm_buffers) {
+    return std::make_shared<DeviceArray<std::byte>>(dev.typed(count, t, category));
+  }
 
   // ---- completion of collectives ----------------------------------------------------------------------
   void complete(InFlight& op, bool blocking) {
@@ -134,9 +133,9 @@ struct Engine::Impl {
   // hpZ: keep this rank's slice of the gathered block for the backward gather inside the hpZ group.
   void keep_secondary(int u, const float* full) {
     const std::size_t slice = geo(u).padded_numel / static_cast<std::size_t>(mesh.hpz().size());
-    auto copy = std::make_shared<TypedBuffer>(slice, o.param_dtype, memory, MemCategory::hpz_secondary);
+    SharedBytes copy = staging(slice, o.param_dtype, MemCategory::hpz_secondary);
     const std::size_t begin = slice * static_cast<std::size_t>(mesh.hpz().rank());
-    convert_from_f32(std::span<const float>(full + begin, slice), copy->data(), o.param_dtype);
+    dev.convert(full + begin, DType::f32, copy->data(), o.param_dtype, slice);
     secondary[static_cast<std::size_t>(u)] = std::move(copy);
   }
 
@@ -151,10 +150,10 @@ struct Engine::Impl {
     auto& second = secondary[static_cast<std::size_t>(u)];
     if (hpz && second) {
       const std::size_t slice = padded / static_cast<std::size_t>(mesh.hpz().size());
-      auto recv = std::make_shared<TypedBuffer>(padded, t, memory, MemCategory::comm_buffers);
+      SharedBytes recv = staging(padded, t);
       auto handle = mesh.hpz().all_gather_async(second->data(), recv->data(), slice, t);
-      return issue(std::move(handle), [recv, dest, padded, t]() mutable {
-        convert_to_f32(recv->data(), t, std::span<float>(dest, padded));
+      return issue(std::move(handle), [this, recv, dest, padded, t]() mutable {
+        dev.convert(recv->data(), t, dest, DType::f32, padded);
         recv.reset();
       });
     }
@@ -164,16 +163,14 @@ struct Engine::Impl {
       const std::size_t s = g.shard_numel;
       const std::size_t m = message_bytes(s, spec);
       const auto n = static_cast<std::size_t>(shard().size());
-      auto send = std::make_shared<TypedBuffer>(m, DType::u8, memory, MemCategory::comm_buffers);
-      auto recv = std::make_shared<TypedBuffer>(m * n, DType::u8, memory, MemCategory::comm_buffers);
-      pack_message(fp.master.span(), spec, static_cast<std::uint8_t*>(send->data()));
+      SharedBytes send = staging(m, DType::u8);
+      SharedBytes recv = staging(m * n, DType::u8);
+      dev.quantize(fp.master.data(), s, spec, reinterpret_cast<std::uint8_t*>(send->data()));
       auto handle = shard().all_gather_async(send->data(), recv->data(), m, DType::u8);
       return issue(std::move(handle), [this, send, recv, dest, s, m, n, spec, t, u, keep, padded]() mutable {
-        const auto* bytes = static_cast<const std::uint8_t*>(recv->data());
-        for (std::size_t j = 0; j < n; ++j) {
-          quant::dequantize(message_view(bytes + j * m, s, spec), std::span<float>(dest + j * s, s));
-        }
-        round_to(std::span<float>(dest, padded), t);
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(recv->data());
+        for (std::size_t j = 0; j < n; ++j) dev.dequantize(bytes + j * m, s, spec, dest + j * s);
+        dev.round_to(dest, padded, t);
         send.reset();
         recv.reset();
         if (keep) keep_secondary(u, dest);
@@ -185,12 +182,12 @@ struct Engine::Impl {
                      if (keep) keep_secondary(u, dest);
                    });
     }
-    auto send = std::make_shared<TypedBuffer>(g.shard_numel, t, memory, MemCategory::comm_buffers);
-    auto recv = std::make_shared<TypedBuffer>(padded, t, memory, MemCategory::comm_buffers);
-    convert_from_f32(fp.master.span(), send->data(), t);
+    SharedBytes send = staging(g.shard_numel, t);
+    SharedBytes recv = staging(padded, t);
+    dev.convert(fp.master.data(), DType::f32, send->data(), t, g.shard_numel);
     auto handle = shard().all_gather_async(send->data(), recv->data(), g.shard_numel, t);
     return issue(std::move(handle), [this, send, recv, dest, padded, t, u, keep]() mutable {
-      convert_to_f32(recv->data(), t, std::span<float>(dest, padded));
+      dev.convert(recv->data(), t, dest, DType::f32, padded);
       send.reset();
       recv.reset();
       if (keep) keep_secondary(u, dest);
@@ -199,9 +196,9 @@ struct Engine::Impl {
   void prefetch(int u, bool for_backward = false) {
     if (persistent_full || u < 0 || u >= n_units) return;
     auto& slot = gathered[static_cast<std::size_t>(u)];
-    if (slot) return;
-    slot.emplace(geo(u).padded_numel, memory, MemCategory::params);
-    gathering[static_cast<std::size_t>(u)] = gather_into(u, slot->data(), for_backward);
+    if (!slot.empty()) return;
+    slot = dev.array<float>(geo(u).padded_numel, MemCategory::params);
+    gathering[static_cast<std::size_t>(u)] = gather_into(u, slot.data(), for_backward);
   }
   void ensure(int u, bool for_backward = false) {
     if (persistent_full) return;
@@ -229,14 +226,14 @@ struct Engine::Impl {
   const float* params(int u) {
     if (replicated && o.param_dtype == DType::f32) return unit(u).master.data();
     if (persistent_full) return persistent_params[static_cast<std::size_t>(u)].data();
-    return gathered[static_cast<std::size_t>(u)]->data();
+    return gathered[static_cast<std::size_t>(u)].data();
   }
 
   // ---- gradients --------------------------------------------------------------------------------------
   float* grads(int u) {
     if (replicated) return flat_grads.data() + flat_offset[static_cast<std::size_t>(u)];
     auto& b = unit_grads[static_cast<std::size_t>(u)];
-    if (b.empty()) b.reset(geo(u).padded_numel, &memory, MemCategory::grads);
+    if (b.empty()) b = dev.array<float>(geo(u).padded_numel, MemCategory::grads);
     return b.data();
   }
   // Called when unit u's gradient of this micro-batch is complete.
@@ -259,13 +256,13 @@ struct Engine::Impl {
     if (o.reduce_dtype == DType::f32) {
       op = issue(group.all_reduce_async(data, data, count, DType::f32, comm::ReduceOp::avg), nullptr);
     } else {
-      auto staging = std::make_shared<TypedBuffer>(count, o.reduce_dtype, memory, MemCategory::comm_buffers);
-      convert_from_f32(std::span<const float>(data, count), staging->data(), o.reduce_dtype);
       const DType t = o.reduce_dtype;
-      op = issue(group.all_reduce_async(staging->data(), staging->data(), count, t, comm::ReduceOp::avg),
-                 [staging, data, count, t]() mutable {
-                   convert_to_f32(staging->data(), t, std::span<float>(data, count));
-                   staging.reset();
+      SharedBytes reduced = staging(count, t);
+      dev.convert(data, DType::f32, reduced->data(), t, count);
+      op = issue(group.all_reduce_async(reduced->data(), reduced->data(), count, t, comm::ReduceOp::avg),
+                 [this, reduced, data, count, t]() mutable {
+                   dev.convert(reduced->data(), t, data, DType::f32, count);
+                   reduced.reset();
                  });
     }
     if (queue) {
@@ -287,12 +284,11 @@ struct Engine::Impl {
     const auto p = static_cast<std::size_t>(mesh.node().size());
     const std::size_t block = (count + p - 1) / p;
     const DType t = o.reduce_dtype;
-    auto whole = std::make_shared<TypedBuffer>(block * p, t, memory, MemCategory::comm_buffers);
-    auto part = std::make_shared<TypedBuffer>(block, t, memory, MemCategory::comm_buffers);
-    convert_from_f32(std::span<const float>(data, count), whole->data(), t);
-    std::fill(whole->bytes.begin() + static_cast<std::ptrdiff_t>(count * size_of(t)), whole->bytes.end(), std::byte{0});
-    auto gathered = [whole, part, data, count, t]() mutable {
-      convert_to_f32(whole->data(), t, std::span<float>(data, count));
+    SharedBytes whole = staging(block * p, t);  // zeroed: the padding beyond the bucket stays 0
+    SharedBytes part = staging(block, t);
+    dev.convert(data, DType::f32, whole->data(), t, count);
+    auto gathered = [this, whole, part, data, count, t]() mutable {
+      dev.convert(whole->data(), t, data, DType::f32, count);
       whole.reset();
       part.reset();
     };
@@ -317,12 +313,12 @@ struct Engine::Impl {
     const UnitGeometry& g = geo(u);
     float* full = grads(u);
     const DType t = o.reduce_dtype;
-    auto recv = std::make_shared<TypedBuffer>(g.shard_numel, t, memory, MemCategory::comm_buffers);
-    std::shared_ptr<TypedBuffer> send;
+    SharedBytes recv = staging(g.shard_numel, t);
+    SharedBytes send;
     const void* send_data = full;
     if (t != DType::f32) {
-      send = std::make_shared<TypedBuffer>(g.padded_numel, t, memory, MemCategory::comm_buffers);
-      convert_from_f32(std::span<const float>(full, g.padded_numel), send->data(), t);
+      send = staging(g.padded_numel, t);
+      dev.convert(full, DType::f32, send->data(), t, g.padded_numel);
       send_data = send->data();
     }
     // zero1 keeps its full gradients for the next step (zeroed in begin_step); the others free them once sent.
@@ -332,12 +328,16 @@ struct Engine::Impl {
     const bool cross_replicas = hybrid && last;
     reductions.push_back(issue(std::move(handle), [this, fp, recv, send, t, u, free_full, cross_replicas]() mutable {
       const std::size_t s = fp->geometry.shard_numel;
-      Buffer<float> reduced(s);
-      convert_to_f32(recv->data(), t, reduced.span());
-      for (std::size_t i = 0; i < s; ++i) fp->grad_shard[i] += reduced[i];
+      if (t == DType::f32) {
+        dev.accumulate(fp->grad_shard.data(), reinterpret_cast<const float*>(recv->data()), s, 1.0f);
+      } else {
+        DeviceArray<float> reduced = dev.array<float>(s, MemCategory::comm_buffers);
+        dev.convert(recv->data(), t, reduced.data(), DType::f32, s);
+        dev.accumulate(fp->grad_shard.data(), reduced.data(), s, 1.0f);
+      }
       recv.reset();
       send.reset();
-      if (free_full) unit_grads[static_cast<std::size_t>(u)].clear();
+      if (free_full) unit_grads[static_cast<std::size_t>(u)].reset();
       if (cross_replicas) all_reduce_range(fp->grad_shard.data(), s, replicate(), true);
     }));
   }
@@ -349,25 +349,26 @@ struct Engine::Impl {
     float* full = grads(u);
     const std::size_t s = g.shard_numel;
     const quant::QuantSpec spec = grad_spec();
-    if (o.param_dtype == DType::f16 && !quant::all_finite(std::span<const float>(full, g.padded_numel))) {
+    if (o.param_dtype == DType::f16 && !dev.all_finite(full, g.padded_numel)) {
       // fp16 overflow: quantizing would throw on this rank only. Send zeros, remember, let the scaler skip the step.
       local_nonfinite = true;
-      std::fill_n(full, g.padded_numel, 0.0f);
+      dev.fill_zero(full, g.padded_numel * sizeof(float));
     }
-    Buffer<float> shard_sum(s);
+    DeviceArray<float> shard_sum = dev.array<float>(s, MemCategory::comm_buffers);
     const std::span<const float> gradient(full, g.padded_numel);
+    const std::span<float> sum(shard_sum.data(), s);
     Stopwatch waited;  // the hops are blocking collectives: their time is exposed communication
     if (hybrid) {
-      qgz_one_hop(gradient, shard_sum.span(), spec, shard());
+      qgz_one_hop(dev, gradient, sum, spec, shard());
     } else {
-      qgz_two_hop(gradient, shard_sum.span(), spec, mesh.node(), mesh.cross_node(), shard_rank_at);
+      qgz_two_hop(dev, gradient, sum, spec, mesh.node(), mesh.cross_node(), shard_rank_at);
     }
     timing.exposed_comm_ms += waited.milliseconds();
     timing.comm_ms += waited.milliseconds();
     const float inverse = 1.0f / static_cast<float>(shard().size());
     FlatParamUnit& fp = unit(u);
-    for (std::size_t i = 0; i < s; ++i) fp.grad_shard[i] += shard_sum[i] * inverse;
-    if (!st.grads_whole) unit_grads[static_cast<std::size_t>(u)].clear();
+    dev.accumulate(fp.grad_shard.data(), shard_sum.data(), s, inverse);
+    if (!st.grads_whole) unit_grads[static_cast<std::size_t>(u)].reset();
     if (hybrid && last) all_reduce_range(fp.grad_shard.data(), s, replicate(), true);
   }
 };

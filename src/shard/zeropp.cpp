@@ -1,7 +1,6 @@
 #include "hsdp/shard/zeropp.hpp"
 
-#include "hsdp/core/buffer.hpp"
-#include "hsdp/quant/fused.hpp"
+#include "hsdp/shard/device.hpp"
 
 // Derivation of the qgZ bound in zeropp.hpp: quantization with scale s changes an element by at most s/2, and
 // s = absmax/qmax rounded up by at most 2^-16 relative. Hop 1 adds, for each rank i of a node, at most
@@ -35,20 +34,21 @@ void pack_message(std::span<const float> values, quant::QuantSpec spec, std::uin
   quant::quantize(values, message_span(out, values.size(), spec));
 }
 
-void qgz_one_hop(std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+void qgz_one_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& group) {
   const std::size_t s = slice_sum.size();
   const std::size_t m = message_bytes(s, spec);
   const auto p = static_cast<std::size_t>(group.size());
-  Buffer<std::uint8_t> send(p * m), recv(p * m);
-  for (std::size_t l = 0; l < p; ++l) pack_message(full.subspan(l * s, s), spec, send.data() + l * m);
+  auto send = device.array<std::uint8_t>(p * m, MemCategory::comm_buffers);
+  auto recv = device.array<std::uint8_t>(p * m, MemCategory::comm_buffers);
+  for (std::size_t l = 0; l < p; ++l) device.quantize(full.data() + l * s, s, spec, send.data() + l * m);
   group.all_to_all(send.data(), recv.data(), m, DType::u8);
-  std::vector<quant::QuantizedView> parts;
-  for (std::size_t l = 0; l < p; ++l) parts.push_back(message_view(recv.data() + l * m, s, spec));
-  quant::reduce_dequantize(parts, slice_sum);
+  std::vector<const std::uint8_t*> parts;
+  for (std::size_t l = 0; l < p; ++l) parts.push_back(recv.data() + l * m);
+  device.reduce_dequantize(parts, s, spec, slice_sum.data());
 }
 
-void qgz_two_hop(std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+void qgz_two_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& node, comm::Communicator& cross_node,
                  const std::vector<std::vector<int>>& shard_rank_at) {
   const std::size_t s = slice_sum.size();
@@ -56,29 +56,29 @@ void qgz_two_hop(std::span<const float> full, std::span<float> slice_sum, quant:
   const auto p = static_cast<std::size_t>(node.size());
   const auto nodes = static_cast<std::size_t>(cross_node.size());
   auto slice = [&](std::size_t j, std::size_t l) {
-    return full.subspan(static_cast<std::size_t>(shard_rank_at[j][l]) * s, s);
+    return full.data() + static_cast<std::size_t>(shard_rank_at[j][l]) * s;
   };
-  Buffer<std::uint8_t> hop2_send(nodes * m), hop2_recv(nodes * m);
+  auto hop2_send = device.array<std::uint8_t>(nodes * m, MemCategory::comm_buffers);
+  auto hop2_recv = device.array<std::uint8_t>(nodes * m, MemCategory::comm_buffers);
   if (p == 1) {
-    for (std::size_t j = 0; j < nodes; ++j) pack_message(slice(j, 0), spec, hop2_send.data() + j * m);
+    for (std::size_t j = 0; j < nodes; ++j) device.quantize(slice(j, 0), s, spec, hop2_send.data() + j * m);
   } else {
-    Buffer<std::uint8_t> send(p * nodes * m), recv(p * nodes * m);
+    auto send = device.array<std::uint8_t>(p * nodes * m, MemCategory::comm_buffers);
+    auto recv = device.array<std::uint8_t>(p * nodes * m, MemCategory::comm_buffers);
     for (std::size_t l = 0; l < p; ++l) {
-      for (std::size_t j = 0; j < nodes; ++j) pack_message(slice(j, l), spec, send.data() + (l * nodes + j) * m);
+      for (std::size_t j = 0; j < nodes; ++j) device.quantize(slice(j, l), s, spec, send.data() + (l * nodes + j) * m);
     }
     node.all_to_all(send.data(), recv.data(), nodes * m, DType::u8);
     for (std::size_t j = 0; j < nodes; ++j) {
-      std::vector<quant::QuantizedView> parts;
-      for (std::size_t sender = 0; sender < p; ++sender) {
-        parts.push_back(message_view(recv.data() + (sender * nodes + j) * m, s, spec));
-      }
-      quant::reduce_requantize(parts, message_span(hop2_send.data() + j * m, s, spec));
+      std::vector<const std::uint8_t*> parts;
+      for (std::size_t sender = 0; sender < p; ++sender) parts.push_back(recv.data() + (sender * nodes + j) * m);
+      device.reduce_requantize(parts, s, spec, hop2_send.data() + j * m);
     }
   }
   cross_node.all_to_all(hop2_send.data(), hop2_recv.data(), m, DType::u8);
-  std::vector<quant::QuantizedView> parts;
-  for (std::size_t j = 0; j < nodes; ++j) parts.push_back(message_view(hop2_recv.data() + j * m, s, spec));
-  quant::reduce_dequantize(parts, slice_sum);
+  std::vector<const std::uint8_t*> parts;
+  for (std::size_t j = 0; j < nodes; ++j) parts.push_back(hop2_recv.data() + j * m);
+  device.reduce_dequantize(parts, s, spec, slice_sum.data());
 }
 
 }  // namespace hsdp::shard

@@ -265,7 +265,10 @@ TEST_P(QgzBits, TwoHopAllToAll_IsWithinTheBoundOfTwoQuantizations) {
   for (int j = 0; j < topo.num_nodes(); ++j) rank_at.push_back(topo.ranks_on_node(j));
   const quant::QuantSpec spec{GetParam(), 256};
   std::vector<float> out(s);
-  qgz_two_hop(inputs[static_cast<std::size_t>(ctx.world.rank())], out, spec, mesh.node(), mesh.cross_node(), rank_at);
+  MemoryAccountant memory;
+  const auto device = make_cpu_device(memory);
+  qgz_two_hop(*device, inputs[static_cast<std::size_t>(ctx.world.rank())], out, spec, mesh.node(), mesh.cross_node(),
+              rank_at);
   const std::size_t begin = static_cast<std::size_t>(ctx.world.rank()) * s;
   const bool two_hop = topo.node_size(0) > 1;
   double worst = 0;  // largest error / bound
@@ -292,7 +295,9 @@ TEST_P(QgzBits, OneHopInsideTheNode_IsWithinTheBoundOfOneQuantization) {
   for (std::size_t l = 0; l < p; ++l) inputs.push_back(gradient_of(static_cast<int>(l) + 10 * ctx.topology.node(), p * s));
   const quant::QuantSpec spec{GetParam(), 128};
   std::vector<float> out(s);
-  qgz_one_hop(inputs[static_cast<std::size_t>(group.rank())], out, spec, group);
+  MemoryAccountant memory;
+  const auto device = make_cpu_device(memory);
+  qgz_one_hop(*device, inputs[static_cast<std::size_t>(group.rank())], out, spec, group);
   const std::size_t begin = static_cast<std::size_t>(group.rank()) * s;
   const double q = quant::qmax(spec.bits);
   for (std::size_t e = 0; e < s; ++e) {

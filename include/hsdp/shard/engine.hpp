@@ -45,6 +45,7 @@
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/core/log.hpp"
+#include "hsdp/shard/device.hpp"
 #include "hsdp/shard/flat_param.hpp"
 #include "hsdp/shard/strategy.hpp"
 #include "hsdp/shard/zeropp.hpp"
@@ -69,8 +70,10 @@ struct StepTiming {
 class Engine {
  public:
   // `log` (optional) receives one-time notes, e.g. that qgZ falls back to an exact reduce-scatter on one node.
+  // `device` does the element work on its memory (device.hpp); null: the CPU (make_cpu_device(memory)).
   Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
-         std::uint64_t seed, MemoryAccountant& memory, const Logger* log = nullptr);
+         std::uint64_t seed, MemoryAccountant& memory, const Logger* log = nullptr,
+         std::unique_ptr<Device> device = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -101,6 +104,7 @@ class Engine {
 
  private:
   void configure_zeropp(const ZeroPPOptions& z);
+  std::unique_ptr<Device> device_;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   comm::ProcessMesh& mesh_;

@@ -27,6 +27,8 @@
 
 namespace hsdp::shard {
 
+class Device;
+
 struct ZeroPPOptions {
   bool quantized_weights = false;    // qwZ: int8 forward all-gather
   int hpz_partition_size = 0;        // hpZ: k > 0 keeps a secondary weight shard in groups of k ranks of a node
@@ -46,11 +48,12 @@ quant::QuantizedSpan message_span(std::uint8_t* out, std::size_t count, quant::Q
 // qgZ across nodes (full_shard): `full` holds n S elements (n = nodes x p shard ranks); on return `slice_sum` holds the
 // sum over all ranks of this rank's slice (not averaged). `node` has this node's p ranks in local-rank order,
 // `cross_node` the ranks with this local rank in node order; shard_rank_at[node][local] maps to shard ranks.
-void qgz_two_hop(std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+// `device` quantizes, reduces and holds the messages; the hops are blocking all-to-alls.
+void qgz_two_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& node, comm::Communicator& cross_node,
                  const std::vector<std::vector<int>>& shard_rank_at);
 // qgZ inside one group (hybrid_shard's node): one quantized all-to-all; rank l receives slice l.
-void qgz_one_hop(std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+void qgz_one_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& group);
 
 }  // namespace hsdp::shard

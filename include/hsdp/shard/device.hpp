@@ -1,0 +1,103 @@
+#pragma once
+// The sharding engine's device interface: the element work the engine's schedule needs, on the memory of one
+// device. The engine (engine.cpp) decides WHAT is gathered, reduced, freed and updated, and WHEN; a Device does it
+// on its memory:
+//   allocate          memory charged to the accountant while it lives (no allocation in the device's own
+//                     allocator inside a step on a GPU: a stream-ordered pool or arena)
+//   convert, round    dtype conversion (fp32 <-> bf16/fp16, round to nearest even) and rounding in place
+//   accumulate        sum += scale * x (a reduced gradient into the fp32 gradient shard)
+//   quantize, ...     ZeRO++ messages (zeropp.hpp's layout): quantize, dequantize, fused reduce-dequantize and
+//                     reduce-requantize
+//   adamw             AdamW on a shard, with its decay segments
+//   squared_sum, all_finite   the norm's partial sum and the fp16 overflow check of a shard
+// Pointers passed to a Device are its memory (host memory for the CPU device).
+//
+// Ordering: on the CPU every call completes before it returns, and the engine runs the work that follows a
+// collective (unpack, dequantize, accumulate) when it observes the collective's completion. A GPU device enqueues
+// each call on the stream of the collective it follows (docs/architecture.md, "The device interface").
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "hsdp/core/dtype.hpp"
+#include "hsdp/core/memory.hpp"
+#include "hsdp/optim/adamw.hpp"
+#include "hsdp/quant/blockwise.hpp"
+
+namespace hsdp::shard {
+
+// A block of device memory, charged to its accountant category until destroyed.
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* data() = 0;
+  virtual std::size_t bytes() const = 0;
+};
+
+// An owned array of `count` elements in device memory (zeroed when allocated); empty when default-constructed.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(std::unique_ptr<DeviceMemory> memory, std::size_t count) : memory_(std::move(memory)), count_(count) {}
+  T* data() { return memory_ ? static_cast<T*>(memory_->data()) : nullptr; }
+  const T* data() const { return memory_ ? static_cast<const T*>(memory_->data()) : nullptr; }
+  std::size_t size() const { return count_; }
+  bool empty() const { return !memory_; }
+  void reset() {
+    memory_.reset();
+    count_ = 0;
+  }
+
+ private:
+  std::unique_ptr<DeviceMemory> memory_;
+  std::size_t count_ = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const char* name() const = 0;
+
+  // `bytes` of zeroed memory charged to `category` while the block lives.
+  virtual std::unique_ptr<DeviceMemory> allocate(std::size_t bytes, MemCategory category) = 0;
+  template <typename T>
+  DeviceArray<T> array(std::size_t count, MemCategory category) {
+    return DeviceArray<T>(allocate(count * sizeof(T), category), count);
+  }
+  // `count` elements of dtype `t` (raw storage for a collective's message).
+  DeviceArray<std::byte> typed(std::size_t count, DType t, MemCategory category) {
+    return DeviceArray<std::byte>(allocate(count * size_of(t), category), count * size_of(t));
+  }
+
+  // out[i] = in[i] converted from `from` to `to` (f32, bf16, f16; the same dtype copies).
+  virtual void convert(const void* in, DType from, void* out, DType to, std::size_t count) = 0;
+  // values rounded in place to the nearest value of `to` (f32: unchanged).
+  virtual void round_to(float* values, std::size_t count, DType to) = 0;
+  virtual void fill_zero(void* data, std::size_t bytes) = 0;
+  // sum[i] += scale * x[i], in fp32.
+  virtual void accumulate(float* sum, const float* x, std::size_t count, float scale) = 0;
+
+  // ZeRO++ messages (zeropp.hpp: packed values, then fp32 block scales) of `count` elements.
+  virtual void quantize(const float* values, std::size_t count, quant::QuantSpec spec, std::uint8_t* message) = 0;
+  virtual void dequantize(const std::uint8_t* message, std::size_t count, quant::QuantSpec spec, float* out) = 0;
+  // out = the fp32 sum of the messages, in order (quant/fused.hpp).
+  virtual void reduce_dequantize(std::span<const std::uint8_t* const> messages, std::size_t count,
+                                 quant::QuantSpec spec, float* out) = 0;
+  // message out = the quantized fp32 sum of the messages, in order.
+  virtual void reduce_requantize(std::span<const std::uint8_t* const> messages, std::size_t count,
+                                 quant::QuantSpec spec, std::uint8_t* out) = 0;
+
+  virtual void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params,
+                     const float* grads, float* m, float* v, std::size_t count,
+                     std::span<const optim::DecaySegment> segments) = 0;
+  // The sum of squares in double (the global norm's partial sum), and whether every value is finite.
+  virtual double squared_sum(const float* values, std::size_t count) = 0;
+  virtual bool all_finite(const float* values, std::size_t count) = 0;
+};
+
+// The CPU: host memory (64-byte aligned), the OpenMP-parallel kernels of core, quant and optim.
+std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory);
+
+}  // namespace hsdp::shard

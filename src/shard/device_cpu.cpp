@@ -1,0 +1,100 @@
+// The CPU device of the sharding engine (device.hpp): host memory and the kernels of core, quant and optim.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "hsdp/core/buffer.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/optim/grad_clip.hpp"
+#include "hsdp/optim/loss_scaler.hpp"
+#include "hsdp/quant/fused.hpp"
+#include "hsdp/shard/device.hpp"
+#include "hsdp/shard/zeropp.hpp"
+
+namespace hsdp::shard {
+namespace {
+
+class HostMemory final : public DeviceMemory {
+ public:
+  HostMemory(std::size_t bytes, MemoryAccountant& memory, MemCategory category) : storage_(bytes, memory, category) {}
+  void* data() override { return storage_.data(); }
+  std::size_t bytes() const override { return storage_.size_bytes(); }
+
+ private:
+  Buffer<std::byte> storage_;
+};
+
+std::vector<quant::QuantizedView> views(std::span<const std::uint8_t* const> messages, std::size_t count,
+                                        quant::QuantSpec spec) {
+  std::vector<quant::QuantizedView> out;
+  out.reserve(messages.size());
+  for (const std::uint8_t* m : messages) out.push_back(message_view(m, count, spec));
+  return out;
+}
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(MemoryAccountant& memory) : memory_(memory) {}
+  const char* name() const override { return "cpu"; }
+
+  std::unique_ptr<DeviceMemory> allocate(std::size_t bytes, MemCategory category) override {
+    return std::make_unique<HostMemory>(bytes, memory_, category);
+  }
+  void convert(const void* in, DType from, void* out, DType to, std::size_t count) override {
+    if (from == to) {
+      std::memmove(out, in, count * size_of(from));
+    } else if (from == DType::f32) {
+      convert_from_f32(std::span<const float>(static_cast<const float*>(in), count), out, to);
+    } else if (to == DType::f32) {
+      convert_to_f32(in, from, std::span<float>(static_cast<float*>(out), count));
+    } else {
+      throw_internal(std::string("device convert: ") + std::string(to_string(from)) + " -> " +
+                     std::string(to_string(to)) + " goes through fp32");
+    }
+  }
+  void round_to(float* values, std::size_t count, DType to) override {
+    hsdp::round_to(std::span<float>(values, count), to);
+  }
+  void fill_zero(void* data, std::size_t bytes) override { std::memset(data, 0, bytes); }
+  void accumulate(float* sum, const float* x, std::size_t count, float scale) override {
+    if (scale == 1.0f) {
+      for (std::size_t i = 0; i < count; ++i) sum[i] += x[i];
+    } else {
+      for (std::size_t i = 0; i < count; ++i) sum[i] += x[i] * scale;
+    }
+  }
+  void quantize(const float* values, std::size_t count, quant::QuantSpec spec, std::uint8_t* message) override {
+    pack_message(std::span<const float>(values, count), spec, message);
+  }
+  void dequantize(const std::uint8_t* message, std::size_t count, quant::QuantSpec spec, float* out) override {
+    quant::dequantize(message_view(message, count, spec), std::span<float>(out, count));
+  }
+  void reduce_dequantize(std::span<const std::uint8_t* const> messages, std::size_t count, quant::QuantSpec spec,
+                         float* out) override {
+    quant::reduce_dequantize(views(messages, count, spec), std::span<float>(out, count));
+  }
+  void reduce_requantize(std::span<const std::uint8_t* const> messages, std::size_t count, quant::QuantSpec spec,
+                         std::uint8_t* out) override {
+    quant::reduce_requantize(views(messages, count, spec), message_span(out, count, spec));
+  }
+  void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, const float* grads,
+             float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments) override {
+    optim::adamw_update(config, step, std::span<float>(params, count), std::span<const float>(grads, count),
+                        std::span<float>(m, count), std::span<float>(v, count), segments);
+  }
+  double squared_sum(const float* values, std::size_t count) override {
+    return optim::local_squared_sum(std::span<const float>(values, count));
+  }
+  bool all_finite(const float* values, std::size_t count) override {
+    return !optim::has_inf_or_nan(std::span<const float>(values, count));
+  }
+
+ private:
+  MemoryAccountant& memory_;
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory) { return std::make_unique<CpuDevice>(memory); }
+
+}  // namespace hsdp::shard
