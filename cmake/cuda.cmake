@@ -3,13 +3,18 @@
 #   ON    requires nvcc, the CUDA toolkit (cudart, cuBLAS, cuBLASLt) and NCCL: a missing one is a FATAL_ERROR.
 #   OFF   skips it.
 # Included by the top-level CMakeLists.txt right after HSDP_CUDA is declared, before any layer: it enables the
-# CUDA language here and defers the targets to the end of the top-level directory, when the layers they link
-# (hsdp_core, hsdp_comm, ...) exist. Results, for the rest of the build:
+# CUDA language and says what the build has. Each layer declares its CUDA targets in src/<layer>/cuda/targets.cmake,
+# included from the layer's CMakeLists.txt (comm's NCCL code: src/comm/nccl/targets.cmake), linked only downwards:
 #   HSDP_HAVE_CUDA / HSDP_HAVE_NCCL   ON or OFF (CMake variables; targets see HSDP_HAVE_CUDA=1 as a definition)
-#   hsdp_device_cuda    RAII CUDA handles, cuBLASLt GEMMs, kernels (layers, AdamW, quantization)
-#   hsdp_comm_nccl      NcclCommunicator and make_inter_node_communicator (needs NCCL)
-#   hsdp_device_select  hsdp::device::select_device: always built, with or without CUDA
-#   hsdp_cuda_warnings  the warning flags of CUDA targets (CXX: hsdp_warnings' flags; CUDA: nvcc's -Werror)
+#   src/device/cuda  hsdp_device_select     hsdp::device::select_device: always built, with or without CUDA
+#                    hsdp_cuda_warnings     the warning flags of CUDA targets (CXX: hsdp_warnings'; CUDA: -Werror)
+#                    hsdp_device_cuda       RAII CUDA handles, cuBLASLt GEMMs, the kernels' shared helpers
+#   src/quant/cuda   hsdp_quant_cuda        block-wise quantization kernels
+#   src/model/cuda   hsdp_model_cuda        the GPT layers' kernels and GEMM layers, the GPT on one GPU
+#   src/optim/cuda   hsdp_optim_cuda        AdamW and the squared gradient norm on the GPU
+#   src/train/cuda   hsdp_train_cuda_state  a training run's parameters, gradients and AdamW state on one GPU
+#                    hsdp_train_cuda        the device.type=cuda training backend (needs NCCL)
+#   src/comm/nccl    hsdp_comm_nccl         NcclCommunicator and make_inter_node_communicator (needs NCCL)
 # GPU architectures: CMAKE_CUDA_ARCHITECTURES, by default "90;80-virtual" (H100/H200 code plus PTX that the
 # driver compiles for A100 and newer). Set it on the command line for other cards, e.g. -DCMAKE_CUDA_ARCHITECTURES=80.
 include_guard(GLOBAL)
@@ -92,18 +97,3 @@ endif()
 
 # For scripts (tools/bench/train_gpu.sh): whether this build directory has the CUDA backend.
 set(HSDP_CUDA_BACKEND ${HSDP_HAVE_CUDA} CACHE INTERNAL "ON when this build has the CUDA backend")
-
-# The CUDA targets, once the layers they link exist: at the end of the top-level CMakeLists.txt. (Targets are
-# resolved when the build is generated, so tests/gpu and tools/bench, processed earlier, may already name them.)
-# A macro, so the included files see HSDP_HAVE_CUDA / HSDP_HAVE_NCCL; hsdp_device_select is defined in every build.
-macro(hsdp_cuda_add_targets)
-  include(${PROJECT_SOURCE_DIR}/src/device/cuda/targets.cmake)
-  if(HSDP_HAVE_CUDA)
-    include(${PROJECT_SOURCE_DIR}/src/model/cuda/targets.cmake)
-  endif()
-  if(HSDP_HAVE_NCCL)
-    include(${PROJECT_SOURCE_DIR}/src/comm/nccl/targets.cmake)
-    include(${PROJECT_SOURCE_DIR}/src/train/cuda/targets.cmake)
-  endif()
-endmacro()
-cmake_language(DEFER CALL hsdp_cuda_add_targets)

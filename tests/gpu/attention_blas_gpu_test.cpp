@@ -7,11 +7,13 @@
 
 #include "gpu_test_util.hpp"
 #include "hsdp/device/cuda/blas.hpp"
-#include "hsdp/device/cuda/layers.hpp"
+#include "hsdp/model/cuda/layers.hpp"
 #include "hsdp/model/layers.hpp"
 
 namespace hsdp::gpu_testing {
 namespace {
+
+namespace mc = hsdp::model::cuda;
 
 constexpr Tolerance kF32{1e-4, 1e-5};
 constexpr Tolerance kBf16{1e-2, 1e-2};
@@ -49,11 +51,11 @@ TYPED_TEST(AttentionBlasGpu, Attention_ForwardAndBackward_MatchCpu) {
 
     auto d_qkv = this->upload(as<T>(qkv)), d_dout = this->upload(as<T>(dout));
     cuda::DeviceBuffer<T> d_out(out_n), d_att(att_n);
-    cuda::DeviceBuffer<std::uint8_t> scratch(cuda::attention_scratch_bytes(s.T_, s.NH));
+    cuda::DeviceBuffer<std::uint8_t> scratch(mc::attention_scratch_bytes(s.T_, s.NH));
     cuda::BlasLt blas;
     auto d_dqkv = this->upload(as<T>(std::vector<float>(qkv_n, 0.0f)));
-    cuda::attention_forward(blas, d_out.data(), d_att.data(), d_qkv.data(), scratch.data(), s.B, s.T_, s.C, s.NH,
-                            this->stream());
+    mc::attention_forward(blas, d_out.data(), d_att.data(), d_qkv.data(), scratch.data(), s.B, s.T_, s.C, s.NH,
+                          this->stream());
     const auto got_att = floats(this->download(d_att));
     EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>())) << "out, T=" << s.T_;
     EXPECT_TRUE(close(got_att, att, tol<T>())) << "att, T=" << s.T_;
@@ -62,15 +64,15 @@ TYPED_TEST(AttentionBlasGpu, Attention_ForwardAndBackward_MatchCpu) {
     std::vector<float> dqkv(qkv_n, 0.0f), cpu_scratch(static_cast<std::size_t>(s.B) * s.NH * s.T_);
     model::attention_backward(dqkv.data(), cpu_scratch.data(), dout.data(), qkv.data(), got_att.data(), s.B, s.T_, s.C,
                               s.NH);
-    cuda::attention_backward(blas, d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
-                             s.NH, this->stream());
+    mc::attention_backward(blas, d_dqkv.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_,
+                           s.C, s.NH, this->stream());
     const auto got_dqkv = this->download(d_dqkv);
     EXPECT_TRUE(close(floats(got_dqkv), dqkv, tol<T>())) << "dqkv, T=" << s.T_;
 
     // Deterministic: the same inputs give the same bits.
     auto d_again = this->upload(as<T>(std::vector<float>(qkv_n, 0.0f)));
-    cuda::attention_backward(blas, d_again.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_, s.C,
-                             s.NH, this->stream());
+    mc::attention_backward(blas, d_again.data(), scratch.data(), d_dout.data(), d_qkv.data(), d_att.data(), s.B, s.T_,
+                           s.C, s.NH, this->stream());
     const auto again = this->download(d_again);
     EXPECT_EQ(0, std::memcmp(again.data(), got_dqkv.data(), again.size() * sizeof(T))) << "not deterministic";
   }
@@ -92,12 +94,12 @@ TYPED_TEST(AttentionBlasGpu, Matmul_ForwardAndBackward_MatchCpu_AndAccumulate) {
   auto d_dout = this->upload(as<T>(dout)), d_dinp = this->upload(as<T>(dinp_start));
   auto d_dw = this->upload(dw_start), d_db = this->upload(db_start);
   cuda::DeviceBuffer<T> d_out(N * OC), d_out_nobias(N * OC);
-  cuda::DeviceBuffer<float> scratch(cuda::column_sum_scratch_floats(OC, 1));
-  cuda::matmul_forward(blas, d_out.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC, this->stream());
-  cuda::matmul_forward(blas, d_out_nobias.data(), d_inp.data(), d_w.data(), static_cast<const T*>(nullptr), N, IC, OC,
-                       this->stream());
-  cuda::matmul_backward(blas, d_dinp.data(), d_dw.data(), d_db.data(), scratch.data(), d_dout.data(), d_inp.data(),
-                        d_w.data(), N, IC, OC, this->stream());
+  cuda::DeviceBuffer<float> scratch(mc::column_sum_scratch_floats(OC, 1));
+  mc::matmul_forward(blas, d_out.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC, this->stream());
+  mc::matmul_forward(blas, d_out_nobias.data(), d_inp.data(), d_w.data(), static_cast<const T*>(nullptr), N, IC, OC,
+                     this->stream());
+  mc::matmul_backward(blas, d_dinp.data(), d_dw.data(), d_db.data(), scratch.data(), d_dout.data(), d_inp.data(),
+                      d_w.data(), N, IC, OC, this->stream());
   EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>())) << "out";
   std::vector<float> out_nobias(N * OC);
   model::matmul_forward(out_nobias.data(), inp.data(), w.data(), static_cast<const float*>(nullptr), N, IC, OC);
@@ -107,7 +109,7 @@ TYPED_TEST(AttentionBlasGpu, Matmul_ForwardAndBackward_MatchCpu_AndAccumulate) {
   EXPECT_TRUE(close(this->download(d_db), db, kF32)) << "dbias";
   // The second forward call of each shape reuses its plan.
   const std::size_t plans = blas.cached_plans();
-  cuda::matmul_forward(blas, d_out.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC, this->stream());
+  mc::matmul_forward(blas, d_out.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC, this->stream());
   EXPECT_EQ(plans, blas.cached_plans());
 }
 
@@ -128,9 +130,9 @@ TYPED_TEST(AttentionBlasGpu, LmHead_ForwardAndBackward_MatchCpu_PaddingUntouched
     auto d_logits = this->upload(as<T>(std::vector<float>(logits.size(), sentinel)));
     auto d_dinp = this->upload(as<T>(std::vector<float>(N * C, 0.0f)));
     auto d_dwte = this->upload(std::vector<float>(Vp * C, 0.0f));
-    cuda::lm_head_forward(blas, d_logits.data(), d_inp.data(), d_wte.data(), N, C, V, Vp, this->stream());
-    cuda::lm_head_backward(blas, d_dinp.data(), d_dwte.data(), d_dlogits.data(), d_inp.data(), d_wte.data(), N, C, V,
-                           Vp, this->stream());
+    mc::lm_head_forward(blas, d_logits.data(), d_inp.data(), d_wte.data(), N, C, V, Vp, this->stream());
+    mc::lm_head_backward(blas, d_dinp.data(), d_dwte.data(), d_dlogits.data(), d_inp.data(), d_wte.data(), N, C, V, Vp,
+                         this->stream());
     const auto got_logits = floats(this->download(d_logits));
     EXPECT_TRUE(close(got_logits, logits, tol<T>())) << "logits (padding included: sentinel on both sides), V=" << V;
     EXPECT_TRUE(close(floats(this->download(d_dinp)), dinp, tol<T>())) << "dinp, V=" << V;

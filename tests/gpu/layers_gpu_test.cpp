@@ -12,11 +12,13 @@
 #include <vector>
 
 #include "gpu_test_util.hpp"
-#include "hsdp/device/cuda/layers.hpp"
+#include "hsdp/model/cuda/layers.hpp"
 #include "hsdp/model/layers.hpp"
 
 namespace hsdp::gpu_testing {
 namespace {
+
+namespace mc = hsdp::model::cuda;
 
 constexpr Tolerance kF32Elementwise{1e-5, 1e-6};
 constexpr Tolerance kF32Reduction{1e-4, 1e-5};
@@ -54,8 +56,8 @@ TYPED_TEST(LayersGpu, Encoder_MatchesCpu_AndBackwardAddsInCpuOrder) {
   auto d_wte = this->upload(as<T>(wte)), d_wpe = this->upload(as<T>(wpe)), d_dout = this->upload(as<T>(dout));
   cuda::DeviceBuffer<T> d_out(out.size());
   auto d_dwte = this->upload(dwte_gpu_start), d_dwpe = this->upload(dwpe_gpu_start);
-  cuda::encoder_forward(d_out.data(), d_tokens.data(), d_wte.data(), d_wpe.data(), B, T_, C, this->stream());
-  cuda::encoder_backward(d_dwte.data(), d_dwpe.data(), d_dout.data(), d_tokens.data(), B, T_, C, this->stream());
+  mc::encoder_forward(d_out.data(), d_tokens.data(), d_wte.data(), d_wpe.data(), B, T_, C, this->stream());
+  mc::encoder_backward(d_dwte.data(), d_dwpe.data(), d_dout.data(), d_tokens.data(), B, T_, C, this->stream());
   // The forward is one addition rounded once to T: exact against the CPU's sum rounded to T.
   EXPECT_EQ(floats(this->download(d_out)), floats(as<T>(out)));
   const auto got_dwte = this->download(d_dwte), got_dwpe = this->download(d_dwpe);
@@ -77,14 +79,14 @@ TYPED_TEST(LayersGpu, LayerNorm_ForwardAndBackward_MatchCpu) {
     auto d_x = this->upload(as<T>(x)), d_w = this->upload(as<T>(w)), d_b = this->upload(as<T>(b));
     auto d_dout = this->upload(as<T>(dout));
     cuda::DeviceBuffer<T> d_out(out.size());
-    cuda::DeviceBuffer<float> d_mean(N), d_rstd(N), d_dw(C), d_db(C), scratch(cuda::column_sum_scratch_floats(C, 2));
+    cuda::DeviceBuffer<float> d_mean(N), d_rstd(N), d_dw(C), d_db(C), scratch(mc::column_sum_scratch_floats(C, 2));
     auto d_dinp = this->upload(as<T>(std::vector<float>(N * C, 0.0f)));
     cuda::zero_on_device(d_dw.data(), C, this->stream());
     cuda::zero_on_device(d_db.data(), C, this->stream());
-    cuda::layernorm_forward(d_out.data(), d_mean.data(), d_rstd.data(), d_x.data(), d_w.data(), d_b.data(), N, C,
-                            this->stream());
-    cuda::layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), scratch.data(), d_dout.data(), d_x.data(),
-                             d_w.data(), d_mean.data(), d_rstd.data(), N, C, this->stream());
+    mc::layernorm_forward(d_out.data(), d_mean.data(), d_rstd.data(), d_x.data(), d_w.data(), d_b.data(), N, C,
+                          this->stream());
+    mc::layernorm_backward(d_dinp.data(), d_dw.data(), d_db.data(), scratch.data(), d_dout.data(), d_x.data(),
+                           d_w.data(), d_mean.data(), d_rstd.data(), N, C, this->stream());
     EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>(kF32Reduction))) << "out, C=" << C;
     EXPECT_TRUE(close(this->download(d_mean), mean, kF32Reduction)) << "mean, C=" << C;
     EXPECT_TRUE(close(this->download(d_rstd), rstd, kF32Reduction)) << "rstd, C=" << C;
@@ -108,10 +110,10 @@ TYPED_TEST(LayersGpu, GeluAndResidual_MatchCpu_BackwardAdds) {
   auto d_x = this->upload(as<T>(x)), d_y = this->upload(as<T>(y)), d_dout = this->upload(as<T>(dout));
   cuda::DeviceBuffer<T> d_gelu(n), d_sum(n);
   auto d_dgelu = this->upload(as<T>(start)), d_d1 = this->upload(as<T>(start)), d_d2 = this->upload(as<T>(start));
-  cuda::gelu_forward(d_gelu.data(), d_x.data(), n, this->stream());
-  cuda::gelu_backward(d_dgelu.data(), d_x.data(), d_dout.data(), n, this->stream());
-  cuda::residual_forward(d_sum.data(), d_x.data(), d_y.data(), n, this->stream());
-  cuda::residual_backward(d_d1.data(), d_d2.data(), d_dout.data(), n, this->stream());
+  mc::gelu_forward(d_gelu.data(), d_x.data(), n, this->stream());
+  mc::gelu_backward(d_dgelu.data(), d_x.data(), d_dout.data(), n, this->stream());
+  mc::residual_forward(d_sum.data(), d_x.data(), d_y.data(), n, this->stream());
+  mc::residual_backward(d_d1.data(), d_d2.data(), d_dout.data(), n, this->stream());
   EXPECT_TRUE(close(floats(this->download(d_gelu)), gelu, tol<T>(kF32Elementwise))) << "gelu";
   EXPECT_TRUE(close(floats(this->download(d_dgelu)), dgelu, tol<T>(kF32Elementwise))) << "gelu backward";
   EXPECT_TRUE(close(floats(this->download(d_sum)), sum, tol<T>(kF32Elementwise))) << "residual";
@@ -138,14 +140,13 @@ TYPED_TEST(LayersGpu, SoftmaxXent_ForwardBackwardAndFused_MatchCpu_PaddingUntouc
   auto d_targets = this->upload(targets);
   auto d_probs = this->upload(as<T>(logits));  // in place, as the trainer calls it
   cuda::DeviceBuffer<float> d_losses(N), d_losses_fused(N);
-  cuda::softmax_xent_forward(d_probs.data(), d_losses.data(), d_probs.data(), d_targets.data(), N, V, Vp,
-                             this->stream());
+  mc::softmax_xent_forward(d_probs.data(), d_losses.data(), d_probs.data(), d_targets.data(), N, V, Vp, this->stream());
   const auto got_probs = floats(this->download(d_probs));
-  cuda::softmax_xent_backward(d_probs.data(), d_probs.data(), d_targets.data(), dloss, N, V, Vp, this->stream());
+  mc::softmax_xent_backward(d_probs.data(), d_probs.data(), d_targets.data(), dloss, N, V, Vp, this->stream());
   const auto got_dlogits = floats(this->download(d_probs));
   auto d_fused = this->upload(as<T>(logits));
-  cuda::softmax_xent_forward_backward(d_fused.data(), d_losses_fused.data(), d_fused.data(), d_targets.data(), dloss, N,
-                                      V, Vp, this->stream());
+  mc::softmax_xent_forward_backward(d_fused.data(), d_losses_fused.data(), d_fused.data(), d_targets.data(), dloss, N,
+                                    V, Vp, this->stream());
   const auto got_fused = floats(this->download(d_fused));
   EXPECT_TRUE(close(got_probs, probs, tol<T>(kF32Reduction))) << "probs";
   EXPECT_TRUE(close(this->download(d_losses), losses, kF32Reduction)) << "losses";
@@ -168,8 +169,8 @@ TEST_F(GpuTest, Convert_RoundsToBf16AsTheCpu) {
   auto d_x = upload(x);
   cuda::DeviceBuffer<bf16_t> d_b(x.size());
   cuda::DeviceBuffer<float> d_back(x.size());
-  cuda::convert(d_b.data(), d_x.data(), x.size(), stream());
-  cuda::convert(d_back.data(), d_b.data(), x.size(), stream());
+  mc::convert(d_b.data(), d_x.data(), x.size(), stream());
+  mc::convert(d_back.data(), d_b.data(), x.size(), stream());
   const auto got = download(d_b);
   const auto want = to_bf16(x);
   for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i].bits, want[i].bits) << "element " << i;

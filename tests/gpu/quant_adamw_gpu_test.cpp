@@ -10,16 +10,18 @@
 #include "../quant/quant_test_util.hpp"
 #include "gpu_test_util.hpp"
 #include "hsdp/core/error.hpp"
-#include "hsdp/device/cuda/adamw.hpp"
-#include "hsdp/device/cuda/quant.hpp"
 #include "hsdp/device/cuda/select_device.hpp"
 #include "hsdp/optim/adamw.hpp"
+#include "hsdp/optim/cuda/adamw.hpp"
 #include "hsdp/quant/blockwise.hpp"
+#include "hsdp/quant/cuda/blockwise.hpp"
 #include "hsdp/quant/fused.hpp"
 
 namespace hsdp::gpu_testing {
 namespace {
 
+namespace qc = hsdp::quant::cuda;
+namespace oc = hsdp::optim::cuda;
 using quant::Bits;
 
 template <typename T>
@@ -54,13 +56,12 @@ class QuantGpu : public GpuTest {
     quant::QuantizedBuffer cpu(x.size(), spec);
     quant::quantize(std::span<const T>(x), cpu);
 
-    const cuda::QuantLayout layout{static_cast<int>(bits), block};
     auto d_x = upload(x);
-    cuda::DeviceBuffer<std::uint8_t> packed(cuda::quant_packed_bytes(x.size(), layout));
-    cuda::DeviceBuffer<float> scales(cuda::quant_scale_count(x.size(), layout));
-    cuda::QuantStatus status;
+    cuda::DeviceBuffer<std::uint8_t> packed(quant::packed_bytes(x.size(), spec.bits));
+    cuda::DeviceBuffer<float> scales(quant::scale_count(x.size(), spec.block));
+    qc::QuantStatus status;
     status.reset(stream());
-    cuda::quantize(d_x.data(), dtype_of<T>(), x.size(), layout, packed.data(), scales.data(), status, stream());
+    qc::quantize(d_x.data(), dtype_of<T>(), x.size(), spec, packed.data(), scales.data(), status, stream());
     status.throw_if_non_finite(x.size(), stream());
     const std::string what = std::string(quant::to_string(bits)) + ", block " + std::to_string(block) + ", " +
                              std::string(to_string(dtype_of<T>())) + ", " + std::to_string(x.size()) + " elements";
@@ -70,7 +71,7 @@ class QuantGpu : public GpuTest {
     std::vector<T> want(x.size());
     quant::dequantize(cpu.view(), std::span<T>(want));
     cuda::DeviceBuffer<T> out(x.size());
-    cuda::dequantize(packed.data(), scales.data(), x.size(), layout, out.data(), dtype_of<T>(), stream());
+    qc::dequantize(packed.data(), scales.data(), x.size(), spec, out.data(), dtype_of<T>(), stream());
     ASSERT_TRUE(same_bytes(download(out), std::span<const T>(want))) << "dequantized values differ: " << what;
   }
 };
@@ -94,7 +95,6 @@ TEST_F(QuantGpu, Quantize_Dequantize_BitExactToCpu_Int8AndInt4_AllInputTypes) {
 
 TEST_F(QuantGpu, DequantizeAccumulate_IsTheCpuReduceDequantize_BitForBit) {
   const quant::QuantSpec spec{Bits::int4, 256};
-  const cuda::QuantLayout layout{4, 256};
   const std::size_t n = 5000;
   std::vector<quant::QuantizedBuffer> cpu;
   std::vector<quant::QuantizedView> views;
@@ -113,7 +113,7 @@ TEST_F(QuantGpu, DequantizeAccumulate_IsTheCpuReduceDequantize_BitForBit) {
   std::vector<float> want(n);
   quant::reduce_dequantize(views, want);
   for (int k = 0; k < 3; ++k) {
-    cuda::dequantize_accumulate(packed[k].data(), scales[k].data(), n, layout, acc.data(), stream());
+    qc::dequantize_accumulate(packed[k].data(), scales[k].data(), n, spec, acc.data(), stream());
   }
   EXPECT_TRUE(same_bytes(download(acc), std::span<const float>(want)));
 }
@@ -122,13 +122,13 @@ TEST_F(QuantGpu, NonFiniteInput_ThrowsTheCpuMessage_NamingTheFirstElement) {
   auto x = random_floats(10000, 3);
   x[7777] = std::numeric_limits<float>::infinity();
   x[5000] = std::numeric_limits<float>::quiet_NaN();
-  const cuda::QuantLayout layout{8, 2048};
+  const quant::QuantSpec spec{Bits::int8, 2048};
   auto d_x = upload(x);
-  cuda::DeviceBuffer<std::uint8_t> packed(cuda::quant_packed_bytes(x.size(), layout));
-  cuda::DeviceBuffer<float> scales(cuda::quant_scale_count(x.size(), layout));
-  cuda::QuantStatus status;
+  cuda::DeviceBuffer<std::uint8_t> packed(quant::packed_bytes(x.size(), spec.bits));
+  cuda::DeviceBuffer<float> scales(quant::scale_count(x.size(), spec.block));
+  qc::QuantStatus status;
   status.reset(stream());
-  cuda::quantize(d_x.data(), DType::f32, x.size(), layout, packed.data(), scales.data(), status, stream());
+  qc::quantize(d_x.data(), DType::f32, x.size(), spec, packed.data(), scales.data(), status, stream());
   try {
     status.throw_if_non_finite(x.size(), stream());
     FAIL() << "no error for a NaN";
@@ -146,29 +146,27 @@ TEST_F(GpuTest, AdamW_MatchesOptimAdamwUpdate_OverSeveralSteps_WithDecaySegments
   const std::size_t n = 70001;
   const std::vector<optim::DecaySegment> segments{
       {0, 30000, true}, {30000, 1, false}, {30001, 20000, true}, {50001, 20000, false}};
-  std::vector<cuda::DecayRun> runs;
-  for (const auto& s : segments) runs.push_back({s.offset, s.count, s.decay});
   const optim::AdamWConfig config{0.9f, 0.95f, 1e-8f, 0.1f};
   auto params = random_floats(n, 80), m = std::vector<float>(n, 0.0f), v = std::vector<float>(n, 0.0f);
   auto d_params = upload(params), d_m = upload(m), d_v = upload(v);
   cuda::DeviceBuffer<bf16_t> d_copy(n);
-  const cuda::DeviceDecayRuns d_runs(runs, n);
+  const oc::DeviceDecaySegments d_segments(segments, n);
   for (std::int64_t t = 1; t <= 3; ++t) {
     const auto grads = random_floats(n, 90 + static_cast<std::uint64_t>(t), -3.0f, 3.0f);
     const optim::AdamWStep step{1e-3f * static_cast<float>(t), t, 0.5f};
     optim::adamw_update(config, step, params, grads, m, v, segments);
     auto d_grads = upload(grads);
-    cuda::AdamWValues values;
+    oc::AdamWValues values;
     values.lr = step.lr;
     values.beta1 = config.beta1;
     values.beta2 = config.beta2;
     values.eps = config.eps;
     values.weight_decay = config.weight_decay;
     values.grad_scale = step.grad_scale;
-    values.bias_correction1 = cuda::adamw_bias_correction(config.beta1, t);
-    values.bias_correction2 = cuda::adamw_bias_correction(config.beta2, t);
-    cuda::adamw_update(values, d_runs, d_params.data(), d_grads.data(), d_m.data(), d_v.data(), d_copy.data(),
-                       stream());
+    values.bias_correction1 = oc::adamw_bias_correction(config.beta1, t);
+    values.bias_correction2 = oc::adamw_bias_correction(config.beta2, t);
+    oc::adamw_update(values, d_segments, d_params.data(), d_grads.data(), d_m.data(), d_v.data(), d_copy.data(),
+                     stream());
   }
   const Tolerance tight{1e-6, 1e-6};
   const auto got_params = download(d_params);

@@ -13,6 +13,6 @@ endif()
 add_executable(hsdp-bench-train-gpu ${CMAKE_CURRENT_LIST_DIR}/train_gpu.cu)
 set_target_properties(hsdp-bench-train-gpu PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF
                                                       RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
-# hsdp_cuda_warnings is defined with the CUDA targets at the end of the top-level directory; names resolve later.
-target_link_libraries(hsdp-bench-train-gpu PRIVATE hsdp_model_cuda hsdp_device_cuda hsdp_model Boost::program_options
-                                                   hsdp_cuda_warnings)
+# The CUDA targets are declared in the layers' folders (src/<layer>/cuda/targets.cmake, see cmake/cuda.cmake).
+target_link_libraries(hsdp-bench-train-gpu PRIVATE hsdp_train_cuda_state hsdp_model_cuda hsdp_optim_cuda
+                                                   Boost::program_options hsdp_cuda_warnings)

@@ -17,11 +17,12 @@
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/json.hpp"
-#include "hsdp/device/cuda/adamw.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/model/rng.hpp"
+#include "hsdp/optim/cuda/adamw.hpp"
+#include "hsdp/train/cuda/parameters.hpp"
 #include "gpt_bench.hpp"
 
 namespace po = boost::program_options;
@@ -92,7 +93,8 @@ double measured_gemm_tflops(int n, cudaStream_t stream) {
   return 2.0 * n * static_cast<double>(n) * n / seconds / 1e12;
 }
 
-// The whole model on one GPU (hsdp/model/cuda/gpt.hpp: GptCuda and its GptParameters), and the step.
+// The whole model on one GPU (GptCuda, hsdp/model/cuda/gpt.hpp, over GptParameters, hsdp/train/cuda/parameters.hpp),
+// and the step.
 class GpuTrainer {
  public:
   GpuTrainer(const ModelLayout& layout, int B, int T)
@@ -115,10 +117,10 @@ class GpuTrainer {
     gpt_.forward(params_.compute(), tokens_.data(), targets_.data(), 1.0f / static_cast<float>(gpt_.tokens()),
                  stream_);
     gpt_.backward(params_.compute(), params_.grads(), tokens_.data(), stream_);
-    cuda::AdamWValues values;
+    hsdp::optim::cuda::AdamWValues values;
     values.lr = 3e-4f;
-    values.bias_correction1 = cuda::adamw_bias_correction(values.beta1, t);
-    values.bias_correction2 = cuda::adamw_bias_correction(values.beta2, t);
+    values.bias_correction1 = hsdp::optim::cuda::adamw_bias_correction(values.beta1, t);
+    values.bias_correction2 = hsdp::optim::cuda::adamw_bias_correction(values.beta2, t);
     params_.adamw_update(values, stream_);
   }
 
@@ -135,7 +137,7 @@ class GpuTrainer {
  private:
   cuda::Stream stream_;
   hsdp::model::cuda::GptCuda gpt_;
-  hsdp::model::cuda::GptParameters params_;
+  hsdp::train::cuda::GptParameters params_;
   cuda::DeviceBuffer<std::int32_t> tokens_, targets_;
 };
 

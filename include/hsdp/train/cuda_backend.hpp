@@ -6,8 +6,9 @@
 // fp32 master weights, gradients and AdamW state on the GPU, data-parallel over every rank (parallel.sharding =
 // no_shard, DDP): during the backward of the last micro-batch each unit's gradient is all-reduced over the
 // node's ranks with NCCL on a communication stream as soon as backward has written it (ordered by an event, so
-// the rest of backward overlaps it); then, on more than one node, across nodes through comm.inter (mpi: CUDA-
-// aware MPI or staging through pinned host memory; nccl). Gradients are summed and the loss gradient is divided
+// the rest of backward overlaps it) -- or, with comm.intra=mpi (ranks may then share a GPU, as when one GPU emulates
+// nodes), over the node with MPI after backward, staged through pinned host memory or CUDA-aware; then, on more
+// than one node, across nodes through comm.inter (mpi: CUDA-aware MPI or staging through pinned host memory; nccl). Gradients are summed and the loss gradient is divided
 // by the world size, so the result is the global mean as on the CPU.
 //
 // What it refuses (config errors, checked by check_cuda_options before any GPU work): other sharding strategies,

@@ -7,11 +7,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/device/cuda/layers.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
 
 namespace hsdp::device::cuda {
@@ -234,112 +232,5 @@ void BlasLt::gemm(const GemmArgs& g, cudaStream_t stream) {
                           plan.d, &plan.algo, impl_->workspace.data(), impl_->workspace.size_bytes(), stream),
            ("cublasLtMatmul " + describe(g)).c_str());
 }
-
-// ---- the GEMM layers ----
-
-template <typename T>
-constexpr DType dtype_v = std::is_same_v<T, float> ? DType::f32 : DType::bf16;
-
-template <typename T>
-void matmul_forward(BlasLt& blas, T* out, const T* inp, const T* weight, const T* bias, int N, int IC, int OC,
-                    cudaStream_t stream) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = N, g.n = OC, g.k = IC;
-  g.a = inp, g.lda = IC;
-  g.b = weight, g.ldb = IC;
-  g.d = out, g.ldd = OC;
-  g.ab_type = g.d_type = dtype_v<T>;
-  g.bias = bias;
-  blas.gemm(g, stream);
-}
-
-template <typename T>
-void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
-                     const T* weight, int N, int IC, int OC, cudaStream_t stream) {
-  GemmArgs data;  // dinp[N, IC] += dout[N, OC] @ weight[OC, IC]
-  data.m = N, data.n = IC, data.k = OC;
-  data.a = dout, data.lda = OC;
-  data.b = weight, data.ldb = IC;
-  data.d = dinp, data.ldd = IC;
-  data.ab_type = data.d_type = dtype_v<T>;
-  data.beta = 1.0f;
-  blas.gemm(data, stream);
-  GemmArgs wgrad;  // dweight[OC, IC] += dout^T @ inp
-  wgrad.trans_a = true;
-  wgrad.m = OC, wgrad.n = IC, wgrad.k = N;
-  wgrad.a = dout, wgrad.lda = OC;
-  wgrad.b = inp, wgrad.ldb = IC;
-  wgrad.d = dweight, wgrad.ldd = IC;
-  wgrad.ab_type = dtype_v<T>;
-  wgrad.d_type = DType::f32;
-  wgrad.beta = 1.0f;
-  blas.gemm(wgrad, stream);
-  if (dbias != nullptr) bias_backward(dbias, scratch, dout, N, OC, stream);
-}
-
-// The vocabulary is split into [0, Va) with Va = V rounded down to a multiple of 8, and the < 8 columns after it:
-// with an odd V (GPT-2's 50257) the whole product would only get cuBLASLt's unvectorized (align1) kernels, about 6x
-// slower; the aligned part gets tensor-core kernels and the tail is a sliver. Padded columns stay untouched.
-int aligned_vocab(int V) {
-  return V - V % 8;
-}
-
-template <typename T>
-void lm_head_forward(BlasLt& blas, T* logits, const T* inp, const T* wte, int N, int C, int V, int Vp,
-                     cudaStream_t stream) {
-  const int Va = aligned_vocab(V);
-  for (const auto& [begin, count] : {std::pair{0, Va}, std::pair{Va, V - Va}}) {
-    GemmArgs g;  // logits[N, begin:begin+count] = inp @ wte[begin:begin+count]^T
-    g.trans_b = true;
-    g.m = N, g.n = count, g.k = C;
-    g.a = inp, g.lda = C;
-    g.b = wte + static_cast<std::size_t>(begin) * C, g.ldb = C;
-    g.d = logits + begin, g.ldd = Vp;
-    g.ab_type = g.d_type = dtype_v<T>;
-    blas.gemm(g, stream);
-  }
-}
-
-template <typename T>
-void lm_head_backward(BlasLt& blas, T* dinp, float* dwte, const T* dlogits, const T* inp, const T* wte, int N, int C,
-                      int V, int Vp, cudaStream_t stream) {
-  const int Va = aligned_vocab(V);
-  for (const auto& [begin, count] : {std::pair{0, Va}, std::pair{Va, V - Va}}) {
-    GemmArgs data;  // dinp[N, C] += dlogits[N, part] @ wte[part, C]
-    data.m = N, data.n = C, data.k = count;
-    data.a = dlogits + begin, data.lda = Vp;
-    data.b = wte + static_cast<std::size_t>(begin) * C, data.ldb = C;
-    data.d = dinp, data.ldd = C;
-    data.ab_type = data.d_type = dtype_v<T>;
-    data.beta = 1.0f;
-    blas.gemm(data, stream);
-    GemmArgs wgrad;  // dwte[part, C] += dlogits[:, part]^T @ inp
-    wgrad.trans_a = true;
-    wgrad.m = count, wgrad.n = C, wgrad.k = N;
-    wgrad.a = dlogits + begin, wgrad.lda = Vp;
-    wgrad.b = inp, wgrad.ldb = C;
-    wgrad.d = dwte + static_cast<std::size_t>(begin) * C, wgrad.ldd = C;
-    wgrad.ab_type = dtype_v<T>;
-    wgrad.d_type = DType::f32;
-    wgrad.beta = 1.0f;
-    blas.gemm(wgrad, stream);
-  }
-}
-
-template void matmul_forward<float>(BlasLt&, float*, const float*, const float*, const float*, int, int, int,
-                                    cudaStream_t);
-template void matmul_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, int, int, int,
-                                     cudaStream_t);
-template void matmul_backward<float>(BlasLt&, float*, float*, float*, float*, const float*, const float*, const float*,
-                                     int, int, int, cudaStream_t);
-template void matmul_backward<bf16_t>(BlasLt&, bf16_t*, float*, float*, float*, const bf16_t*, const bf16_t*,
-                                      const bf16_t*, int, int, int, cudaStream_t);
-template void lm_head_forward<float>(BlasLt&, float*, const float*, const float*, int, int, int, int, cudaStream_t);
-template void lm_head_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, int, int, int, int, cudaStream_t);
-template void lm_head_backward<float>(BlasLt&, float*, float*, const float*, const float*, const float*, int, int, int,
-                                      int, cudaStream_t);
-template void lm_head_backward<bf16_t>(BlasLt&, bf16_t*, float*, const bf16_t*, const bf16_t*, const bf16_t*, int, int,
-                                       int, int, cudaStream_t);
 
 }  // namespace hsdp::device::cuda

@@ -1,5 +1,4 @@
-# Included by cmake/cuda.cmake at the end of the top-level directory (after the layers exist; a deferred call may
-# not add subdirectories, hence an included file with absolute source paths).
+# The device layer's CUDA targets; included by src/device/CMakeLists.txt (source paths are relative to this file).
 
 # hsdp_device_select: device.type = cpu | cuda (select_device.hpp). Built in every build so hsdp-train can link it;
 # with CUDA it picks and sets the rank's GPU, without it `cuda` is a config error saying the build lacks CUDA.
@@ -11,14 +10,17 @@ endif()
 
 # Warnings are errors in CUDA targets too: C++ files get hsdp_warnings' flags; .cu files get nvcc's warnings as
 # errors and the host compiler's -Wall -Wextra -Werror on their host code (not -Wpedantic, which nvcc's generated
-# host stubs do not pass).
+# host stubs do not pass). Every layer's CUDA target links it privately.
 add_library(hsdp_cuda_warnings INTERFACE)
 target_compile_options(hsdp_cuda_warnings INTERFACE
   "$<$<COMPILE_LANGUAGE:CXX>:$<TARGET_PROPERTY:hsdp_warnings,INTERFACE_COMPILE_OPTIONS>>"
   "$<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings;-Xcompiler=-Wall,-Wextra,-Werror>")
 
-# hsdp_device_cuda: RAII CUDA handles, cuBLASLt GEMMs, the layer kernels, AdamW and block-wise quantization.
-set(_hsdp_device_cuda_sources runtime.cpp blas.cpp layers.cu attention.cu softmax_xent.cu adamw.cu quant.cu spin.cu)
+# hsdp_device_cuda: the CUDA runtime in RAII (runtime.hpp), cuBLASLt GEMMs (blas.hpp), the stream-spinning test
+# kernel, and kernel_util.cuh, the device helpers the other layers' kernels include. The kernels themselves live
+# with their layers: hsdp_quant_cuda (src/quant/cuda), hsdp_model_cuda (src/model/cuda), hsdp_optim_cuda
+# (src/optim/cuda).
+set(_hsdp_device_cuda_sources runtime.cpp blas.cpp spin.cu)
 list(TRANSFORM _hsdp_device_cuda_sources PREPEND ${CMAKE_CURRENT_LIST_DIR}/)
 add_library(hsdp_device_cuda ${_hsdp_device_cuda_sources})
 set_target_properties(hsdp_device_cuda PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)

@@ -1,25 +1,10 @@
 #include "hsdp/model/cuda/gpt.hpp"
 
-#include "hsdp/device/cuda/layers.hpp"
-#include "hsdp/model/unit_buffers.hpp"
+#include "hsdp/model/cuda/layers.hpp"
 
 namespace hsdp::model::cuda {
 
 namespace dc = hsdp::device::cuda;
-
-namespace {
-
-std::vector<dc::DecayRun> decay_runs(const ModelLayout& layout) {
-  std::vector<dc::DecayRun> runs;
-  std::size_t base = 0;
-  for (int u = 0; u < layout.num_units(); ++u) {
-    for (const auto* p : layout.unit_params(u)) runs.push_back({base + p->offset, p->numel, p->weight_decay});
-    base += layout.unit(u).numel;
-  }
-  return runs;
-}
-
-}  // namespace
 
 std::vector<std::size_t> unit_offsets(const ModelLayout& layout) {
   std::vector<std::size_t> offsets;
@@ -29,39 +14,6 @@ std::vector<std::size_t> unit_offsets(const ModelLayout& layout) {
     base += layout.unit(u).numel;
   }
   return offsets;
-}
-
-GptParameters::GptParameters(const ModelLayout& layout, std::uint64_t seed, cudaStream_t stream)
-    : total_(layout.total_numel()),
-      master_(total_),
-      compute_(total_),
-      grads_(total_),
-      m_(total_),
-      v_(total_),
-      runs_(decay_runs(layout), total_) {
-  UnitBuffers<float> host(layout);
-  host.init(layout, seed);
-  const std::vector<std::size_t> offsets = unit_offsets(layout);
-  for (int u = 0; u < layout.num_units(); ++u) {
-    dc::copy_to_device(master_.data() + offsets[static_cast<std::size_t>(u)], host.unit(u).data(), host.unit(u).size(),
-                       stream);
-  }
-  refresh_compute_copy(stream);
-  dc::zero_on_device(m_.data(), total_, stream);
-  dc::zero_on_device(v_.data(), total_, stream);
-  dc::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // the host buffers go out of scope
-}
-
-void GptParameters::zero_grads(cudaStream_t stream) {
-  dc::zero_on_device(grads_.data(), total_, stream);
-}
-
-void GptParameters::adamw_update(const dc::AdamWValues& values, cudaStream_t stream) {
-  dc::adamw_update(values, runs_, master_.data(), grads_.data(), m_.data(), v_.data(), compute_.data(), stream);
-}
-
-void GptParameters::refresh_compute_copy(cudaStream_t stream) {
-  dc::convert(compute_.data(), master_.data(), total_, stream);
 }
 
 GptCuda::BlockActivations::BlockActivations(std::size_t N, std::size_t C, std::size_t att_n)
@@ -110,8 +62,8 @@ GptCuda::GptCuda(const ModelLayout& layout, int B, int T)
       d_qkv_(N_ * 3 * C()),
       d_fch_(N_ * 4 * C()),
       d_fch_gelu_(N_ * 4 * C()),
-      column_scratch_(dc::column_sum_scratch_floats(4 * cfg_.n_embd, 2)),
-      att_scratch_(dc::attention_scratch_bytes(T, cfg_.n_head)) {
+      column_scratch_(column_sum_scratch_floats(4 * cfg_.n_embd, 2)),
+      att_scratch_(attention_scratch_bytes(T, cfg_.n_head)) {
   const std::size_t att_n = static_cast<std::size_t>(B) * static_cast<std::size_t>(cfg_.n_head) *
                             static_cast<std::size_t>(T) * static_cast<std::size_t>(T);
   blocks_.reserve(static_cast<std::size_t>(cfg_.n_layer));
@@ -133,37 +85,35 @@ void GptCuda::forward(const bf16_t* weights, const std::int32_t* tokens, const s
   const auto& o = layout_.block_offsets();
   const auto w = [&](int unit, std::size_t offset) { return weights + unit_offset(unit) + offset; };
   const int emb = ModelLayout::embedding_unit();
-  dc::encoder_forward(encoded_.data(), tokens, w(emb, e.wte), w(emb, e.wpe), B_, T_, C, stream);
+  encoder_forward(encoded_.data(), tokens, w(emb, e.wte), w(emb, e.wpe), B_, T_, C, stream);
   const bf16_t* x = encoded_.data();
   for (int l = 0; l < cfg_.n_layer; ++l) {
     const int u = ModelLayout::block_unit(l);
     BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
-    dc::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w(u, o.ln_1_weight), w(u, o.ln_1_bias),
-                          N, C, stream);
-    dc::matmul_forward(blas_, a.qkv.data(), a.ln1.data(), w(u, o.c_attn_weight), w(u, o.c_attn_bias), N, C, 3 * C,
-                       stream);
-    dc::attention_forward(blas_, a.atty.data(), a.att.data(), a.qkv.data(), att_scratch_.data(), B_, T_, C, NH, stream);
-    dc::matmul_forward(blas_, a.attproj.data(), a.atty.data(), w(u, o.attn_proj_weight), w(u, o.attn_proj_bias), N, C,
-                       C, stream);
-    dc::residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
-    dc::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w(u, o.ln_2_weight),
-                          w(u, o.ln_2_bias), N, C, stream);
-    dc::matmul_forward(blas_, a.fch.data(), a.ln2.data(), w(u, o.c_fc_weight), w(u, o.c_fc_bias), N, C, 4 * C, stream);
-    dc::gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream);
-    dc::matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), w(u, o.mlp_proj_bias), N,
-                       4 * C, C, stream);
-    dc::residual_forward(a.residual3.data(), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
+    layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w(u, o.ln_1_weight), w(u, o.ln_1_bias), N,
+                      C, stream);
+    matmul_forward(blas_, a.qkv.data(), a.ln1.data(), w(u, o.c_attn_weight), w(u, o.c_attn_bias), N, C, 3 * C, stream);
+    attention_forward(blas_, a.atty.data(), a.att.data(), a.qkv.data(), att_scratch_.data(), B_, T_, C, NH, stream);
+    matmul_forward(blas_, a.attproj.data(), a.atty.data(), w(u, o.attn_proj_weight), w(u, o.attn_proj_bias), N, C, C,
+                   stream);
+    residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
+    layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w(u, o.ln_2_weight),
+                      w(u, o.ln_2_bias), N, C, stream);
+    matmul_forward(blas_, a.fch.data(), a.ln2.data(), w(u, o.c_fc_weight), w(u, o.c_fc_bias), N, C, 4 * C, stream);
+    gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream);
+    matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), w(u, o.mlp_proj_bias), N, 4 * C,
+                   C, stream);
+    residual_forward(a.residual3.data(), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
     x = a.residual3.data();
   }
   const int fin = layout_.final_norm_unit();
   const auto& f = layout_.final_norm_offsets();
-  dc::layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, w(fin, f.weight), w(fin, f.bias), N, C,
-                        stream);
-  dc::lm_head_forward(blas_, logits_.data(), lnf_.data(), w(emb, e.wte), N, C, cfg_.vocab_size, cfg_.padded_vocab_size,
-                      stream);
+  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, w(fin, f.weight), w(fin, f.bias), N, C, stream);
+  lm_head_forward(blas_, logits_.data(), lnf_.data(), w(emb, e.wte), N, C, cfg_.vocab_size, cfg_.padded_vocab_size,
+                  stream);
   // Loss and d-logits in one pass, written over the logits.
-  dc::softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets, dloss_per_row, N,
-                                    cfg_.vocab_size, cfg_.padded_vocab_size, stream);
+  softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets, dloss_per_row, N,
+                                cfg_.vocab_size, cfg_.padded_vocab_size, stream);
 }
 
 // The residual stream's gradient lives in dresidual_: each residual add passes it through, and each layer norm
@@ -182,41 +132,41 @@ void GptCuda::backward(const bf16_t* weights, float* grads, const std::int32_t* 
   const int emb = ModelLayout::embedding_unit(), fin = layout_.final_norm_unit();
   float* scratch = column_scratch_.data();
   dc::zero_on_device(d_ln_.data(), N_ * C, stream);
-  dc::lm_head_backward(blas_, d_ln_.data(), g(emb, e.wte), logits_.data(), lnf_.data(), w(emb, e.wte), N, C,
-                       cfg_.vocab_size, cfg_.padded_vocab_size, stream);
+  lm_head_backward(blas_, d_ln_.data(), g(emb, e.wte), logits_.data(), lnf_.data(), w(emb, e.wte), N, C,
+                   cfg_.vocab_size, cfg_.padded_vocab_size, stream);
   dc::zero_on_device(dresidual_.data(), N_ * C, stream);
   const bf16_t* last = cfg_.n_layer > 0 ? blocks_.back().residual3.data() : encoded_.data();
-  dc::layernorm_backward(dresidual_.data(), g(fin, f.weight), g(fin, f.bias), scratch, d_ln_.data(), last,
-                         w(fin, f.weight), lnf_mean_.data(), lnf_rstd_.data(), N, C, stream);
+  layernorm_backward(dresidual_.data(), g(fin, f.weight), g(fin, f.bias), scratch, d_ln_.data(), last, w(fin, f.weight),
+                     lnf_mean_.data(), lnf_rstd_.data(), N, C, stream);
   done(fin);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const int u = ModelLayout::block_unit(l);
     BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
     const bf16_t* x = l > 0 ? blocks_[static_cast<std::size_t>(l - 1)].residual3.data() : encoded_.data();
     dc::zero_on_device(d_fch_gelu_.data(), N_ * 4 * C, stream);
-    dc::matmul_backward(blas_, d_fch_gelu_.data(), g(u, o.mlp_proj_weight), g(u, o.mlp_proj_bias), scratch,
-                        dresidual_.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), N, 4 * C, C, stream);
+    matmul_backward(blas_, d_fch_gelu_.data(), g(u, o.mlp_proj_weight), g(u, o.mlp_proj_bias), scratch,
+                    dresidual_.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), N, 4 * C, C, stream);
     dc::zero_on_device(d_fch_.data(), N_ * 4 * C, stream);
-    dc::gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream);
+    gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream);
     dc::zero_on_device(d_ln_.data(), N_ * C, stream);
-    dc::matmul_backward(blas_, d_ln_.data(), g(u, o.c_fc_weight), g(u, o.c_fc_bias), scratch, d_fch_.data(),
-                        a.ln2.data(), w(u, o.c_fc_weight), N, C, 4 * C, stream);
-    dc::layernorm_backward(dresidual_.data(), g(u, o.ln_2_weight), g(u, o.ln_2_bias), scratch, d_ln_.data(),
-                           a.residual2.data(), w(u, o.ln_2_weight), a.ln2_mean.data(), a.ln2_rstd.data(), N, C, stream);
+    matmul_backward(blas_, d_ln_.data(), g(u, o.c_fc_weight), g(u, o.c_fc_bias), scratch, d_fch_.data(), a.ln2.data(),
+                    w(u, o.c_fc_weight), N, C, 4 * C, stream);
+    layernorm_backward(dresidual_.data(), g(u, o.ln_2_weight), g(u, o.ln_2_bias), scratch, d_ln_.data(),
+                       a.residual2.data(), w(u, o.ln_2_weight), a.ln2_mean.data(), a.ln2_rstd.data(), N, C, stream);
     dc::zero_on_device(d_atty_.data(), N_ * C, stream);
-    dc::matmul_backward(blas_, d_atty_.data(), g(u, o.attn_proj_weight), g(u, o.attn_proj_bias), scratch,
-                        dresidual_.data(), a.atty.data(), w(u, o.attn_proj_weight), N, C, C, stream);
+    matmul_backward(blas_, d_atty_.data(), g(u, o.attn_proj_weight), g(u, o.attn_proj_bias), scratch, dresidual_.data(),
+                    a.atty.data(), w(u, o.attn_proj_weight), N, C, C, stream);
     dc::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream);
-    dc::attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_,
-                           T_, C, NH, stream);
+    attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_, C,
+                       NH, stream);
     dc::zero_on_device(d_ln_.data(), N_ * C, stream);
-    dc::matmul_backward(blas_, d_ln_.data(), g(u, o.c_attn_weight), g(u, o.c_attn_bias), scratch, d_qkv_.data(),
-                        a.ln1.data(), w(u, o.c_attn_weight), N, C, 3 * C, stream);
-    dc::layernorm_backward(dresidual_.data(), g(u, o.ln_1_weight), g(u, o.ln_1_bias), scratch, d_ln_.data(), x,
-                           w(u, o.ln_1_weight), a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream);
+    matmul_backward(blas_, d_ln_.data(), g(u, o.c_attn_weight), g(u, o.c_attn_bias), scratch, d_qkv_.data(),
+                    a.ln1.data(), w(u, o.c_attn_weight), N, C, 3 * C, stream);
+    layernorm_backward(dresidual_.data(), g(u, o.ln_1_weight), g(u, o.ln_1_bias), scratch, d_ln_.data(), x,
+                       w(u, o.ln_1_weight), a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream);
     done(u);
   }
-  dc::encoder_backward(g(emb, e.wte), g(emb, e.wpe), dresidual_.data(), tokens, B_, T_, C, stream);
+  encoder_backward(g(emb, e.wte), g(emb, e.wpe), dresidual_.data(), tokens, B_, T_, C, stream);
   done(emb);
 }
 

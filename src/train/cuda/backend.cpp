@@ -8,11 +8,11 @@
 #include "hsdp/comm/nccl.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
-#include "hsdp/device/cuda/adamw.hpp"
-#include "hsdp/device/cuda/layers.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/device/cuda/select_device.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
+#include "hsdp/optim/cuda/adamw.hpp"
+#include "hsdp/train/cuda/parameters.hpp"
 #include "hsdp/train/cuda_backend.hpp"
 
 namespace hsdp::train {
@@ -20,6 +20,7 @@ namespace hsdp::train {
 namespace {
 
 namespace dc = hsdp::device::cuda;
+namespace oc = hsdp::optim::cuda;
 
 class CudaBackend final : public Backend {
  public:
@@ -38,28 +39,39 @@ class CudaBackend final : public Backend {
         host_targets_(gpt_.tokens()),
         host_losses_(gpt_.tokens()),
         norm_(1),
-        norm_scratch_(dc::kSumOfSquaresScratch) {
+        norm_scratch_(oc::kSumOfSquaresScratch) {
     comm::MpiCommunicator& node = mesh.node();
     comm::MpiCommunicator& cross = mesh.cross_node();
-    if (node.size() > selected_.visible_devices) {  // NCCL would stop at two ranks on one GPU, less clearly
-      throw_config("device.type=cuda needs a GPU per rank: this node runs " + std::to_string(node.size()) +
-                   " ranks but sees " + std::to_string(selected_.visible_devices) + " GPU(s); start at most " +
-                   std::to_string(selected_.visible_devices) + " ranks per node (mpirun --map-by ppr:" +
-                   std::to_string(selected_.visible_devices) + ":node, srun --ntasks-per-node)");
+    const bool nccl_inside = o.comm_intra == comm::Transport::nccl;
+    // NCCL would stop at two ranks on one GPU, less clearly.
+    if (nccl_inside && node.size() > selected_.visible_devices) {
+      throw_config("device.type=cuda with comm.intra=nccl needs a GPU per rank: this node runs " +
+                   std::to_string(node.size()) + " ranks but sees " + std::to_string(selected_.visible_devices) +
+                   " GPU(s); start at most " + std::to_string(selected_.visible_devices) +
+                   " ranks per node (mpirun --map-by ppr:" + std::to_string(selected_.visible_devices) +
+                   ":node, srun --ntasks-per-node), or let ranks share GPUs with comm.intra=mpi");
     }
-    if (node.size() > 1) intra_ = std::make_unique<comm::NcclCommunicator>(node, "gpu_node", o.comm, log);
+    if (node.size() > 1 && nccl_inside) intra_ = std::make_unique<comm::NcclCommunicator>(node, "gpu_node", o.comm, log);
+    if (node.size() > 1 && !nccl_inside) {
+      intra_staged_ = comm::make_inter_node_communicator(comm::Transport::mpi, node, "gpu_node", compute_.get(), o.comm,
+                                                         log);
+    }
     if (cross.size() > 1) {
-      inter_ = comm::make_inter_node_communicator(comm::parse_inter_node_backend(o.comm_inter), cross, "gpu_cross_node",
-                                                  compute_.get(), o.comm, log);
+      inter_ = comm::make_inter_node_communicator(o.comm_inter, cross, "gpu_cross_node", compute_.get(), o.comm, log);
     }
     memory.allocate(MemCategory::params, params_.master_bytes());
     memory.allocate(MemCategory::grads, params_.grad_bytes());
     memory.allocate(MemCategory::optimizer, params_.optimizer_bytes());
     memory.allocate(MemCategory::activations, gpt_.activation_bytes() + tokens_.size_bytes() + targets_.size_bytes());
-    std::string reduction = intra_ ? "gradients all-reduced over the node's " + std::to_string(node.size()) +
-                                         " GPUs with NCCL during backward"
-                                   : std::string("one rank per node: no reduction inside the node");
-    if (inter_) reduction += ", then across " + std::to_string(cross.size()) + " nodes with comm.inter=" + o.comm_inter;
+    std::string reduction = intra_          ? "gradients all-reduced over the node's " + std::to_string(node.size()) +
+                                                " GPUs with NCCL during backward"
+                            : intra_staged_ ? "gradients all-reduced over the node's " + std::to_string(node.size()) +
+                                                " ranks with MPI after backward (comm.intra=mpi)"
+                                            : std::string("one rank per node: no reduction inside the node");
+    if (inter_) {
+      reduction +=
+          ", then across " + std::to_string(cross.size()) + " nodes with comm.inter=" + comm::to_string(o.comm_inter);
+    }
     log.info("device.type=cuda: rank 0 on GPU ", selected_.cuda_device, " of ", selected_.visible_devices, " (",
              selected_.name, "); ", reduction);
   }
@@ -68,6 +80,7 @@ class CudaBackend final : public Backend {
     params_.zero_grads(compute_);
     timing_ = {};
     if (intra_) intra_->reset_counters();
+    if (intra_staged_) intra_staged_->reset_counters();
     if (inter_) inter_->reset_counters();
   }
 
@@ -99,13 +112,19 @@ class CudaBackend final : public Backend {
       timing_.exposed_comm_ms = std::max(0.0f, comm_done_.elapsed_ms_since(backward_done_));
     }
     pending_.clear();
+    if (intra_staged_) {  // comm.intra=mpi: after backward, staged through pinned host memory (or CUDA-aware MPI)
+      Stopwatch intra;
+      intra_staged_->all_reduce(std::span<float>(params_.grads(), total_), comm::ReduceOp::sum);
+      timing_.comm_ms += intra.milliseconds();
+      timing_.exposed_comm_ms += intra.milliseconds();
+    }
     if (inter_) {
       Stopwatch inter;
       inter_->all_reduce(std::span<float>(params_.grads(), total_), comm::ReduceOp::sum);
       timing_.comm_ms += inter.milliseconds();
       timing_.exposed_comm_ms += inter.milliseconds();
     }
-    dc::sum_of_squares(norm_.data(), params_.grads(), total_, norm_scratch_.data(), compute_);
+    oc::sum_of_squares(norm_.data(), params_.grads(), total_, norm_scratch_.data(), compute_);
     double norm = 0;
     dc::copy_to_host(&norm, norm_.data(), 1, compute_);
     compute_.synchronize();
@@ -116,15 +135,15 @@ class CudaBackend final : public Backend {
   bool found_nonfinite() override { return false; }
 
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
-    dc::AdamWValues values;
+    oc::AdamWValues values;
     values.lr = step.lr;
     values.beta1 = config.beta1;
     values.beta2 = config.beta2;
     values.eps = config.eps;
     values.weight_decay = config.weight_decay;
     values.grad_scale = step.grad_scale;
-    values.bias_correction1 = dc::adamw_bias_correction(config.beta1, step.t);
-    values.bias_correction2 = dc::adamw_bias_correction(config.beta2, step.t);
+    values.bias_correction1 = oc::adamw_bias_correction(config.beta1, step.t);
+    values.bias_correction2 = oc::adamw_bias_correction(config.beta2, step.t);
     params_.adamw_update(values, compute_);
   }
 
@@ -140,6 +159,7 @@ class CudaBackend final : public Backend {
   comm::LinkBytes own_bytes() const override {
     comm::LinkBytes bytes;
     if (intra_) bytes += intra_->counters().total();
+    if (intra_staged_) bytes += intra_staged_->counters().total();
     if (inter_) bytes += inter_->counters().total();
     return bytes;
   }
@@ -218,12 +238,13 @@ class CudaBackend final : public Backend {
   dc::Stream compute_;
   model::cuda::GptCuda gpt_;
   std::size_t total_;
-  model::cuda::GptParameters params_;
+  cuda::GptParameters params_;
   dc::DeviceBuffer<std::int32_t> tokens_, targets_;
   dc::PinnedBuffer<std::int32_t> host_tokens_, host_targets_;
   dc::PinnedBuffer<float> host_losses_;
   dc::DeviceBuffer<double> norm_, norm_scratch_;
   std::unique_ptr<comm::NcclCommunicator> intra_;
+  std::unique_ptr<comm::Communicator> intra_staged_;  // comm.intra=mpi: ranks may share a GPU
   std::unique_ptr<comm::Communicator> inter_;
   dc::Event unit_ready_;
   dc::Event losses_ready_;

@@ -1,14 +1,13 @@
 #pragma once
 // GPT-2 (hsdp/model/gpt.hpp's model, the same layout and offset table) on one GPU, as kernels enqueued on a
 // stream: bf16 activations and bf16 compute weights, cuBLASLt bf16 GEMMs with fp32 accumulation, fp32 parameter
-// gradients, fp32 layer-norm statistics and losses (hsdp/device/cuda/layers.hpp, blas.hpp). Nothing here waits
-// for the GPU.
+// gradients, fp32 layer-norm statistics and losses (hsdp/model/cuda/layers.hpp). Nothing here waits for the GPU.
 //
 // Parameters live in flat device buffers laid out as the layout's units one after another (unit u starts at
-// unit_offset(u)): the caller owns them (GptParameters below holds a training run's) and passes the bf16 compute
-// copy and the gradients to forward/backward. backward ADDS into the gradients (accumulation over
-// micro-batches; zero them at the start of a step) and tells the caller, while it enqueues, when each unit's
-// gradient is complete, so that its reduction can be issued while the rest of backward still runs.
+// unit_offset(u)): the caller owns them (hsdp/train/cuda/parameters.hpp's GptParameters holds a training run's)
+// and passes the bf16 compute copy and the gradients to forward/backward. backward ADDS into the gradients
+// (accumulation over micro-batches; zero them at the start of a step) and tells the caller, while it enqueues, when
+// each unit's gradient is complete, so that its reduction can be issued while the rest of backward still runs.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -17,7 +16,6 @@
 #include <vector>
 
 #include "hsdp/core/dtype.hpp"
-#include "hsdp/device/cuda/adamw.hpp"
 #include "hsdp/device/cuda/blas.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/model/layout.hpp"
@@ -80,38 +78,5 @@ class GptCuda {
 
 // Where each unit starts in GptCuda's flat parameter buffers: the layout's units one after another.
 std::vector<std::size_t> unit_offsets(const ModelLayout& layout);
-
-// The model's training state on the GPU in GptCuda's flat layout: fp32 master weights, their bf16 compute copy
-// (what GptCuda computes with), fp32 gradients and the AdamW moments, with the AdamW decay runs (matrices and
-// embeddings decay; biases and norms do not).
-class GptParameters {
- public:
-  // Master weights initialised on the host as hsdp::model::init does (from `seed`), uploaded, the compute copy
-  // made and the moments zeroed on `stream`; returns once that is done.
-  GptParameters(const ModelLayout& layout, std::uint64_t seed, cudaStream_t stream);
-
-  std::size_t total() const { return total_; }
-  float* master() { return master_.data(); }
-  const bf16_t* compute() const { return compute_.data(); }
-  float* grads() { return grads_.data(); }
-  float* exp_avg() { return m_.data(); }
-  float* exp_avg_sq() { return v_.data(); }
-  std::size_t master_bytes() const { return master_.size_bytes() + compute_.size_bytes(); }
-  std::size_t grad_bytes() const { return grads_.size_bytes(); }
-  std::size_t optimizer_bytes() const { return m_.size_bytes() + v_.size_bytes(); }
-
-  void zero_grads(cudaStream_t stream);
-  // AdamW on every parameter (values' decay applies on the decay runs), rewriting the compute copy in the same pass.
-  void adamw_update(const device::cuda::AdamWValues& values, cudaStream_t stream);
-  // After the master weights were overwritten (a checkpoint load): the compute copy follows.
-  void refresh_compute_copy(cudaStream_t stream);
-
- private:
-  std::size_t total_;
-  device::cuda::DeviceBuffer<float> master_;
-  device::cuda::DeviceBuffer<bf16_t> compute_;
-  device::cuda::DeviceBuffer<float> grads_, m_, v_;
-  device::cuda::DeviceDecayRuns runs_;
-};
 
 }  // namespace hsdp::model::cuda

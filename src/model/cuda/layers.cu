@@ -3,16 +3,18 @@
 #include <string>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/device/cuda/layers.hpp"
-#include "kernel_util.cuh"
+#include "hsdp/device/cuda/kernel_util.cuh"
+#include "hsdp/model/cuda/layers.hpp"
 
-namespace hsdp::device::cuda {
+namespace hsdp::model::cuda {
 namespace {
 
+namespace detail = hsdp::device::cuda::detail;
 using detail::grid_for;
 using detail::kWarp;
 using detail::load;
 using detail::store;
+using device::cuda::check_launch;
 
 constexpr int kThreads = 256;
 // A column sum splits the rows into this many fixed chunks; the partial sums of a column are then added in
@@ -439,4 +441,4 @@ HSDP_INSTANTIATE_LAYERS(float)
 HSDP_INSTANTIATE_LAYERS(bf16_t)
 #undef HSDP_INSTANTIATE_LAYERS
 
-}  // namespace hsdp::device::cuda
+}  // namespace hsdp::model::cuda

@@ -1,16 +1,18 @@
-// Block-wise quantization on the GPU, a line-by-line port of src/quant/block_kernels.cpp (see quant.hpp).
+// Block-wise quantization on the GPU, a line-by-line port of src/quant/block_kernels.cpp (see blockwise.hpp).
 // The double-precision steps use the _rn intrinsics so that nvcc cannot fuse them into FMAs: every operation
 // is the CPU's, in the CPU's order.
 #include <cfloat>
 #include <string>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/device/cuda/quant.hpp"
-#include "kernel_util.cuh"
+#include "hsdp/device/cuda/kernel_util.cuh"
+#include "hsdp/quant/cuda/blockwise.hpp"
 
-namespace hsdp::device::cuda {
+namespace hsdp::quant::cuda {
 namespace {
 
+namespace dc = hsdp::device::cuda;
+namespace detail = hsdp::device::cuda::detail;
 using detail::load;
 using detail::store;
 
@@ -163,14 +165,17 @@ __global__ void dequantize_accumulate_kernel(const std::uint8_t* packed, const f
   }
 }
 
-void validate(const QuantLayout& layout, const char* operation) {
-  if (layout.bits != 8 && layout.bits != 4) {
-    throw_internal(std::string(operation) + " (cuda): bits must be 8 or 4, got " + std::to_string(layout.bits));
+// The kernels take the bits as a plain int (8 or 4).
+int checked_bits(const QuantSpec& spec, const char* operation) {
+  if (spec.bits != Bits::int8 && spec.bits != Bits::int4) {
+    throw_internal(std::string(operation) + " (cuda): bits must be 8 or 4, got " +
+                   std::to_string(static_cast<int>(spec.bits)));
   }
-  if (layout.block == 0 || layout.block % 2 != 0) {
+  if (spec.block == 0 || spec.block % 2 != 0) {
     throw_internal(std::string(operation) + " (cuda): block must be a positive even number of elements, got " +
-                   std::to_string(layout.block));
+                   std::to_string(spec.block));
   }
+  return static_cast<int>(spec.bits);
 }
 
 [[noreturn]] void throw_dtype(const char* operation, DType dtype) {
@@ -180,89 +185,81 @@ void validate(const QuantLayout& layout, const char* operation) {
 
 }  // namespace
 
-std::size_t quant_packed_bytes(std::size_t count, const QuantLayout& layout) {
-  return layout.bits == 8 ? count : (count + 1) / 2;
-}
-
-std::size_t quant_scale_count(std::size_t count, const QuantLayout& layout) {
-  return layout.block == 0 ? 0 : (count + layout.block - 1) / layout.block;
-}
-
 QuantStatus::QuantStatus() : first_bad_(1), host_(1) {
   host_[0] = kNone;
-  check(cudaMemcpy(first_bad_.data(), host_.data(), sizeof(unsigned long long), cudaMemcpyHostToDevice),
-        "cudaMemcpy (quant status)");
+  dc::check(cudaMemcpy(first_bad_.data(), host_.data(), sizeof(unsigned long long), cudaMemcpyHostToDevice),
+            "cudaMemcpy (quant status)");
 }
 
 void QuantStatus::reset(cudaStream_t stream) {
-  check(cudaMemsetAsync(first_bad_.data(), 0xff, sizeof(unsigned long long), stream), "cudaMemsetAsync");
+  dc::check(cudaMemsetAsync(first_bad_.data(), 0xff, sizeof(unsigned long long), stream), "cudaMemsetAsync");
 }
 
 void QuantStatus::throw_if_non_finite(std::size_t count, cudaStream_t stream) {
-  copy_to_host(host_.data(), first_bad_.data(), 1, stream);
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (quant status)");
+  dc::copy_to_host(host_.data(), first_bad_.data(), 1, stream);
+  dc::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (quant status)");
   if (host_[0] != kNone) {
     throw_internal("quantize: non-finite value at element " + std::to_string(host_[0]) + " of " +
                    std::to_string(count) + " (check all_finite before quantizing)");
   }
 }
 
-void quantize(const void* x, DType dtype, std::size_t count, const QuantLayout& layout, std::uint8_t* packed,
-              float* scales, QuantStatus& status, cudaStream_t stream) {
-  validate(layout, "quantize");
+void quantize(const void* x, DType dtype, std::size_t count, const QuantSpec& spec, std::uint8_t* packed, float* scales,
+              QuantStatus& status, cudaStream_t stream) {
+  const int bits = checked_bits(spec, "quantize");
   if (count == 0) return;
-  const auto blocks = static_cast<unsigned>(quant_scale_count(count, layout));
+  const auto blocks = static_cast<unsigned>(scale_count(count, spec.block));
   unsigned long long* slot = status.device_slot();
   switch (dtype) {
     case DType::f32:
-      quantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(x), count, layout.block, layout.bits,
-                                                       packed, scales, slot);
+      quantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(x), count, spec.block, bits, packed,
+                                                       scales, slot);
       break;
     case DType::bf16:
-      quantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const bf16_t*>(x), count, layout.block, layout.bits,
-                                                       packed, scales, slot);
+      quantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const bf16_t*>(x), count, spec.block, bits, packed,
+                                                       scales, slot);
       break;
     case DType::f16:
-      quantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const f16_t*>(x), count, layout.block, layout.bits,
-                                                       packed, scales, slot);
+      quantize_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const f16_t*>(x), count, spec.block, bits, packed,
+                                                       scales, slot);
       break;
     default:
       throw_dtype("quantize", dtype);
   }
-  check_launch("quantize_kernel");
+  dc::check_launch("quantize_kernel");
 }
 
-void dequantize(const std::uint8_t* packed, const float* scales, std::size_t count, const QuantLayout& layout,
-                void* out, DType dtype, cudaStream_t stream) {
-  validate(layout, "dequantize");
+void dequantize(const std::uint8_t* packed, const float* scales, std::size_t count, const QuantSpec& spec, void* out,
+                DType dtype, cudaStream_t stream) {
+  const int bits = checked_bits(spec, "dequantize");
   if (count == 0) return;
   const unsigned grid = detail::grid_for(count, kThreads);
   switch (dtype) {
     case DType::f32:
-      dequantize_kernel<<<grid, kThreads, 0, stream>>>(packed, scales, count, layout.block, layout.bits,
+      dequantize_kernel<<<grid, kThreads, 0, stream>>>(packed, scales, count, spec.block, bits,
                                                        static_cast<float*>(out));
       break;
     case DType::bf16:
-      dequantize_kernel<<<grid, kThreads, 0, stream>>>(packed, scales, count, layout.block, layout.bits,
+      dequantize_kernel<<<grid, kThreads, 0, stream>>>(packed, scales, count, spec.block, bits,
                                                        static_cast<bf16_t*>(out));
       break;
     case DType::f16:
-      dequantize_kernel<<<grid, kThreads, 0, stream>>>(packed, scales, count, layout.block, layout.bits,
+      dequantize_kernel<<<grid, kThreads, 0, stream>>>(packed, scales, count, spec.block, bits,
                                                        static_cast<f16_t*>(out));
       break;
     default:
       throw_dtype("dequantize", dtype);
   }
-  check_launch("dequantize_kernel");
+  dc::check_launch("dequantize_kernel");
 }
 
-void dequantize_accumulate(const std::uint8_t* packed, const float* scales, std::size_t count,
-                           const QuantLayout& layout, float* acc, cudaStream_t stream) {
-  validate(layout, "dequantize_accumulate");
+void dequantize_accumulate(const std::uint8_t* packed, const float* scales, std::size_t count, const QuantSpec& spec,
+                           float* acc, cudaStream_t stream) {
+  const int bits = checked_bits(spec, "dequantize_accumulate");
   if (count == 0) return;
-  dequantize_accumulate_kernel<<<detail::grid_for(count, kThreads), kThreads, 0, stream>>>(
-      packed, scales, count, layout.block, layout.bits, acc);
-  check_launch("dequantize_accumulate_kernel");
+  dequantize_accumulate_kernel<<<detail::grid_for(count, kThreads), kThreads, 0, stream>>>(packed, scales, count,
+                                                                                           spec.block, bits, acc);
+  dc::check_launch("dequantize_accumulate_kernel");
 }
 
-}  // namespace hsdp::device::cuda
+}  // namespace hsdp::quant::cuda

@@ -4,8 +4,9 @@
 // and the packed layout). Same inputs give the same packed bytes and scales, byte for byte; dequantize gives the
 // same floats (q * scale is exact) and the same bf16/fp16 roundings.
 //
-// One CUDA block per quantization block. The device layer sits below quant, so the layout arrives as plain
-// numbers: bits 8 or 4, block positive and even (anything else is an internal Error naming it).
+// One CUDA block per quantization block. The layout is the CPU's QuantSpec (bits, block), the sizes the CPU's
+// packed_bytes and scale_count; a spec whose bits are not int8/int4 or whose block is not positive and even is an
+// internal Error naming it.
 //
 // Non-finite input: the GPU cannot throw, so quantize records the index of the first NaN/Inf in a QuantStatus
 // (device memory) and leaves that block's output unspecified, as the CPU does. QuantStatus::throw_if_non_finite
@@ -17,17 +18,9 @@
 
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
+#include "hsdp/quant/blockwise.hpp"
 
-namespace hsdp::device::cuda {
-
-struct QuantLayout {
-  int bits = 8;              // 8 or 4
-  std::size_t block = 2048;  // elements per fp32 scale
-};
-
-// Bytes of packed values and number of scales for `count` elements (as hsdp::quant::packed_bytes/scale_count).
-std::size_t quant_packed_bytes(std::size_t count, const QuantLayout& layout);
-std::size_t quant_scale_count(std::size_t count, const QuantLayout& layout);
+namespace hsdp::quant::cuda {
 
 // The first non-finite element seen by quantize since the last reset.
 class QuantStatus {
@@ -41,19 +34,19 @@ class QuantStatus {
   unsigned long long* device_slot() { return first_bad_.data(); }
 
  private:
-  DeviceBuffer<unsigned long long> first_bad_;
-  PinnedBuffer<unsigned long long> host_;
+  device::cuda::DeviceBuffer<unsigned long long> first_bad_;
+  device::cuda::PinnedBuffer<unsigned long long> host_;
 };
 
-// packed: quant_packed_bytes(count) bytes; scales: quant_scale_count(count) floats; x: count elements of dtype
-// (f32, bf16 or f16). All device memory.
-void quantize(const void* x, DType dtype, std::size_t count, const QuantLayout& layout, std::uint8_t* packed,
-              float* scales, QuantStatus& status, cudaStream_t stream);
+// packed: packed_bytes(count, spec.bits) bytes; scales: scale_count(count, spec.block) floats; x: count elements
+// of dtype (f32, bf16 or f16). All device memory.
+void quantize(const void* x, DType dtype, std::size_t count, const QuantSpec& spec, std::uint8_t* packed, float* scales,
+              QuantStatus& status, cudaStream_t stream);
 // out: count elements of dtype (f32, bf16 or f16) = q * scale of its block.
-void dequantize(const std::uint8_t* packed, const float* scales, std::size_t count, const QuantLayout& layout,
-                void* out, DType dtype, cudaStream_t stream);
+void dequantize(const std::uint8_t* packed, const float* scales, std::size_t count, const QuantSpec& spec, void* out,
+                DType dtype, cudaStream_t stream);
 // acc[i] = acc[i] + q[i] * scale (fp32): the building block of a dequantize-reduce, as the CPU's fused kernels.
-void dequantize_accumulate(const std::uint8_t* packed, const float* scales, std::size_t count,
-                           const QuantLayout& layout, float* acc, cudaStream_t stream);
+void dequantize_accumulate(const std::uint8_t* packed, const float* scales, std::size_t count, const QuantSpec& spec,
+                           float* acc, cudaStream_t stream);
 
-}  // namespace hsdp::device::cuda
+}  // namespace hsdp::quant::cuda

@@ -1,4 +1,4 @@
-// Causal self-attention on the GPU (see blas.hpp): cuBLASLt GEMMs for the four products per direction, and two
+// Causal self-attention on the GPU (see layers.hpp): cuBLASLt GEMMs for the four products per direction, and two
 // row kernels (causal softmax forward, and its backward), one warp per row of a head's T x T matrix.
 #include <cmath>
 #include <string>
@@ -6,14 +6,18 @@
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/device/cuda/blas.hpp"
-#include "kernel_util.cuh"
+#include "hsdp/device/cuda/kernel_util.cuh"
+#include "hsdp/model/cuda/layers.hpp"
 
-namespace hsdp::device::cuda {
+namespace hsdp::model::cuda {
 namespace {
 
+namespace detail = hsdp::device::cuda::detail;
 using detail::kWarp;
 using detail::load;
 using detail::store;
+using device::cuda::check_launch;
+using device::cuda::GemmArgs;
 
 constexpr int kWarpsPerBlock = 8;
 
@@ -153,4 +157,4 @@ template void attention_backward<float>(BlasLt&, float*, void*, const float*, co
 template void attention_backward<bf16_t>(BlasLt&, bf16_t*, void*, const bf16_t*, const bf16_t*, const bf16_t*, int, int,
                                          int, int, cudaStream_t);
 
-}  // namespace hsdp::device::cuda
+}  // namespace hsdp::model::cuda

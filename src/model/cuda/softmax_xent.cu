@@ -1,13 +1,15 @@
 // Fused softmax + cross-entropy on the GPU (see layers.hpp): one block per row of logits, two passes over a row
 // that stays in L2 (online maximum and sum of exponentials, then the write).
-#include "hsdp/device/cuda/layers.hpp"
-#include "kernel_util.cuh"
+#include "hsdp/device/cuda/kernel_util.cuh"
+#include "hsdp/model/cuda/layers.hpp"
 
-namespace hsdp::device::cuda {
+namespace hsdp::model::cuda {
 namespace {
 
+namespace detail = hsdp::device::cuda::detail;
 using detail::load;
 using detail::store;
+using device::cuda::check_launch;
 
 constexpr int kThreads = 512;
 
@@ -128,4 +130,4 @@ HSDP_INSTANTIATE_SOFTMAX_XENT(float)
 HSDP_INSTANTIATE_SOFTMAX_XENT(bf16_t)
 #undef HSDP_INSTANTIATE_SOFTMAX_XENT
 
-}  // namespace hsdp::device::cuda
+}  // namespace hsdp::model::cuda

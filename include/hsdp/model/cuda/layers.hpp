@@ -9,15 +9,18 @@
 // Contract, as on the CPU: every *_backward ADDS into what it produces (callers zero first), except
 // softmax_xent_backward / softmax_xent_forward_backward, which write d-logits.
 // Determinism: no floating-point atomics; every sum has a fixed order, so a run repeats bit for bit.
-// The GEMM layers (matmul, lm_head, attention) are in blas.hpp.
+// The GEMM layers (matmul, the tied LM head, attention; at the end) run their products through cuBLASLt
+// (hsdp/device/cuda/blas.hpp): T = bf16_t runs bf16 x bf16 with fp32 accumulation on tensor cores, T = float
+// true fp32 (no TF32), for tests against the CPU; weight gradients are fp32 either way.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "hsdp/core/dtype.hpp"
+#include "hsdp/device/cuda/blas.hpp"
 
-namespace hsdp::device::cuda {
+namespace hsdp::model::cuda {
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
 template <typename T>
@@ -41,8 +44,6 @@ template <typename T>
 void bias_backward(float* dbias, float* scratch, const T* dout, int N, int C, cudaStream_t stream);
 // Scratch floats of a column sum of `quantities` values per column over C columns.
 std::size_t column_sum_scratch_floats(int C, int quantities);
-
-// Causal self-attention (attention_forward / attention_backward) is a GEMM layer: blas.hpp.
 
 // GELU, tanh approximation (x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)); backward adds into dinp.
 template <typename T>
@@ -74,4 +75,45 @@ void softmax_xent_forward_backward(T* dlogits, float* losses, const T* logits, c
 void convert(bf16_t* out, const float* in, std::size_t n, cudaStream_t stream);
 void convert(float* out, const bf16_t* in, std::size_t n, cudaStream_t stream);
 
-}  // namespace hsdp::device::cuda
+// ---- the GEMM layers ----
+using device::cuda::BlasLt;
+
+// out[N, OC] = inp[N, IC] @ weight[OC, IC]^T + bias[OC] (bias may be null).
+template <typename T>
+void matmul_forward(BlasLt& blas, T* out, const T* inp, const T* weight, const T* bias, int N, int IC, int OC,
+                    cudaStream_t stream);
+// dinp += dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (when dbias is not null; scratch:
+// column_sum_scratch_floats(OC, 1) floats).
+template <typename T>
+void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
+                     const T* weight, int N, int IC, int OC, cudaStream_t stream);
+
+// logits[N, :V] (row stride Vp) = inp[N, C] @ wte[:V]^T; padded columns are never written.
+template <typename T>
+void lm_head_forward(BlasLt& blas, T* logits, const T* inp, const T* wte, int N, int C, int V, int Vp,
+                     cudaStream_t stream);
+// dinp += dlogits[:, :V] @ wte[:V]; dwte[:V] += dlogits[:, :V]^T @ inp; padded rows of dwte get nothing.
+template <typename T>
+void lm_head_backward(BlasLt& blas, T* dinp, float* dwte, const T* dlogits, const T* inp, const T* wte, int N, int C,
+                      int V, int Vp, cudaStream_t stream);
+
+// Causal self-attention over qkv [B, T, 3C] (q, k, v of head h at columns h*hs, C + h*hs, 2C + h*hs, hs = C / NH);
+// att [B, NH, T, T] keeps the probabilities (zeros above the diagonal); out [B, T, C]. Per sequence, batched over
+// the heads through strided views of qkv and out (no permutation copies), with cuBLASLt GEMMs:
+//   S = Q K^T, att = causal softmax(S / sqrt(hs)), out_h = att V;
+//   backward: dA = dout_h V^T, dS = att (dA - rowsum(att dA)) / sqrt(hs), dV += att^T dout_h,
+//   dQ += dS K, dK += dS^T Q  (dqkv is added into, as every backward).
+// S and dA are stored in T, as att is (bf16 for a bf16 model, as llm.c does: half the bytes of fp32 scores, which
+// dominate attention's memory traffic), accumulated in fp32 by the GEMMs; the softmax arithmetic is fp32.
+// The softmax kernels take one warp per row with fixed-order sums, so results repeat bit for bit.
+// scratch: attention_scratch_bytes(T, NH) bytes of device memory (one sequence's scores and their gradients,
+// 8 bytes per score: enough for T = float).
+std::size_t attention_scratch_bytes(int T_, int NH);
+template <typename T>
+void attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scratch, int B, int T_, int C, int NH,
+                       cudaStream_t stream);
+template <typename T>
+void attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, const T* qkv, const T* att, int B, int T_,
+                        int C, int NH, cudaStream_t stream);
+
+}  // namespace hsdp::model::cuda

@@ -1,33 +1,35 @@
-// AdamW on the GPU (see adamw.hpp): one thread per element, its run found by binary search over the runs'
-// first offsets (a few hundred at most, cached).
+// AdamW on the GPU (see adamw.hpp): one thread per element, its decay segment found by binary search over the
+// segments' first offsets (a few hundred at most, cached).
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/device/cuda/adamw.hpp"
-#include "kernel_util.cuh"
+#include "hsdp/device/cuda/kernel_util.cuh"
+#include "hsdp/optim/cuda/adamw.hpp"
 
-namespace hsdp::device::cuda {
+namespace hsdp::optim::cuda {
 namespace {
+
+namespace dc = hsdp::device::cuda;
 
 constexpr int kThreads = 256;
 
-__global__ void adamw_kernel(AdamWValues values, const std::size_t* run_offsets, const std::uint8_t* run_decays,
-                             int runs, float* params, const float* grads, float* m1, float* m2, bf16_t* param_copy,
+__global__ void adamw_kernel(AdamWValues values, const std::size_t* segment_offsets, const std::uint8_t* segment_decays,
+                             int segments, float* params, const float* grads, float* m1, float* m2, bf16_t* param_copy,
                              std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    int lo = 0;  // the last run whose offset is <= i
-    int hi = runs - 1;
+    int lo = 0;  // the last segment whose offset is <= i
+    int hi = segments - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (run_offsets[mid] <= i)
+      if (segment_offsets[mid] <= i)
         lo = mid;
       else
         hi = mid - 1;
     }
-    const float decay = run_decays[lo] != 0 ? values.weight_decay : 0.0f;
+    const float decay = segment_decays[lo] != 0 ? values.weight_decay : 0.0f;
     const float grad = values.grad_scale * grads[i];
     const float mi = values.beta1 * m1[i] + (1.0f - values.beta1) * grad;
     const float vi = values.beta2 * m2[i] + (1.0f - values.beta2) * grad * grad;
@@ -37,36 +39,37 @@ __global__ void adamw_kernel(AdamWValues values, const std::size_t* run_offsets,
     const float v_hat = vi / values.bias_correction2;
     const float p = params[i] - values.lr * (m_hat / (sqrtf(v_hat) + values.eps) + decay * params[i]);
     params[i] = p;
-    if (param_copy != nullptr) param_copy[i] = detail::to_bf16(p);
+    if (param_copy != nullptr) param_copy[i] = dc::detail::to_bf16(p);
   }
 }
 
 }  // namespace
 
-DeviceDecayRuns::DeviceDecayRuns(std::span<const DecayRun> runs, std::size_t total) : total_(total) {
+DeviceDecaySegments::DeviceDecaySegments(std::span<const DecaySegment> segments, std::size_t total) : total_(total) {
   std::vector<std::size_t> offsets;
   std::vector<std::uint8_t> decays;
   std::size_t next = 0;
-  for (const DecayRun& run : runs) {
-    if (run.offset != next) {
-      throw_internal("adamw (cuda): decay run at offset " + std::to_string(run.offset) + " should start at " +
-                     std::to_string(next) + " (runs must tile the shard in order)");
+  for (const DecaySegment& segment : segments) {
+    if (segment.offset != next) {
+      throw_internal("adamw (cuda): decay segment at offset " + std::to_string(segment.offset) + " should start at " +
+                     std::to_string(next) + " (segments must tile the shard in order)");
     }
-    if (run.count == 0) continue;
-    offsets.push_back(run.offset);
-    decays.push_back(run.decay ? 1 : 0);
-    next += run.count;
+    if (segment.count == 0) continue;
+    offsets.push_back(segment.offset);
+    decays.push_back(segment.decay ? 1 : 0);
+    next += segment.count;
   }
   if (next != total) {
-    throw_internal("adamw (cuda): decay runs cover " + std::to_string(next) + " of " + std::to_string(total) +
+    throw_internal("adamw (cuda): decay segments cover " + std::to_string(next) + " of " + std::to_string(total) +
                    " elements");
   }
-  offsets_ = DeviceBuffer<std::size_t>(offsets.size());
-  decays_ = DeviceBuffer<std::uint8_t>(decays.size());
+  offsets_ = dc::DeviceBuffer<std::size_t>(offsets.size());
+  decays_ = dc::DeviceBuffer<std::uint8_t>(decays.size());
   if (!offsets.empty()) {
-    check(cudaMemcpy(offsets_.data(), offsets.data(), offsets.size() * sizeof(std::size_t), cudaMemcpyHostToDevice),
-          "cudaMemcpy (decay runs)");
-    check(cudaMemcpy(decays_.data(), decays.data(), decays.size(), cudaMemcpyHostToDevice), "cudaMemcpy (decay runs)");
+    dc::check(cudaMemcpy(offsets_.data(), offsets.data(), offsets.size() * sizeof(std::size_t), cudaMemcpyHostToDevice),
+              "cudaMemcpy (decay segments)");
+    dc::check(cudaMemcpy(decays_.data(), decays.data(), decays.size(), cudaMemcpyHostToDevice),
+              "cudaMemcpy (decay segments)");
   }
 }
 
@@ -75,13 +78,13 @@ float adamw_bias_correction(float beta, std::int64_t t) {
   return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(t)));
 }
 
-void adamw_update(const AdamWValues& values, const DeviceDecayRuns& runs, float* params, const float* grads, float* m,
-                  float* v, bf16_t* param_copy, cudaStream_t stream) {
-  const std::size_t n = runs.total();
+void adamw_update(const AdamWValues& values, const DeviceDecaySegments& segments, float* params, const float* grads,
+                  float* m, float* v, bf16_t* param_copy, cudaStream_t stream) {
+  const std::size_t n = segments.total();
   if (n == 0) return;
-  adamw_kernel<<<detail::grid_for(n, kThreads), kThreads, 0, stream>>>(
-      values, runs.offsets(), runs.decays(), runs.count(), params, grads, m, v, param_copy, n);
-  check_launch("adamw_kernel");
+  adamw_kernel<<<dc::detail::grid_for(n, kThreads), kThreads, 0, stream>>>(
+      values, segments.offsets(), segments.decays(), segments.count(), params, grads, m, v, param_copy, n);
+  dc::check_launch("adamw_kernel");
 }
 
 namespace {
@@ -121,9 +124,9 @@ __global__ void sum_of_squares_final(const double* partial, int count, double* o
 void sum_of_squares(double* out, const float* x, std::size_t n, double* scratch, cudaStream_t stream) {
   const int blocks = static_cast<int>(kSumOfSquaresScratch);
   sum_of_squares_partial<<<blocks, kThreads, 0, stream>>>(x, n, scratch);
-  check_launch("sum_of_squares_partial");
+  dc::check_launch("sum_of_squares_partial");
   sum_of_squares_final<<<1, kThreads, 0, stream>>>(scratch, blocks, out);
-  check_launch("sum_of_squares_final");
+  dc::check_launch("sum_of_squares_final");
 }
 
-}  // namespace hsdp::device::cuda
+}  // namespace hsdp::optim::cuda

@@ -1,6 +1,7 @@
 #pragma once
-// Device helpers shared by the .cu files of hsdp_device_cuda (not installed): element loads and stores for
-// float and bf16 storage (compute is always fp32), warp and block reductions, launch sizing.
+// Device helpers for the CUDA kernels of every layer (model, quant and optim kernels; include it from .cu files
+// only): element loads and stores for float, bf16 and fp16 storage (compute is always fp32), bf16 rounding as the
+// CPU does it, warp and block reductions, launch sizing.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
