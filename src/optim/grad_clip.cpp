@@ -20,7 +20,9 @@ double local_squared_sum(std::span<const float> values) {
   for (std::ptrdiff_t c = 0; c < static_cast<std::ptrdiff_t>(chunks); ++c) {
     const std::size_t begin = static_cast<std::size_t>(c) * kChunk;
     const std::size_t end = std::min(n, begin + kChunk);
+    // Packed: the vector lanes are independent accumulators (a fixed order for a given build, so a run repeats).
     double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
     for (std::size_t i = begin; i < end; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
     partial[static_cast<std::size_t>(c)] = sum;
   }

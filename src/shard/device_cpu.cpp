@@ -77,10 +77,14 @@ class CpuDevice final : public Device {
                          std::uint8_t* out) override {
     quant::reduce_requantize(views(messages, count, spec), message_span(out, count, spec));
   }
-  void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, const float* grads,
-             float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments) override {
-    optim::adamw_update(config, step, std::span<float>(params, count), std::span<const float>(grads, count),
-                        std::span<float>(m, count), std::span<float>(v, count), segments);
+  void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads, float* m,
+             float* v, std::size_t count, std::span<const optim::DecaySegment> segments, bool zero_grads) override {
+    const std::span<float> p(params, count), g(grads, count), m1(m, count), m2(v, count);
+    if (zero_grads) {
+      optim::adamw_update_zeroing_grads(config, step, p, g, m1, m2, segments);
+    } else {
+      optim::adamw_update(config, step, p, g, m1, m2, segments);
+    }
   }
   double squared_sum(const float* values, std::size_t count) override {
     return optim::local_squared_sum(std::span<const float>(values, count));

@@ -119,9 +119,12 @@ void Engine::begin_step() {
   Impl& m = *impl_;
   m.drain_reductions();
   timing_ = {};
-  for (auto& u : units_) device_->fill_zero(u->grad_shard.data(), u->grad_shard.size_bytes());
+  if (!m.reduced_grads_zero) {
+    for (auto& u : units_) device_->fill_zero(u->grad_shard.data(), u->grad_shard.size_bytes());
+    device_->fill_zero(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
+  }
+  m.reduced_grads_zero = false;
   m.local_nonfinite = false;
-  device_->fill_zero(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
   for (auto& g : m.unit_grads) device_->fill_zero(g.data(), g.size() * sizeof(float));
 }
 
@@ -238,9 +241,12 @@ void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamW
   for (int u = 0; u < m.n_units; ++u) {
     FlatParamUnit& fp = *units_[static_cast<std::size_t>(u)];
     const std::size_t n = fp.geometry.valid;
-    const float* grad = m.replicated ? m.grads(u) : fp.grad_shard.data();
-    device_->adamw(config, step, fp.master.data(), grad, fp.exp_avg.data(), fp.exp_avg_sq.data(), n, fp.segments);
+    float* grad = m.replicated ? m.grads(u) : fp.grad_shard.data();
+    device_->adamw(config, step, fp.master.data(), grad, fp.exp_avg.data(), fp.exp_avg_sq.data(), n, fp.segments,
+                   true);
   }
+  // Every element AdamW did not see (the shards' padding) was zero already: reduce-scatters of zero padding.
+  m.reduced_grads_zero = true;
   refresh_derived_state();
 }
 

@@ -69,6 +69,9 @@ struct Engine::Impl {
   bool qgz_exact_fallback = false;  // one node: nothing crosses nodes, the exact reduce-scatter is used
   std::vector<SharedBytes> secondary;  // hpZ: this rank's 1/k slice of each block, fwd -> bwd
   bool local_nonfinite = false;  // fp16 + qgZ: non-finite gradients seen before quantizing (the step is skipped)
+  // The last optimizer step zeroed the reduced gradients (the flat gradients of no_shard, the gradient shards) in its
+  // AdamW pass, so begin_step need not clear them again.
+  bool reduced_grads_zero = false;
   std::vector<std::vector<int>> shard_rank_at;  // [node][local] -> shard rank (full_shard qgZ)
 
   Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, Device& device,

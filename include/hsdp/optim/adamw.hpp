@@ -44,5 +44,10 @@ void validate(const AdamWConfig& config);
 void adamw_update(const AdamWConfig& config, const AdamWStep& step, std::span<float> params,
                   std::span<const float> grads, std::span<float> m, std::span<float> v,
                   std::span<const DecaySegment> segments);
+// The same update, and grads set to zero in the same pass (the next step's backward accumulates into them, so the
+// step needs no separate pass to clear them).
+void adamw_update_zeroing_grads(const AdamWConfig& config, const AdamWStep& step, std::span<float> params,
+                                std::span<float> grads, std::span<float> m, std::span<float> v,
+                                std::span<const DecaySegment> segments);
 
 }  // namespace hsdp::optim

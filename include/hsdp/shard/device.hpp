@@ -89,9 +89,10 @@ class Device {
   virtual void reduce_requantize(std::span<const std::uint8_t* const> messages, std::size_t count,
                                  quant::QuantSpec spec, std::uint8_t* out) = 0;
 
-  virtual void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params,
-                     const float* grads, float* m, float* v, std::size_t count,
-                     std::span<const optim::DecaySegment> segments) = 0;
+  // zero_grads: the gradients are set to zero in the same pass (the next step accumulates into them).
+  virtual void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads,
+                     float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments,
+                     bool zero_grads) = 0;
   // The sum of squares in double (the global norm's partial sum), and whether every value is finite.
   virtual double squared_sum(const float* values, std::size_t count) = 0;
   virtual bool all_finite(const float* values, std::size_t count) = 0;
