@@ -39,11 +39,17 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 std::string unknown_key_message(const std::string& raw_name) {
   const std::string key = strip_dashes(raw_name);
+  // "-train.steps=3": a known key with one dash (Boost reads it as the short option 't').
+  if (find_option(key) != nullptr) {
+    return "'" + raw_name + "': deck keys take two dashes, as in --" + key + "=VALUE";
+  }
   std::string message = "unknown option '" + key + "'";
   const std::string hint = closest_key(key);
   if (!hint.empty()) message += "; did you mean '" + hint + "'?";
   return message + " (hsdp-train --help lists every key)";
 }
+
+constexpr const char* kBooleanWords = "true|false (also yes|no, on|off, 1|0)";
 
 bool parse_bool(const std::string& value, bool& out) {
   std::string v = value;
@@ -61,7 +67,11 @@ bool parse_bool(const std::string& value, bool& out) {
 
 std::string format_bound(double x) {
   std::ostringstream s;
-  s << x;
+  if (x == std::trunc(x) && std::fabs(x) < 1e15) {
+    s << static_cast<long long>(x);  // 1048576, not 1.04858e+06
+  } else {
+    s << x;
+  }
   return s.str();
 }
 
@@ -74,12 +84,21 @@ std::string range_text(const OptionSpec& spec) {
   return "any";
 }
 
+// Every occurrence of a key is kept (a key given twice takes the last value: a job script's header may set a key
+// that the user's command line sets again); defaults come from the option table, not from here.
 po::options_description deck_description() {
   po::options_description desc("deck");
-  for (const auto& spec : option_table()) {
-    desc.add_options()(spec.key.c_str(), po::value<std::string>()->default_value(spec.default_value), "");
-  }
+  for (const auto& spec : option_table()) desc.add_options()(spec.key.c_str(), po::value<std::vector<std::string>>(), "");
   return desc;
+}
+
+// The last value given for each deck key in `vm`.
+void set_last_values(const po::variables_map& vm, ConfigDeck& deck) {
+  for (const auto& [key, value] : vm) {
+    if (find_option(key) == nullptr) continue;
+    const auto& values = value.as<std::vector<std::string>>();
+    if (!values.empty()) deck.set(key, values.back());
+  }
 }
 
 // Boost.Program_options throws its own exceptions; hsdp reports them as config Errors naming the key.
@@ -125,7 +144,7 @@ void validate_value(const OptionSpec& spec, const std::string& value) {
     case OptionKind::path: return;
     case OptionKind::boolean: {
       bool ignored;
-      if (!parse_bool(value, ignored)) throw_config(where + "'" + value + "' is not a boolean (allowed: true|false)");
+      if (!parse_bool(value, ignored)) throw_config(where + "'" + value + "' is not a boolean (allowed: " + kBooleanWords + ")");
       return;
     }
     case OptionKind::choice: {
@@ -169,7 +188,7 @@ ConfigDeck ConfigDeck::from_text(const std::string& ini_text, const std::string&
   } catch (const po::error& e) {
     rethrow_as_config(e, origin + ": ");
   }
-  for (const auto& [key, value] : vm) deck.set(key, value.as<std::string>());
+  set_last_values(vm, deck);
   return deck;
 }
 
@@ -195,7 +214,18 @@ ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli
   po::variables_map vm;
   try {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(args).options(all).style(style).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(args).options(all).style(style).run();
+    // A word that is neither an option nor an option's value ("train.steps=10" without its dashes) would be
+    // dropped silently: say what was meant instead.
+    for (const auto& option : parsed.options) {
+      if (option.position_key < 0) continue;
+      const std::string word = option.value.empty() ? std::string() : option.value.front();
+      const std::string key = word.substr(0, word.find('='));
+      throw_config("unexpected word '" + word + "' on the command line" +
+                   (find_option(key) != nullptr ? "; deck keys take two dashes: --" + word
+                                                : std::string("; options start with -- (hsdp-train --help)")));
+    }
+    po::store(parsed, vm);
   } catch (const po::error& e) {
     rethrow_as_config(e, "");
   }
@@ -213,10 +243,8 @@ ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli
     text << file.rdbuf();
     deck = from_text(text.str(), "deck '" + *cli.config_path + "'");
   }
-  // Explicit command-line values override the deck; defaulted ones do not.
-  for (const auto& [key, value] : vm) {
-    if (!value.defaulted() && find_option(key) != nullptr) deck.set(key, value.as<std::string>());
-  }
+  // Command-line values override the deck.
+  set_last_values(vm, deck);
   return deck;
 }
 
@@ -283,7 +311,7 @@ std::string help_text(const std::string& program) {
         const std::string range = range_text(spec);
         if (range != "any") out << "\n      allowed: " << range;
       }
-      if (spec.kind == OptionKind::boolean) out << "\n      allowed: true|false";
+      if (spec.kind == OptionKind::boolean) out << "\n      allowed: " << kBooleanWords;
       out << "\n";
     }
   }

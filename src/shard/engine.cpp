@@ -62,6 +62,13 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
     }
     throw_config("zeropp: ZeRO++ works with parallel.sharding=" + allowed + ", not " + m.st.name);
   }
+  if (z.hpz_partition_size > 0 && m.st.shard_scope != comm::ShardScope::world) {
+    throw_config("zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size) +
+                 ": hpZ keeps the backward gathers inside the node instead of across nodes, but with "
+                 "parallel.sharding=" + std::string(m.st.name) +
+                 " the shard group is the node already, so it would change nothing; use it with full_shard or set it "
+                 "to 0");
+  }
   quant::validate({z.grad_bits, z.block});
   const comm::Topology& topo = mesh_.topology();
   m.qwz = z.quantized_weights;

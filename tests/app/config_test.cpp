@@ -50,6 +50,29 @@ TEST(ConfigDeck, CommandLineOverridesTheDeck) {
   EXPECT_EQ(cli.config_path.value(), path);
 }
 
+// Job scripts put keys on the command line that a user may give again after them: the last value wins.
+TEST(ConfigDeck, AKeyGivenTwice_TakesTheLastValue_OnTheCommandLineAndInADeck) {
+  CommandLine cli;
+  EXPECT_EQ(parse({"--train.steps=10", "--train.steps=20"}, cli).get_int("train.steps"), 20);
+  EXPECT_EQ(parse({"--train.steps", "10", "--train.steps", "30"}, cli).get_int("train.steps"), 30);
+  const std::string path = write_deck("twice.ini", "[train]\nsteps = 5\nsteps = 7\n");
+  EXPECT_EQ(parse({"--config", path}, cli).get_int("train.steps"), 7);
+  EXPECT_EQ(parse({"--config", path, "--train.steps=9"}, cli).get_int("train.steps"), 9);
+}
+
+TEST(ConfigDeck, AWordWithoutDashes_IsAnErrorSayingHowToWriteIt) {
+  EXPECT_EQ(error_of({"train.steps=10"}),
+            "unexpected word 'train.steps=10' on the command line; deck keys take two dashes: --train.steps=10");
+  EXPECT_EQ(error_of({"--train.steps=10", "bogus"}),
+            "unexpected word 'bogus' on the command line; options start with -- (hsdp-train --help)");
+}
+
+TEST(ConfigDeck, AKnownKeyWithOneDash_SaysItTakesTwo) {
+  const std::string message = error_of({"-train.steps=3"});
+  EXPECT_NE(message.find("deck keys take two dashes, as in --train.steps=VALUE"), std::string::npos) << message;
+  EXPECT_EQ(message.find("did you mean"), std::string::npos) << message;
+}
+
 TEST(ConfigDeck, UnknownKeyInTheDeckIsNamedWithASuggestion) {
   const std::string path = write_deck("b.ini", "[parallel]\nshardng = full_shard\n");
   const std::string message = error_of({"--config", path});
@@ -113,6 +136,19 @@ TEST(ConfigDeck, ShippedDecksParse) {
     CommandLine cli;
     EXPECT_NO_THROW(parse({"--config", path}, cli)) << deck;
   }
+}
+
+TEST(HelpText, PrintsIntegerLimitsAsIntegers_AndEveryBooleanSpellingItAccepts) {
+  const std::string help = help_text("hsdp-train");
+  EXPECT_NE(help.find("allowed: between 1 and 1048576"), std::string::npos);
+  EXPECT_EQ(help.find("e+0"), std::string::npos) << "a limit printed in scientific notation";
+  EXPECT_NE(help.find("allowed: true|false (also yes|no, on|off, 1|0)"), std::string::npos);
+  CommandLine cli;
+  for (const char* word : {"yes", "on", "1", "TRUE"}) {
+    EXPECT_TRUE(parse({std::string("--parallel.prefetch=") + word}, cli).get_bool("parallel.prefetch")) << word;
+  }
+  EXPECT_NE(error_of({"--parallel.prefetch=maybe"}).find("(allowed: true|false (also yes|no, on|off, 1|0))"),
+            std::string::npos);
 }
 
 TEST(HelpText, ListsEveryKeyWithItsDefault) {

@@ -1,5 +1,6 @@
 // The sharding engine on 4 ranks, against one-rank training computed locally on every rank, and against the
 // formulas of shard/formulas.hpp (byte counters and model-state memory, exactly).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "../comm/mpi_test_context.hpp"
+#include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/model/init.hpp"
 #include "hsdp/optim/grad_clip.hpp"
@@ -414,6 +416,23 @@ TEST(ZeroPP, InterNodeBytes_AreAQuarterOfFullShardBf16_AndEachFeatureShowsItsFac
     expected += static_cast<std::int64_t>(UnitGeometry::make(layout.unit(b).numel, ctx.world.size(), 0).padded_numel) * 2 / k;
   }
   EXPECT_EQ(with_hpz.hpz_peak, expected);
+}
+
+TEST(ZeroPP, HpzWithHybridShard_IsAConfigErrorSayingWhy) {
+  auto& ctx = context();
+  if (!ctx.topology.nodes_equal_size()) GTEST_SKIP() << "hybrid needs equal nodes";
+  const model::ModelLayout layout(tiny_config());
+  MemoryAccountant memory;
+  EngineOptions o = bf16_full_shard();
+  o.strategy = Sharding::hybrid_shard;
+  o.zeropp.hpz_partition_size = 1;
+  try {
+    Engine engine(layout, *ctx.meshes.at(comm::ShardScope::node), o, kSeed, memory);
+    ADD_FAILURE() << "hpZ with hybrid_shard was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("the shard group is the node already"));
+  }
 }
 
 TEST(ZeroPP, OneNode_QgzFallsBackToTheExactReduceScatter) {
