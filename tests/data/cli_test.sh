@@ -46,6 +46,8 @@ expect 0 'wrote .*out.bin: 10 tokens' "$bin" encode --input "$dir/in.txt" --outp
   --val-output "$dir/val.bin" --val-fraction 0.1
 expect 0 '10 tokens' "$bin" info --input "$dir/out.bin" --vocab 256
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
+expect 2 '--val-fraction needs --val-output' "$bin" encode --input "$dir/in.txt" --output "$dir/x.bin" \
+  --val-fraction 0.2
 expect 2 "cannot open '.*absent.txt'" "$bin" encode --input "$dir/absent.txt" --output "$dir/x.bin"
 head -c 100 "$dir/s/train.bin" >"$dir/cut.bin"
 expect 2 'cut.bin.*smaller than the 1024-byte header' "$bin" info --input "$dir/cut.bin"

@@ -88,7 +88,7 @@ Options parse(int argc, char** argv, bool& help) {
       "algbw = size / time; busbw = algbw x factor (nccl-tests): all_reduce 2(n-1)/n, reduce_scatter,\n"
       "all_gather, all_to_all (n-1)/n, broadcast 1. Time is the slowest rank's mean over the iterations.\n\n"
       "options");
-  desc.add_options()("help,h", "this text")(
+  desc.add_options()("help,h", "this text")("version", "print the version and exit")(
       "min-bytes", po::value(&o.min_bytes)->default_value(o.min_bytes), "smallest message in bytes")(
       "max-bytes", po::value(&o.max_bytes)->default_value(o.max_bytes), "largest message in bytes (256 MiB)")(
       "factor", po::value(&o.factor)->default_value(o.factor), "size multiplier between rows (>= 2)")(
@@ -106,10 +106,14 @@ Options parse(int argc, char** argv, bool& help) {
   } catch (const po::error& e) {
     hsdp::throw_config(e.what());
   }
-  help = vm.count("help") > 0;
+  help = vm.count("help") > 0 || vm.count("version") > 0;
   if (help) {
     std::ostringstream text;
-    text << desc;
+    if (vm.count("version") > 0) {
+      text << "hsdp-commbench " << HSDP_VERSION;
+    } else {
+      text << desc;
+    }
     throw hsdp::Error(hsdp::ErrorKind::config, text.str());
   }
   if (o.factor < 2) hsdp::throw_config("--factor must be >= 2");

@@ -53,6 +53,9 @@ int run_encode(const std::vector<std::string>& args) {
   const std::filesystem::path output = (*vm)["output"].as<std::string>();
   const std::vector<std::uint16_t> tokens = data::encode_text_file(input);
   std::span<const std::uint16_t> train(tokens);
+  if (!vm->count("val-output") && !(*vm)["val-fraction"].defaulted()) {
+    throw_config("--val-fraction needs --val-output (the file that receives that fraction of the tokens)");
+  }
   if (vm->count("val-output")) {
     const double fraction = (*vm)["val-fraction"].as<double>();
     if (!(fraction > 0.0 && fraction < 1.0)) {
