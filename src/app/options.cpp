@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/train/metrics.hpp"
 
 namespace po = boost::program_options;
 
@@ -300,6 +301,7 @@ std::string help_text(const std::string& program) {
       << "            3 checkpointed on SIGUSR1 or SIGTERM (Slurm's warning before the time limit): requeue me,\n"
       << "              the next run resumes with checkpoint.resume=auto;\n"
       << "            4 communication failure (e.g. the watchdog fired on a stuck collective)\n\n"
+      << train::kProgressLineLegend << "\n\n"
       << "deck keys (default in brackets):\n";
   for (const auto& section : section_order()) {
     out << "\n  [" << section << "]\n";

@@ -126,6 +126,7 @@ void Engine::begin_step() {
   Impl& m = *impl_;
   m.drain_reductions();
   timing_ = {};
+  m.in_flight.clear();
   if (!m.reduced_grads_zero) {
     for (auto& u : units_) device_->fill_zero(u->grad_shard.data(), u->grad_shard.size_bytes());
     device_->fill_zero(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
@@ -216,6 +217,7 @@ double Engine::grad_norm_squared() {
     for (int u = 0; u < m.n_units; ++u) {
       local += device_->squared_sum(m.grads(u), m.geo(u).numel);
     }
+    m.settle_timing();
     return local;  // every rank holds the same averaged gradients
   }
   for (auto& u : units_) local += device_->squared_sum(u->grad_shard.data(), u->geometry.valid);
@@ -224,7 +226,8 @@ double Engine::grad_norm_squared() {
   double contribution = mesh_.replicate().rank() == 0 ? local : 0.0;
   Stopwatch waited;
   mesh_.world().all_reduce(std::span<double>(&contribution, 1), comm::ReduceOp::sum);
-  timing_.exposed_comm_ms += waited.milliseconds();
+  m.blocked_for(waited.seconds());
+  m.settle_timing();
   return contribution;
 }
 
@@ -238,7 +241,10 @@ bool Engine::found_nonfinite() {
     local = !device_->all_finite(g, n);
   }
   double flag = local ? 1.0 : 0.0;
+  Stopwatch waited;
   mesh_.world().all_reduce(std::span<double>(&flag, 1), comm::ReduceOp::sum);
+  m.blocked_for(waited.seconds());
+  m.settle_timing();
   return flag > 0;
 }
 
@@ -255,6 +261,7 @@ void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamW
   // Every element AdamW did not see (the shards' padding) was zero already: reduce-scatters of zero padding.
   m.reduced_grads_zero = true;
   refresh_derived_state();
+  m.settle_timing();  // zero1's all-gathers after AdamW belong to the step
 }
 
 std::vector<UnitShard> Engine::shard_views() {

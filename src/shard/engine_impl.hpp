@@ -95,14 +95,35 @@ struct Engine::Impl {
   }
 
   // ---- completion of collectives ----------------------------------------------------------------------
+  // This step's collectives as (issue, observed completion) in seconds; settle_timing() turns them into comm_ms.
+  std::vector<std::pair<double, double>> in_flight;
+  void settle_timing() {
+    std::sort(in_flight.begin(), in_flight.end());
+    double covered = 0, begin = 0, end = -1;
+    for (const auto& [b, e] : in_flight) {
+      if (b > end) {
+        covered += std::max(0.0, end - begin);
+        begin = b;
+      }
+      end = std::max(end, e);
+    }
+    covered += std::max(0.0, end - begin);
+    timing.comm_ms = 1e3 * covered;
+  }
   void complete(InFlight& op, bool blocking) {
     if (blocking) {
       Stopwatch waited;
       op.handle.wait();
       timing.exposed_comm_ms += waited.milliseconds();
     }
-    timing.comm_ms += 1e3 * (monotonic_seconds() - op.issued_at);
+    in_flight.emplace_back(op.issued_at, monotonic_seconds());
     if (op.on_complete) op.on_complete();
+  }
+  // A blocking collective of `seconds` that ended now: in flight and exposed for all of it.
+  void blocked_for(double seconds) {
+    const double now = monotonic_seconds();
+    in_flight.emplace_back(now - seconds, now);
+    timing.exposed_comm_ms += 1e3 * seconds;
   }
   InFlight issue(comm::CommHandle handle, std::function<void()> on_complete) {
     return InFlight{std::move(handle), monotonic_seconds(), std::move(on_complete)};
@@ -366,8 +387,7 @@ struct Engine::Impl {
     } else {
       qgz_two_hop(dev, gradient, sum, spec, mesh.node(), mesh.cross_node(), shard_rank_at);
     }
-    timing.exposed_comm_ms += waited.milliseconds();
-    timing.comm_ms += waited.milliseconds();
+    blocked_for(waited.seconds());
     const float inverse = 1.0f / static_cast<float>(shard().size());
     FlatParamUnit& fp = unit(u);
     dev.accumulate(fp.grad_shard.data(), shard_sum.data(), s, inverse);

@@ -1,6 +1,8 @@
 #include "hsdp/train/metrics.hpp"
 
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -9,6 +11,18 @@
 #include "hsdp/core/json.hpp"
 
 namespace hsdp::train {
+
+std::string utc_timestamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  gmtime_r(&seconds, &utc);
+  char text[96];  // room for any int the compiler cannot rule out
+  std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900, utc.tm_mon + 1,
+                utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, static_cast<int>(millis));
+  return text;
+}
 
 std::string memory_json(const MemoryAccountant& memory) {
   JsonLine j;
@@ -20,11 +34,12 @@ std::string memory_json(const MemoryAccountant& memory) {
 
 std::string to_json(const StepMetrics& m, const MemoryAccountant& memory) {
   JsonLine j;
-  j.add("step", m.step).add("loss", m.loss).add("lr", m.lr).add("grad_norm", m.grad_norm).add("tokens", m.tokens);
+  j.add("step", m.step).add("time", utc_timestamp()).add("loss", m.loss).add("lr", m.lr).add("grad_norm", m.grad_norm).add("tokens", m.tokens);
   j.add("tokens_per_s", m.tokens_per_s).add("step_ms", m.step_ms).add("comm_ms", m.comm_ms);
   j.add("exposed_comm_ms", m.exposed_comm_ms);
   if (m.skipped) j.add("skipped", true);
   j.add("bytes_intra", m.bytes.intra).add("bytes_inter", m.bytes.inter);
+  j.add("bytes_intra_max_rank", m.bytes_max_rank.intra).add("bytes_inter_max_rank", m.bytes_max_rank.inter);
   if (m.val_loss >= 0) j.add("val_loss", m.val_loss);
   j.add_raw("memory", memory_json(memory));
   return j.str();
@@ -55,7 +70,7 @@ std::string progress_line(const StepMetrics& m, std::int64_t total_steps, const 
   char text[320];
   std::snprintf(text, sizeof text,
                 "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | mem %s | "
-                "intra %s inter %s | ETA %s",
+                "all ranks intra %s inter %s | ETA %s",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr, m.grad_norm,
                 m.tokens_per_s, m.step_ms, m.comm_ms, m.exposed_comm_ms, mib(static_cast<double>(memory.current_total())).c_str(),
                 mib(static_cast<double>(m.bytes.intra)).c_str(), mib(static_cast<double>(m.bytes.inter)).c_str(),

@@ -56,6 +56,25 @@ double global_mean(comm::Communicator& comm, double value) {
   return value;
 }
 
+// Bytes by link class this step: summed over every rank (what the job moved) and the busiest rank's. On world,
+// whose counters are not the mesh's: it does not count itself.
+struct JobBytes {
+  comm::LinkBytes all_ranks, max_rank;
+};
+JobBytes job_bytes(comm::Communicator& world, const comm::LinkBytes& mine) {
+  const double send[2] = {static_cast<double>(mine.intra), static_cast<double>(mine.inter)};
+  std::vector<double> every(2 * static_cast<std::size_t>(world.size()));
+  world.all_gather(send, every.data(), 2, DType::f64);
+  JobBytes job;
+  for (std::size_t r = 0; r < every.size(); r += 2) {
+    const comm::LinkBytes theirs{static_cast<std::uint64_t>(every[r]), static_cast<std::uint64_t>(every[r + 1])};
+    job.all_ranks += theirs;
+    job.max_rank.intra = std::max(job.max_rank.intra, theirs.intra);
+    job.max_rank.inter = std::max(job.max_rank.inter, theirs.inter);
+  }
+  return job;
+}
+
 }  // namespace
 
 TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger& log) {
@@ -206,8 +225,11 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     m.exposed_comm_ms = backend.timing().exposed_comm_ms;
     m.skipped = skipped;
     m.tokens_per_s = static_cast<double>(tokens_per_step) / (m.step_ms / 1e3);
-    m.bytes = mesh.total_counters().total();
-    m.bytes += backend.own_bytes();
+    comm::LinkBytes mine = mesh.total_counters().total();
+    mine += backend.own_bytes();
+    const JobBytes job = job_bytes(world, mine);
+    m.bytes = job.all_ranks;
+    m.bytes_max_rank = job.max_rank;
     tokens_seen += tokens_per_step;
     if (step > first_step) {  // the first step pays for page faults and warm-up
       timed_seconds += m.step_ms / 1e3;

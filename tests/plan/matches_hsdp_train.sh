@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# hsdp-plan's rank-0 numbers equal what hsdp-train measures, exactly (label e2e):
+# hsdp-plan's numbers equal what hsdp-train measures, exactly (label e2e):
 #
 #   matches_hsdp_train.sh HSDP_PLAN HSDP_TRAIN HSDP_DATA DECK WORK MPIEXEC...   (MPIEXEC: the 4-rank launcher)
 #
 # For every strategy (fp32), the ZeRO++ rows (bf16: full_shard+qwZ+hpZ+qgZ with hpZ groups of 2, hybrid_shard+qgZ)
 # and full_shard and hybrid_shard with train.grad_accum=2, hsdp-train runs 2 steps of DECK on 4 ranks as 2 emulated
-# nodes x 2; the last line of its metrics.jsonl must carry the bytes_intra, bytes_inter, params + grads + optimizer memory and activation memory
-# that `hsdp-plan --json` gives for the same deck on --nodes 2 --ranks-per-node 2, exactly. What the run held beyond
+# nodes x 2; the last line of its metrics.jsonl must carry the job-wide bytes_intra and bytes_inter (all ranks) that
+# `hsdp-plan --json` gives as bytes_intra_all_ranks and bytes_inter_all_ranks for the same deck on --nodes 2
+# --ranks-per-node 2, and the same params + grads + optimizer memory and activation memory (rank 0's), exactly. What the run held beyond
 # them (peak_total - model state - activations) is printed next to hsdp-plan's transient estimate, not checked: it
 # depends on when the nonblocking reductions complete.
 set -euo pipefail
@@ -55,8 +56,8 @@ check() { # LABEL ROW PLAN_FILE TRAIN_ARGS...
   for key in bytes_intra bytes_inter; do
     local got want
     got=$(number $key "$measured")
-    want=$(number $key "$expected")
-    [[ -n $got && $got == "$want" ]] || fail "$label: hsdp-train $key $got, hsdp-plan $want"
+    want=$(number ${key}_all_ranks "$expected")
+    [[ -n $got && $got == "$want" ]] || fail "$label: hsdp-train $key (all ranks) $got, hsdp-plan ${key}_all_ranks $want"
   done
   [[ $got_state == "$want_state" ]] ||
     fail "$label: hsdp-train params+grads+optimizer $got_state ($params+$grads+$optimizer), hsdp-plan $want_state"
@@ -68,7 +69,7 @@ check() { # LABEL ROW PLAN_FILE TRAIN_ARGS...
   peak=$(number peak_total "$memory")
   transient=$((peak - got_state - activations))
   want_transient=$(number transient_bytes "$expected")
-  echo "$label: bytes_intra $(number bytes_intra "$measured"), bytes_inter $(number bytes_inter "$measured"), model state $got_state, activations $activations: equal; transient $transient (estimate $want_transient)"
+  echo "$label: all ranks bytes_intra $(number bytes_intra "$measured"), bytes_inter $(number bytes_inter "$measured"), model state $got_state, activations $activations: equal; transient $transient (estimate $want_transient)"
   checked=$((checked + 1))
 }
 

@@ -63,8 +63,9 @@ struct EngineOptions {
 };
 
 struct StepTiming {
-  double comm_ms = 0;          // sum over collectives of issue -> observed completion
-  double exposed_comm_ms = 0;  // time the compute thread waited for collectives
+  double comm_ms = 0;          // wall time with at least one collective in flight (issue -> observed completion):
+                               // the union of those intervals, so never more than the step
+  double exposed_comm_ms = 0;  // time the compute thread waited for collectives (a part of comm_ms)
 };
 
 class Engine {

@@ -17,17 +17,28 @@ struct StepMetrics {
   std::int64_t tokens = 0;  // tokens this step, all ranks
   double tokens_per_s = 0;
   double step_ms = 0;
-  double comm_ms = 0;          // sum over the step's collectives of issue -> observed completion
-  double exposed_comm_ms = 0;  // time compute waited for collectives (not hidden behind compute)
+  double comm_ms = 0;          // wall time with at least one collective in flight (<= step_ms)
+  double exposed_comm_ms = 0;  // time compute waited for collectives (not hidden behind compute; <= comm_ms)
   bool skipped = false;        // fp16 overflow: no update
-  comm::LinkBytes bytes;
+  comm::LinkBytes bytes;           // sent this step by every rank together (job-wide), by link class
+  comm::LinkBytes bytes_max_rank;  // the most one rank sent, by link class
   double val_loss = -1;  // < 0: not evaluated this step
 };
 
 std::string memory_json(const MemoryAccountant& memory);
+// Now, as ISO 8601 UTC with milliseconds: "2026-11-24T05:10:00.123Z".
+std::string utc_timestamp();
 std::string to_json(const StepMetrics& m, const MemoryAccountant& memory);
-// "step 10/300 | loss 3.2145 | lr 6.0e-04 | norm 1.234 | 12345 tok/s | 85.2 ms (comm 3.1) | mem 12.3 MiB |
-//  intra 1.2 MiB inter 0.3 MiB | ETA 0:25"
+// "step 10/300 | loss 3.2145 | lr 6.0e-04 | norm 1.234 | 12345 tok/s | 85.2 ms (comm 3.1, exposed 0.4) |
+//  mem 12.3 MiB | all ranks intra 1.2 MiB inter 0.3 MiB | ETA 0:25"
+// What the timing words mean, for --help and the README.
+inline constexpr const char* kProgressLineLegend =
+    "progress line (rank 0, every log.every steps): step, loss, lr, gradient norm, tokens/s, then the step's wall\n"
+    "  time in ms with `comm` = the time at least one collective was in flight (issue to observed completion;\n"
+    "  never more than the step) and `exposed` = the part of it compute waited for (not hidden behind compute),\n"
+    "  this rank's memory, the bytes every rank together sent this step over intra-node and inter-node links, ETA.\n"
+    "  metrics.jsonl has the same per step (bytes_intra/bytes_inter: all ranks; *_max_rank: the busiest rank) and\n"
+    "  a wall-clock time stamp (\"time\", UTC).";
 std::string progress_line(const StepMetrics& m, std::int64_t total_steps, const MemoryAccountant& memory,
                           double eta_s);
 std::string format_duration(double seconds);
