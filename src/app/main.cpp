@@ -64,7 +64,7 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.grad_clip = deck.get_real("train.grad_clip");
   o.data_seed = static_cast<std::uint64_t>(deck.get_int("train.seed"));
   o.eval_every = deck.get_int("train.eval_every");
-  o.eval_batches = integer("train.eval_batches");
+  o.eval_tokens = deck.get_int("train.eval_tokens");
   o.activation_checkpointing = deck.get_bool("train.activation_checkpointing");
   o.engine.strategy = hsdp::shard::parse_sharding(deck.get("parallel.sharding"));
   o.engine.param_dtype = hsdp::parse_dtype(deck.get("precision.param"), "precision.param");

@@ -69,13 +69,17 @@ const std::vector<OptionSpec>& option_table() {
       real("train.grad_clip", "1.0", "clip the global gradient norm to this; 0 = no clipping", 0),
       integer("train.seed", "1337", "seed of the data order (all other randomness comes from model.seed)", 0),
       integer("train.eval_every", "100", "evaluate on data.val every N steps (and at the end); 0 = never", 0),
-      integer("train.eval_batches", "8", "micro-batches per evaluation", 1),
+      integer("train.eval_tokens", "0",
+              "tokens per evaluation: the first eval_tokens / seq_len windows of data.val, the same on any number of "
+              "ranks (so the val loss does not depend on the world size); 0 = the whole val set",
+              0),
       boolean("train.activation_checkpointing", "false",
               "keep only each block's input and recompute the block in backward (less memory, ~1/3 more compute)"),
 
       boolean("train.eval_only", "false",
-              "evaluate the model (resumed from checkpoint.resume, or freshly initialised) on train.eval_batches "
-              "micro-batches of data.val per rank, print the val loss, write summary.json, and exit without training"),
+              "evaluate the model (resumed from checkpoint.resume, or freshly initialised) on train.eval_tokens of "
+              "data.val, print the val loss, write eval_step_<N>.json in log.dir (never a training run's "
+              "summary.json), and exit without training"),
       integer("train.stop_at_step", "0",
               "stop after this step (with a checkpoint if checkpoint.dir is set) although the schedule runs to "
               "train.steps; a later run resumes; 0 = run to train.steps",

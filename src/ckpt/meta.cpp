@@ -60,6 +60,8 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::write_attribute(m.get(), "world_size", std::int64_t{s.world_size});
   h5::write_attribute(m.get(), "nodes", std::int64_t{s.nodes});
   h5::write_attribute(m.get(), "mesh", s.mesh);
+  h5::write_attribute(m.get(), "train_seconds", s.train_seconds);
+  h5::write_attribute(m.get(), "segments", s.segments);
   h5::write_attribute(m.get(), "hsdp_version", std::string(HSDP_VERSION));
   h5::write_attribute(m.get(), "checksum_algorithm", std::string(kChecksumAlgorithm));
   h5::write_attribute(m.get(), "n_layer", std::int64_t{config.n_layer});
@@ -104,6 +106,9 @@ TrainState read_state(hid_t file, const std::string& path) {
     s.world_size = to_int(h5::read_int_attribute(m.get(), "world_size", where), where + " world_size");
     s.nodes = to_int(h5::read_int_attribute(m.get(), "nodes", where), where + " nodes");
     s.mesh = h5::read_string_attribute(m.get(), "mesh", where);
+    // Added after format 1's first files: absent in those, which then count from this segment on.
+    if (h5::has_attribute(m.get(), "train_seconds")) s.train_seconds = h5::read_real_attribute(m.get(), "train_seconds", where);
+    if (h5::has_attribute(m.get(), "segments")) s.segments = h5::read_int_attribute(m.get(), "segments", where);
   }
   {
     h5::Handle d = open_group(file, "/data", path);
@@ -154,6 +159,8 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
     append(packed, &s.scaler.skipped_steps, sizeof s.scaler.skipped_steps);
     append(packed, &s.world_size, sizeof s.world_size);
     append(packed, &s.nodes, sizeof s.nodes);
+    append(packed, &s.train_seconds, sizeof s.train_seconds);
+    append(packed, &s.segments, sizeof s.segments);
     append(packed, s.deck_text);
     append(packed, s.strategy);
     append(packed, s.mesh);
@@ -173,6 +180,8 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   take(packed, at, &s.scaler.skipped_steps, sizeof s.scaler.skipped_steps);
   take(packed, at, &s.world_size, sizeof s.world_size);
   take(packed, at, &s.nodes, sizeof s.nodes);
+  take(packed, at, &s.train_seconds, sizeof s.train_seconds);
+  take(packed, at, &s.segments, sizeof s.segments);
   take(packed, at, s.deck_text);
   take(packed, at, s.strategy);
   take(packed, at, s.mesh);

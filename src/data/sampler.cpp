@@ -115,25 +115,42 @@ void Sampler::restore(const SamplerState& state) {
   state_ = state;
 }
 
-EvalLoader::EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size) : file_(file) {
+EvalLoader::EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size,
+                       std::int64_t eval_tokens)
+    : file_(file) {
   check_shape("eval loader", batch, seq_len, dp_rank, dp_size);
+  if (eval_tokens < 0) throw_config("train.eval_tokens must be >= 0, got " + std::to_string(eval_tokens));
   batch_ = static_cast<std::size_t>(batch);
   seq_len_ = static_cast<std::size_t>(seq_len);
   dp_rank_ = static_cast<std::size_t>(dp_rank);
   global_batch_ = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(dp_size);
-  const std::uint64_t windows = windows_in(file, seq_len_);
-  require_windows(file, windows, seq_len_, global_batch_, batch, dp_size);
-  batch_count_ = windows / global_batch_;
+  const std::uint64_t available = windows_in(file, seq_len_);
+  windows_ = eval_tokens > 0 ? static_cast<std::uint64_t>(eval_tokens) / seq_len_ : available;
+  if (windows_ == 0 || windows_ > available) {
+    const std::string wanted = eval_tokens > 0 ? "train.eval_tokens = " + std::to_string(eval_tokens) + " needs " +
+                                                     std::to_string(windows_) + " windows of seq_len+1 = " +
+                                                     std::to_string(seq_len_ + 1) + " tokens"
+                                               : "an evaluation needs at least one window of seq_len+1 = " +
+                                                     std::to_string(seq_len_ + 1) + " tokens";
+    throw_data(file.what() + ": '" + file.path().string() + "' has " + std::to_string(file.size()) + " tokens = " +
+               std::to_string(available) + " windows, but " + wanted +
+               (windows_ == 0 ? " (train.eval_tokens is below train.seq_len)" : std::string()));
+  }
+  batch_count_ = (windows_ + global_batch_ - 1) / global_batch_;
 }
 
-void EvalLoader::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
+std::size_t EvalLoader::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
   check_spans(inputs, targets, batch_ * seq_len_);
   if (batch_index_ == batch_count_) batch_index_ = 0;
   const std::uint64_t first = batch_index_ * global_batch_ + dp_rank_ * batch_;
+  std::size_t real = 0;
   for (std::size_t b = 0; b < batch_; ++b) {
-    copy_window(file_, first + b, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
+    const bool in_set = first + b < windows_;
+    if (in_set) ++real;
+    copy_window(file_, in_set ? first + b : 0, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
   }
   ++batch_index_;
+  return real;
 }
 
 }  // namespace hsdp::data

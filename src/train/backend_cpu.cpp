@@ -25,8 +25,13 @@ class CpuBackend final : public Backend {
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
     engine_.optimizer_step(config, step);
   }
-  float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
-    return engine_.evaluate(gpt_, tokens, targets);
+  double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                           std::size_t rows) override {
+    engine_.evaluate(gpt_, tokens, targets);
+    const auto losses = gpt_.losses().first(rows * static_cast<std::size_t>(gpt_.seq_len()));
+    double sum = 0;
+    for (const float x : losses) sum += x;
+    return sum;
   }
   const shard::StepTiming& timing() const override { return engine_.timing(); }
 

@@ -56,6 +56,32 @@ double global_mean(comm::Communicator& comm, double value) {
   return value;
 }
 
+// Resuming on another number of ranks keeps the run's global batch (the checkpoint's tokens per step): train.grad_accum
+// follows when micro_batch x seq_len x ranks divides it, else a config error listing what would.
+int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, int ranks, const Logger& log) {
+  if (s.step <= 0 || s.world_size == ranks) return o.grad_accum;
+  const std::int64_t saved = s.tokens / s.step;
+  const std::int64_t per_micro_step = static_cast<std::int64_t>(o.micro_batch) * o.seq_len * ranks;
+  if (per_micro_step * o.grad_accum == saved) return o.grad_accum;
+  if (saved % per_micro_step == 0) {
+    const auto k = static_cast<int>(saved / per_micro_step);
+    log.info("resume: ", s.world_size, " -> ", ranks, " ranks: train.grad_accum ", o.grad_accum, " -> ", k,
+             " keeps the run's global batch of ", saved, " tokens per step");
+    return k;
+  }
+  std::string micro_batches;
+  for (std::int64_t m = 1; m * o.seq_len * ranks <= saved && micro_batches.size() < 40; ++m) {
+    if (saved % (m * o.seq_len * ranks) == 0) micro_batches += (micro_batches.empty() ? "" : ", ") + std::to_string(m);
+  }
+  throw_config("resume: the checkpoint's run took " + std::to_string(saved) + " tokens per step on " +
+               std::to_string(s.world_size) + " rank(s); on " + std::to_string(ranks) + " ranks micro_batch x seq_len x ranks = " +
+               std::to_string(o.micro_batch) + " x " + std::to_string(o.seq_len) + " x " + std::to_string(ranks) + " = " +
+               std::to_string(per_micro_step) + " does not divide it, so no train.grad_accum keeps the global batch; " +
+               (micro_batches.empty() ? std::string("use a number of ranks that divides it")
+                                      : "set train.micro_batch to one of " + micro_batches) +
+               ", or start a new run with checkpoint.resume=none");
+}
+
 // Bytes by link class this step: summed over every rank (what the job moved) and the busiest rank's. On world,
 // whose counters are not the mesh's: it does not count itself.
 struct JobBytes {
@@ -101,7 +127,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     if (o.eval_every > 0 || o.eval_only) {
       val_file = std::make_unique<data::TokenFile>(o.val_path, "data.val");
       val_file->validate_vocab(o.model.vocab_size);
-      evaluator = std::make_unique<data::EvalLoader>(*val_file, o.micro_batch, o.seq_len, dp_rank, dp_size);
+      evaluator =
+          std::make_unique<data::EvalLoader>(*val_file, o.micro_batch, o.seq_len, dp_rank, dp_size, o.eval_tokens);
     }
     entropy_rate = read_entropy_rate(o.entropy_json);
     if (log.is_root()) metrics = std::make_unique<MetricsLog>(o.log_dir);
@@ -121,23 +148,18 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   optim::LossScaler scaler;
   const std::size_t tokens_per_micro = static_cast<std::size_t>(o.micro_batch) * o.seq_len;
   std::vector<std::int32_t> inputs(tokens_per_micro), targets(tokens_per_micro);
-  const std::int64_t tokens_per_step = static_cast<std::int64_t>(tokens_per_micro) * o.grad_accum * dp_size;
+  int grad_accum = o.grad_accum;  // a resume on another number of ranks may change it (accumulation_for_resume)
 
-  log.info("hsdp-train: ", layout->total_numel(), " parameters (", layout->num_units(), " units), ",
-           mesh.topology().world_size, " rank(s), strategy ", shard::to_string(o.engine.strategy), " (param ",
-           to_string(o.engine.param_dtype), ", reduce ", to_string(o.engine.reduce_dtype), "), ",
-           tokens_per_step, " tokens per step (micro_batch ", o.micro_batch, " x seq_len ", o.seq_len,
-           " x grad_accum ", o.grad_accum, " x ", dp_size, " data-parallel), ", thread_count,
-           " thread(s) per rank");
-
+  // The val loss over the evaluation set (the same windows on any number of ranks): per-position losses summed.
   auto evaluate = [&]() {
     evaluator->reset();
     double sum = 0;
-    for (int b = 0; b < o.eval_batches; ++b) {
-      evaluator->next(inputs, targets);
-      sum += backend.evaluate(inputs, targets);
+    for (std::uint64_t b = 0; b < evaluator->batch_count(); ++b) {
+      const std::size_t rows = evaluator->next(inputs, targets);
+      sum += backend.evaluate_loss_sum(inputs, targets, rows);
     }
-    return global_mean(data_parallel, sum / o.eval_batches);
+    data_parallel.all_reduce(std::span<double>(&sum, 1), comm::ReduceOp::sum);
+    return sum / static_cast<double>(evaluator->windows() * static_cast<std::uint64_t>(o.seq_len));
   };
 
   TrainSummary summary;
@@ -154,9 +176,20 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
       scaler.restore(state->scaler);
       optimizer_steps = state->step - state->scaler.skipped_steps;
       summary.resumed_from_step = state->step;
+      summary.earlier_seconds = state->train_seconds;
+      summary.segments = state->segments + 1;
+      grad_accum = accumulation_for_resume(*state, o, dp_size, log);
     }
-    if (log.is_root()) metrics->keep_through_step(first_step);
+    // eval_only leaves a training run's metrics.jsonl as it is.
+    if (log.is_root() && !o.eval_only) metrics->keep_through_step(first_step);
   });
+  const std::int64_t tokens_per_step = static_cast<std::int64_t>(tokens_per_micro) * grad_accum * dp_size;
+  log.info("hsdp-train: ", layout->total_numel(), " parameters (", layout->num_units(), " units), ",
+           mesh.topology().world_size, " rank(s), strategy ", shard::to_string(o.engine.strategy), " (param ",
+           to_string(o.engine.param_dtype), ", reduce ", to_string(o.engine.reduce_dtype), "), ",
+           tokens_per_step, " tokens per step (micro_batch ", o.micro_batch, " x seq_len ", o.seq_len,
+           " x grad_accum ", grad_accum, " x ", dp_size, " data-parallel), ", thread_count,
+           " thread(s) per rank");
   // After every input was checked (a bad input ends with its one line of error only).
   if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
     log.warn("OpenBLAS runs its ", device::blas_core_name(), " kernels: it does not recognise this CPU. GEMMs are "
@@ -169,8 +202,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     end_step = first_step;  // no training: straight to summary.json
     std::ostringstream line;
     line.precision(9);
-    line << "eval only: val loss " << summary.final_val_loss << " over " << o.eval_batches << " micro-batch(es) per rank"
-         << " at step " << first_step;
+    line << "eval only: val loss " << summary.final_val_loss << " over " << evaluator->windows() << " windows of "
+         << o.seq_len << " tokens at step " << first_step;
     if (entropy_rate > 0) line << " | source entropy " << entropy_rate;
     log.info(line.str());
   }
@@ -188,12 +221,12 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     backend.begin_step();
     const float loss_scale = fp16 ? scaler.scale() : 1.0f;
     double loss = 0;
-    for (int micro = 0; micro < o.grad_accum; ++micro) {
+    for (int micro = 0; micro < grad_accum; ++micro) {
       sampler->next(inputs, targets);
-      loss += backend.forward_backward(inputs, targets, loss_scale / static_cast<float>(o.grad_accum),
-                                       micro + 1 == o.grad_accum);
+      loss += backend.forward_backward(inputs, targets, loss_scale / static_cast<float>(grad_accum),
+                                       micro + 1 == grad_accum);
     }
-    loss = global_mean(data_parallel, loss / o.grad_accum);
+    loss = global_mean(data_parallel, loss / grad_accum);
     const double lr = optim::learning_rate(o.schedule, step);
     optim::ClipResult clip;
     bool skipped = false;
@@ -261,7 +294,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     const bool end_of_run = m.step == end_step || stop > 0;
     if (checkpoints.enabled() && (end_of_run || checkpoints.due(m.step))) {
       checkpoints.save({.step = m.step, .tokens = tokens_seen, .sampler = sampler->state(), .scaler = scaler.state(),
-                        .deck_text = {}, .strategy = {}, .world_size = 0, .nodes = 0, .mesh = {}});
+                        .deck_text = {}, .strategy = {}, .world_size = 0, .nodes = 0, .mesh = {},
+                        .train_seconds = summary.earlier_seconds + run_clock.seconds(), .segments = summary.segments});
     }
     if (stop > 0) {
       summary.stopped_by_signal = true;
@@ -271,7 +305,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     }
   }
   summary.steps = steps_done;
-  summary.seconds = run_clock.seconds();
+  summary.seconds = summary.earlier_seconds + run_clock.seconds();
   summary.tokens_per_s = timed_seconds > 0 ? static_cast<double>(timed_tokens) / timed_seconds : 0;
 
   if (log.is_root()) {
@@ -279,7 +313,9 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     j.add("steps", summary.steps).add("final_loss", summary.final_loss);
     if (summary.final_val_loss >= 0) j.add("final_val_loss", summary.final_val_loss);
     if (entropy_rate > 0) j.add("entropy_rate", entropy_rate);
+    // seconds: every segment of the run (each resume starts one), as steps counts every step.
     j.add("tokens_per_s", summary.tokens_per_s).add("seconds", summary.seconds);
+    j.add("segment_seconds", summary.seconds - summary.earlier_seconds).add("segments", summary.segments);
     j.add("world_size", mesh.topology().world_size).add("nodes", mesh.topology().num_nodes());
     j.add("strategy", shard::to_string(o.engine.strategy));
     j.add("param_dtype", to_string(o.engine.param_dtype)).add("reduce_dtype", to_string(o.engine.reduce_dtype));
@@ -291,7 +327,9 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
       return p.str();
     }());
     j.add("deck", o.deck_text);
-    std::ofstream(metrics->dir() + "/summary.json") << j.str() << "\n";
+    // eval_only never overwrites a training run's summary.json: its result has a file of its own.
+    const std::string name = o.eval_only ? "eval_step_" + std::to_string(first_step) + ".json" : "summary.json";
+    std::ofstream(metrics->dir() + "/" + name) << j.str() << "\n";
     log.info("done: ", summary.steps, " steps in ", format_duration(summary.seconds), ", ",
              static_cast<long long>(summary.tokens_per_s), " tokens/s; metrics in ", metrics->dir());
   }

@@ -162,22 +162,63 @@ TEST(Sampler, BadShapeIsConfigError_AndForeignStateIsDataError) {
 TEST(EvalLoader, ReadsWindowsInFileOrderPerRank_AndWrapsAfterTheLastBatch) {
   testing::TempDir dir;
   const TokenFile file = positional_file(dir, 26, "val.bin");
-  EvalLoader rank0(file, 2, kSeqLen, 0, 3);
-  EvalLoader rank2(file, 2, kSeqLen, 2, 3);
+  EvalLoader rank0(file, 2, kSeqLen, 0, 3, 24 * kSeqLen);
+  EvalLoader rank2(file, 2, kSeqLen, 2, 3, 24 * kSeqLen);
   ASSERT_EQ(rank0.batch_count(), 4u);  // 4 x 6 = 24 of 26 windows
   std::vector<std::int32_t> inputs(2 * kSeqLen), targets(2 * kSeqLen);
   for (std::uint64_t batch = 0; batch < 6; ++batch) {
     const std::uint64_t b = batch % 4;
-    rank0.next(inputs, targets);
+    EXPECT_EQ(rank0.next(inputs, targets), 2u);
     EXPECT_EQ(inputs[0], static_cast<std::int32_t>((b * 6 + 0) * kSeqLen));
     EXPECT_EQ(inputs[kSeqLen], static_cast<std::int32_t>((b * 6 + 1) * kSeqLen));
     EXPECT_EQ(targets[2 * kSeqLen - 1], inputs[2 * kSeqLen - 1] + 1);
-    rank2.next(inputs, targets);
+    EXPECT_EQ(rank2.next(inputs, targets), 2u);
     EXPECT_EQ(inputs[0], static_cast<std::int32_t>((b * 6 + 4) * kSeqLen));
   }
   rank0.reset();
   rank0.next(inputs, targets);
   EXPECT_EQ(inputs[0], 0);
+}
+
+// The evaluation set is the data's: the same first W windows, each once, on any number of ranks; ranks pad their
+// last batches and say how many rows are real.
+TEST(EvalLoader, TheSameWindowsOnOneTwoAndFourRanks_EachOnce) {
+  testing::TempDir dir;
+  const TokenFile file = positional_file(dir, 26, "val.bin");
+  const std::int64_t eval_tokens = 11 * kSeqLen + 3;  // 11 windows: no world size below divides it evenly
+  for (const int world : {1, 2, 4}) {
+    std::vector<int> seen(26, 0);
+    std::uint64_t batches = 0;
+    for (int r = 0; r < world; ++r) {
+      EvalLoader loader(file, 2, kSeqLen, r, world, eval_tokens);
+      EXPECT_EQ(loader.windows(), 11u);
+      if (r == 0) batches = loader.batch_count();
+      EXPECT_EQ(loader.batch_count(), batches) << "every rank makes the same number of evaluate calls";
+      std::vector<std::int32_t> inputs(2 * kSeqLen), targets(2 * kSeqLen);
+      for (std::uint64_t b = 0; b < loader.batch_count(); ++b) {
+        const std::size_t real = loader.next(inputs, targets);
+        for (std::size_t row = 0; row < real; ++row) ++seen[static_cast<std::size_t>(inputs[row * kSeqLen] / kSeqLen)];
+      }
+    }
+    for (int w = 0; w < 26; ++w) EXPECT_EQ(seen[static_cast<std::size_t>(w)], w < 11 ? 1 : 0) << world << " ranks, window " << w;
+  }
+}
+
+TEST(EvalLoader, AValSetSmallerThanOneEvaluation_IsADataErrorNamingBothSizes) {
+  testing::TempDir dir;
+  const TokenFile file = positional_file(dir, 26, "val.bin");
+  try {
+    EvalLoader loader(file, 2, kSeqLen, 0, 1, 40 * kSeqLen);
+    FAIL() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::data);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("26 windows"), std::string::npos) << what;
+    EXPECT_NE(what.find("train.eval_tokens = " + std::to_string(40 * kSeqLen) + " needs 40 windows"), std::string::npos)
+        << what;
+  }
+  EvalLoader whole(file, 2, kSeqLen, 0, 1, 0);
+  EXPECT_EQ(whole.windows(), 26u);
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ data.entropy_json = $work/data/source.json
 train.steps = 4
 train.warmup_steps = 2
 train.eval_every = 2
-train.eval_batches = 2
+train.eval_tokens = 512
 log.every = 2
 
 [axes]

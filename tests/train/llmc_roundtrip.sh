@@ -6,7 +6,7 @@ set -euo pipefail
 train=$1 ckpt=$2 deck=$3 data=$4 run=$5
 rm -rf "$run" && mkdir -p "$run"
 common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json"
-        --train.micro_batch=8 --train.eval_batches=8 --log.every=100)
+        --train.micro_batch=8 --train.eval_tokens=4096 --log.every=100)
 "$train" "${common[@]}" --train.steps=5 --train.eval_every=0 --checkpoint.dir="$run/trained" --log.dir="$run/log_train" >/dev/null
 "$train" "${common[@]}" --train.eval_only=true --checkpoint.resume="$run/trained/step_5.h5" --log.dir="$run/log_before" >/dev/null
 "$ckpt" export "$run/trained/step_5.h5" --format llmc --output "$run/model.bin" >/dev/null
@@ -15,9 +15,14 @@ common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bi
 "$ckpt" export "$run/imported.h5" --format llmc --output "$run/model_again.bin" >/dev/null
 cmp "$run/model.bin" "$run/model_again.bin"
 echo "llm.c file: import + export gives the same $(stat -c %s "$run/model.bin") bytes"
-python3 - "$run/log_before/summary.json" "$run/log_after/summary.json" <<'PY'
-import json, sys
-a, b = (json.load(open(p))["final_val_loss"] for p in sys.argv[1:3])
+# eval_only writes eval_step_<N>.json (never summary.json): one file in each log dir.
+python3 - "$run/log_before" "$run/log_after" <<'PY'
+import glob, json, sys
+def loss(log_dir):
+    files = glob.glob(log_dir + "/eval_step_*.json")
+    assert len(files) == 1 and not glob.glob(log_dir + "/summary.json"), (log_dir, files)
+    return json.load(open(files[0]))["final_val_loss"]
+a, b = (loss(d) for d in sys.argv[1:3])
 rel = abs(a - b) / a
 print(f"val loss before export {a!r}, after llm.c export and import {b!r}: relative difference {rel:.2e} (<= 1e-5)")
 sys.exit(0 if rel <= 1e-5 else 1)

@@ -51,6 +51,8 @@ struct TrainState {
   int world_size = 1;
   int nodes = 1;
   std::string mesh;
+  double train_seconds = 0;   // wall time of every segment of the run up to this checkpoint (0 if not recorded)
+  std::int64_t segments = 1;  // runs (a fresh start and each resume) that led to it
 };
 
 // How the tensor data travel to the file. Both are collective and produce the same file.

@@ -62,16 +62,22 @@ class Sampler {
 // The permutation of [0, count) for (seed, epoch): Fisher-Yates driven by SplitMix64.
 std::vector<std::uint32_t> epoch_permutation(std::uint64_t count, std::uint64_t seed, std::uint64_t epoch);
 
-// Deterministic evaluation over a (validation) file: batch b of the pass reads windows
-// [b*G + r*batch, b*G + (r+1)*batch) in file order (G = dp_size*batch). A pass has batch_count() batches;
-// reset() starts a pass again, and next() wraps to the first batch after the last.
+// Deterministic evaluation over a (validation) file, a property of the data and not of the world size: the
+// evaluation set is the first W windows of seq_len + 1 tokens in file order, W = eval_tokens / seq_len (eval_tokens
+// = 0: every whole window of the file). Batch b of the pass gives rank r the windows [b*G + r*batch,
+// b*G + (r+1)*batch) that are below W (G = dp_size*batch); every rank has batch_count() batches, the last ones
+// partly or wholly padding (rows repeating window 0, to be left out of the loss: next() says how many are real).
+// So 1 rank and 4 ranks see the same W windows. reset() starts a pass again; next() wraps after the last batch.
 class EvalLoader {
  public:
-  EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size);
+  // A data Error naming both sizes when the file holds fewer than W windows (or none).
+  EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size, std::int64_t eval_tokens);
 
-  void next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
+  // Fills batch rows; returns how many leading rows are evaluation windows (the rest are padding).
+  std::size_t next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
   void reset() { batch_index_ = 0; }
   std::uint64_t batch_count() const { return batch_count_; }
+  std::uint64_t windows() const { return windows_; }  // W
 
  private:
   const TokenFile& file_;
@@ -79,6 +85,7 @@ class EvalLoader {
   std::size_t seq_len_;
   std::size_t dp_rank_;
   std::uint64_t global_batch_;
+  std::uint64_t windows_;
   std::uint64_t batch_count_;
   std::uint64_t batch_index_ = 0;
 };

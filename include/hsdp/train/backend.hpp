@@ -35,8 +35,10 @@ class Backend {
   // True on every rank when any rank's gradients hold inf or nan (fp16 overflow).
   virtual bool found_nonfinite() = 0;
   virtual void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) = 0;
-  // Forward only: this rank's mean loss on the batch.
-  virtual float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) = 0;
+  // Forward only: the sum, in double, of the per-position losses of the batch's first `rows` sequences (the rest
+  // are padding: every rank makes the same calls, collective strategies need that).
+  virtual double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                                   std::size_t rows) = 0;
   virtual const shard::StepTiming& timing() const = 0;
   // Bytes moved this step by communicators the backend owns beyond the mesh's (NCCL), by link.
   virtual comm::LinkBytes own_bytes() const { return {}; }

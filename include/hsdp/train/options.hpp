@@ -30,7 +30,7 @@ struct TrainOptions {
   double grad_clip = 1.0;
   std::uint64_t data_seed = 1337;
   std::int64_t eval_every = 100;
-  int eval_batches = 8;
+  std::int64_t eval_tokens = 0;  // 0: the whole val set (data::EvalLoader)
   bool activation_checkpointing = false;
 
   shard::EngineOptions engine;  // strategy, precision, prefetch, buckets, grad_accum

@@ -15,7 +15,9 @@ struct TrainSummary {
   double final_val_loss = -1;
   double entropy_rate = -1;  // from data.entropy_json, if given
   double tokens_per_s = 0;   // mean over the steps after the first
-  double seconds = 0;
+  double seconds = 0;                  // all segments of the run
+  double earlier_seconds = 0;          // the segments before this one (from the checkpoint resumed)
+  std::int64_t segments = 1;           // this one and those before it
   std::int64_t resumed_from_step = 0;  // 0: a fresh start
   bool stopped_by_signal = false;     // checkpointed on SIGUSR1/SIGTERM: exit 3 so the job requeues
 };

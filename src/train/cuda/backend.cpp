@@ -147,11 +147,14 @@ class CudaBackend final : public Backend {
     params_.adamw_update(values, compute_);
   }
 
-  float evaluate(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
+  double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                           std::size_t rows) override {
     upload(tokens, targets);
     gpt_.forward(params_.compute(), tokens_.data(), targets_.data(), 0.0f, compute_);
     request_losses();
-    return mean_loss();
+    losses_ready_.synchronize();
+    const std::size_t positions = rows * static_cast<std::size_t>(gpt_.seq_len());
+    return std::accumulate(host_losses_.data(), host_losses_.data() + positions, 0.0);
   }
 
   const shard::StepTiming& timing() const override { return timing_; }

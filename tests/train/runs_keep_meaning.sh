@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Figures keep their meaning across world sizes and workflows (label e2e), on the quickstart deck:
+#   eval    the val loss of one checkpoint is the same on 4 ranks (2x2, full_shard) and on 1 rank: train.eval_tokens
+#           picks the same windows whatever the world size (micro_batch 2 on both, so even the batches are the
+#           same pairs of windows: per-position losses are bit-identical and only the order of the double sum
+#           differs, ~1e-15 relative; tolerance 1e-9). eval_only writes eval_step_<N>.json and leaves the run's
+#           summary.json and metrics.jsonl byte-identical.
+#   resume  a run of 4 ranks (4 x micro_batch 2 x 64 tokens = 512 per step) resumed on 2 ranks runs grad_accum 2,
+#           says so in one line and keeps 512 tokens per step; on 3 ranks (3 x 2 x 64 = 384 does not divide 512)
+#           it exits 2 naming the micro-batch sizes that would; summary.json totals both segments.
+set -euo pipefail
+train=$1 deck=$2 data=$3 run=$4
+shift 4
+mpiexec=$1  # the mpirun binary; the world size varies here
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+launch() { local np=$1; shift; "$mpiexec" --oversubscribe --allow-run-as-root -np "$np" "$train" "$@"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json"
+        --train.steps=6 --train.eval_every=0 --log.every=100 --train.eval_tokens=4096 --train.micro_batch=2)
+rm -rf "$run"
+mkdir -p "$run"
+
+launch 4 "${common[@]}" --topology.ranks_per_node=2 --parallel.sharding=full_shard --checkpoint.dir="$run/ck" \
+  --log.dir="$run/log4" --train.stop_at_step=3 >"$run/first.log"
+cp "$run/log4/summary.json" "$run/summary_before.json"
+cp "$run/log4/metrics.jsonl" "$run/metrics_before.jsonl"
+
+# eval: 4 ranks into the run's own log dir, then 1 rank elsewhere
+launch 4 "${common[@]}" --topology.ranks_per_node=2 --parallel.sharding=full_shard --train.eval_only=true \
+  --checkpoint.resume="$run/ck/step_3.h5" --log.dir="$run/log4" >"$run/eval4.log"
+cmp "$run/summary_before.json" "$run/log4/summary.json" || fail "eval_only overwrote the run's summary.json"
+cmp "$run/metrics_before.jsonl" "$run/log4/metrics.jsonl" || fail "eval_only rewrote the run's metrics.jsonl"
+[[ -f $run/log4/eval_step_3.json ]] || fail "eval_only wrote no eval_step_3.json"
+launch 1 "${common[@]}" --train.eval_only=true --checkpoint.resume="$run/ck/step_3.h5" --log.dir="$run/eval1" \
+  >"$run/eval1.log"
+python3 - "$run/log4/eval_step_3.json" "$run/eval1/eval_step_3.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p))["final_val_loss"] for p in sys.argv[1:3])
+rel = abs(a - b) / a
+print(f"val loss of step 3 on 4 ranks {a!r}, on 1 rank {b!r}: relative difference {rel:.1e} (<= 1e-9)")
+sys.exit(0 if rel <= 1e-9 else 1)
+PY
+
+# resume on 2 ranks: grad_accum 2 keeps 512 tokens per step
+launch 2 "${common[@]}" --topology.ranks_per_node=1 --parallel.sharding=hybrid_shard --checkpoint.dir="$run/ck2" \
+  --checkpoint.resume="$run/ck/step_3.h5" --log.dir="$run/log2" >"$run/resume2.log"
+grep -q "resume: 4 -> 2 ranks: train.grad_accum 1 -> 2 keeps the run's global batch of 512 tokens per step" \
+  "$run/resume2.log" || fail "no line saying grad_accum follows: $(cat "$run/resume2.log")"
+python3 - "$run/log2/metrics.jsonl" "$run/log2/summary.json" <<'PY'
+import json, sys
+steps = [json.loads(line) for line in open(sys.argv[1])]
+summary = json.load(open(sys.argv[2]))
+assert [s["step"] for s in steps] == [4, 5, 6], [s["step"] for s in steps]
+assert all(s["tokens"] == 512 for s in steps), [s["tokens"] for s in steps]
+assert summary["steps"] == 6 and summary["segments"] == 2, summary
+assert summary["seconds"] > summary["segment_seconds"] > 0, summary
+print(f"resumed on 2 ranks: 512 tokens per step, summary: {summary['steps']} steps in {summary['segments']} segments, "
+      f"{summary['seconds']:.1f} s ({summary['segment_seconds']:.1f} s in this one)")
+PY
+
+# resume on 3 ranks: no grad_accum keeps 512 tokens per step
+set +e
+out=$(launch 3 "${common[@]}" --topology.ranks_per_node=3 --parallel.sharding=full_shard \
+  --checkpoint.dir="$run/ck3" --checkpoint.resume="$run/ck/step_3.h5" --log.dir="$run/log3" 2>&1)
+code=$?
+set -e
+[[ $code -eq 2 ]] || fail "resume on 3 ranks exited $code, expected 2: $out"
+grep -q "no train.grad_accum keeps the global batch; set train.micro_batch to one of" <<<"$out" ||
+  fail "the message does not name the choices: $out"
+echo "resume on 3 ranks: exit 2: $(grep -o 'resume: .*' <<<"$out" | head -1)"
