@@ -1,12 +1,20 @@
-// --calibrate: hsdp-commbench --json lines in, link bandwidth and latency out.
+// --calibrate: hsdp-commbench --json lines in, link bandwidth and latency out; hsdp-bench-train-cpu/-gpu --json lines
+// in, a compute rate per rank out.
 #include "plan/calibrate.hpp"
 
 #include <gtest/gtest.h>
 
 #include "hsdp/core/error.hpp"
+#include "plan/cost.hpp"
+#include "plan/planner.hpp"
+#include "plan/shapes.hpp"
 
 namespace hsdp::plan {
 namespace {
+
+Calibration parse_commbench(const std::string& text, const std::string& origin) {
+  return parse_calibration({{text, origin}});
+}
 
 // As hsdp-commbench --json writes them (2 nodes x 2 ranks): world, intra-node (2 ranks), inter-node (2 ranks).
 constexpr const char* kLines =
@@ -55,7 +63,65 @@ TEST(Calibrate, ALineThatIsNotJson_IsAConfigErrorNamingTheLine) {
 
 TEST(Calibrate, NoCommLines_IsAConfigError) {
   EXPECT_THROW(parse_commbench(R"({"bench":"memcpy","bytes":64,"gbps":1})", "x.json"), Error);
-  EXPECT_THROW(read_commbench("/nonexistent/bench.json"), Error);
+  EXPECT_THROW(read_calibration({"/nonexistent/bench.json"}), Error);
+}
+
+// As hsdp-bench-train-cpu --json writes it (abridged: the fields --calibrate reads and achieved_gflops, quoted).
+constexpr const char* kTrainCpu =
+    R"({"bench":"train_cpu","n_layer":2,"n_embd":64,"n_head":2,"vocab_size":64,"padded_vocab_size":64,"params":110000,"batch":4,"seq_len":32,"threads":2,"checkpointing":false,"steps":10,"step_ms":2.5,"achieved_gflops":40.2})";
+
+// Compute = hsdp-plan's FLOPs of the measured step / its mean step_ms: (6 P + 12 L C T) x B T / step. Exact up to
+// the rounding of one division (1e-12 relative).
+TEST(Calibrate, TrainCpuLine_GivesHsdpPlansFlopsOfTheStepOverItsMeanStepTime) {
+  const Calibration c = parse_calibration({{kTrainCpu, "train.json"}});
+  ASSERT_TRUE(c.compute.has_value());
+  EXPECT_FALSE(c.intra.has_value());
+  EXPECT_FALSE(c.inter.has_value());
+  const double flops = (6.0 * 110000 + 12.0 * 2 * 64 * 32) * 4 * 32;
+  EXPECT_NEAR(c.compute->tflops, flops / 2.5e-3 / 1e12, 1e-12 * flops / 2.5e-3 / 1e12);
+  EXPECT_NE(c.compute->how.find("40.2"), std::string::npos) << c.compute->how;  // the bench's own count, quoted
+}
+
+// The point of the definition: planning the benchmarked model on one rank with the calibrated rate predicts the
+// measured step's time as its compute (1e-12 relative: two divisions).
+TEST(Calibrate, PlanOfTheBenchmarkedModelOnOneRank_ComputesInTheMeasuredStepTime) {
+  model::GptConfig g;
+  g.n_layer = 2;
+  g.n_head = 2;
+  g.n_embd = 64;
+  g.block_size = 32;
+  g.vocab_size = 64;
+  g.padded_vocab_size = 64;
+  const PlanModel m = gpt_model(g, "bench");
+  const std::string line = R"({"bench":"train_gpu","n_layer":2,"n_embd":64,"params":)" + std::to_string(m.params()) +
+                           R"(,"batch":4,"seq_len":32,"step_ms":7.5,"tflops":0.01})";
+  const Calibration c = parse_calibration({{line, "gpu.json"}});
+  ASSERT_TRUE(c.compute.has_value());
+  Cluster cluster;
+  cluster.nodes = 1;
+  cluster.ranks_per_node = 1;
+  cluster.compute_tflops = c.compute->tflops;
+  const Workload work{4, 32, 1};
+  EXPECT_NEAR(step_flops(m, work, false) / (cluster.compute_tflops * 1e12), 7.5e-3, 7.5e-3 * 1e-12);
+}
+
+TEST(Calibrate, CommbenchAndTrainFiles_TogetherGiveLinksAndCompute) {
+  const Calibration c = parse_calibration({{kLines, "bench.json"}, {kTrainCpu, "train.json"}});
+  EXPECT_TRUE(c.intra.has_value());
+  EXPECT_TRUE(c.inter.has_value());
+  EXPECT_TRUE(c.compute.has_value());
+  EXPECT_EQ(c.source, "bench.json, train.json");
+}
+
+TEST(Calibrate, TrainLineWithoutStepTime_IsAConfigErrorNamingTheLine) {
+  try {
+    parse_calibration(
+        {{R"({"bench":"train_cpu","n_layer":2,"n_embd":64,"params":1,"batch":1,"seq_len":8})", "t.json"}});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(std::string(e.what()).find("t.json:1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // hsdp-plan's inputs to the library's formulas: the unit sizes of its shapes, the mesh groups built without MPI, the
-// activation formula against Gpt<float>, and the all-ranks sum by node symmetry against the sum over every rank.
+// activation formula against Gpt<float>, and the all-ranks sum and busiest rank by node symmetry against every rank.
 // Every comparison is exact (integers, no tolerance): these are the numbers hsdp-train's counters must equal.
 #include "hsdp/shard/formulas.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -138,7 +139,7 @@ TEST(MeshGroups, HpzThatDoesNotDivideTheNode_IsAConfigError) {
   EXPECT_THROW(mesh_groups(t, Sharding::full_shard, 3), Error);
 }
 
-TEST(PlanTraffic, AllRanksByNodeSymmetry_EqualsTheSumOverEveryRank) {
+TEST(PlanTraffic, AllRanksAndBusiestRankByNodeSymmetry_EqualTheOnesOverEveryRank) {
   const PlanModel gpt = gpt_model(config(3, 3, 48, 17, 101, 101), "test");
   const PlanModel llama = llama_model({3, 64, 4, 16, 96, 101}, "tiny-llama");
   const std::vector<Mesh> meshes = {{2, 2, Placement::block},
@@ -164,6 +165,14 @@ TEST(PlanTraffic, AllRanksByNodeSymmetry_EqualsTheSumOverEveryRank) {
         EXPECT_EQ(every.rank0, by_symmetry.rank0);
         EXPECT_EQ(every.all_ranks, by_symmetry.all_ranks)
             << m->name << " " << v.name << " on " << mesh.nodes << "x" << mesh.ranks_per_node;
+        EXPECT_EQ(every.max_rank, by_symmetry.max_rank)
+            << m->name << " " << v.name << " on " << mesh.nodes << "x" << mesh.ranks_per_node;
+        comm::LinkBytes most;
+        for (int r = 0; r < c.world(); ++r) {
+          const comm::LinkBytes b = rank_traffic(*m, c, o, r);
+          most = {std::max(most.intra, b.intra), std::max(most.inter, b.inter)};
+        }
+        EXPECT_EQ(every.max_rank, most);
       }
     }
   }

@@ -6,10 +6,13 @@
 # For every strategy (fp32), the ZeRO++ rows (bf16: full_shard+qwZ+hpZ+qgZ with hpZ groups of 2, hybrid_shard+qgZ)
 # and full_shard and hybrid_shard with train.grad_accum=2, hsdp-train runs 2 steps of DECK on 4 ranks as 2 emulated
 # nodes x 2; the last line of its metrics.jsonl must carry the job-wide bytes_intra and bytes_inter (all ranks) that
-# `hsdp-plan --json` gives as bytes_intra_all_ranks and bytes_inter_all_ranks for the same deck on --nodes 2
-# --ranks-per-node 2, and the same params + grads + optimizer memory and activation memory (rank 0's), exactly. What the run held beyond
+# `hsdp-plan --json` gives under the same names for the same deck on --nodes 2
+# --ranks-per-node 2, the busiest rank's bytes_intra_max_rank and bytes_inter_max_rank under the same names, and the
+# same params + grads + optimizer memory and activation memory (rank 0's), exactly. What the run held beyond
 # them (peak_total - model state - activations) is printed next to hsdp-plan's transient estimate, not checked: it
-# depends on when the nonblocking reductions complete.
+# depends on when the nonblocking reductions complete. Last, on a slow inter-node link (--inter-gbps 0.5) hsdp-plan
+# recommends full_shard+qwZ+hpZ+qgZ: hsdp-train runs with nothing but the "deck_keys" of that recommendation and must
+# equal that row.
 set -euo pipefail
 plan=$1 train=$2 data=$3 deck=$4 work=$5
 shift 5
@@ -35,6 +38,7 @@ number() { grep -o "\"$1\":[0-9]*" <<<"$2" | head -1 | cut -d: -f2; }
 "$plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json "${bf16[@]}" --zeropp.hpz_partition_size=2 \
   >"$work/plan_bf16.jsonl"
 "$plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json --train.grad_accum=2 >"$work/plan_accum2.jsonl"
+"$plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json --inter-gbps 0.5 >"$work/plan_slow_inter.jsonl"
 
 checked=0
 check() { # LABEL ROW PLAN_FILE TRAIN_ARGS...
@@ -56,8 +60,14 @@ check() { # LABEL ROW PLAN_FILE TRAIN_ARGS...
   for key in bytes_intra bytes_inter; do
     local got want
     got=$(number $key "$measured")
-    want=$(number ${key}_all_ranks "$expected")
-    [[ -n $got && $got == "$want" ]] || fail "$label: hsdp-train $key (all ranks) $got, hsdp-plan ${key}_all_ranks $want"
+    want=$(number $key "$expected")
+    [[ -n $got && $got == "$want" ]] || fail "$label: hsdp-train $key (all ranks) $got, hsdp-plan $want"
+  done
+  for key in bytes_intra_max_rank bytes_inter_max_rank; do
+    local got want
+    got=$(number $key "$measured")
+    want=$(number $key "$expected")
+    [[ -n $got && $got == "$want" ]] || fail "$label: hsdp-train $key $got, hsdp-plan $key $want"
   done
   [[ $got_state == "$want_state" ]] ||
     fail "$label: hsdp-train params+grads+optimizer $got_state ($params+$grads+$optimizer), hsdp-plan $want_state"
@@ -83,5 +93,13 @@ check hybrid_shard_qgz "hybrid_shard+qgZ" "$work/plan_bf16.jsonl" "${bf16[@]}" "
 for strategy in full_shard hybrid_shard; do
   check "${strategy}_accum2" "$strategy" "$work/plan_accum2.jsonl" --parallel.sharding="$strategy" --train.grad_accum=2
 done
-[[ $checked == 10 ]] || fail "checked $checked cases, expected 10"
-echo "all 10 cases: hsdp-plan equals hsdp-train's counters"
+# The recommendation, run with the deck keys hsdp-plan prints for it (and nothing else about the strategy).
+recommended=$(grep -F '"recommended":true' "$work/plan_slow_inter.jsonl") || fail "no recommended row"
+row=$(grep -o '"strategy":"[^"]*"' <<<"$recommended" | cut -d'"' -f4)
+keys=$(grep -o '"deck_keys":"[^"]*"' <<<"$recommended" | cut -d'"' -f4)
+[[ $row == "full_shard+qwZ+hpZ+qgZ" ]] || fail "--inter-gbps 0.5: recommended $row, expected full_shard+qwZ+hpZ+qgZ"
+read -ra deck_keys <<<"$keys"
+echo "recommended $row, deck keys: ${deck_keys[*]}"
+check recommended "$row" "$work/plan_slow_inter.jsonl" "${deck_keys[@]}"
+[[ $checked == 11 ]] || fail "checked $checked cases, expected 11"
+echo "all 11 cases: hsdp-plan equals hsdp-train's counters"

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "hsdp/core/error.hpp"
 #include "plan/report.hpp"
@@ -92,6 +93,101 @@ TEST(Recommendation, TinyModelOnAFastCluster_IsNoShard) {
     const Plan plan = make_plan(in);
     EXPECT_EQ(plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name, "no_shard") << plan.reason;
     EXPECT_NE(plan.reason.find("first of no_shard"), std::string::npos) << plan.reason;
+    EXPECT_EQ(plan.reason.find("Predicted faster"), std::string::npos) << plan.reason;  // it is the fastest
+    EXPECT_EQ(plan.deck_keys, std::vector<std::string>{"--parallel.sharding=no_shard"});
+  }
+}
+
+PlanInputs cluster_of(const std::string& model, int nodes, double intra_gbps, double inter_gbps, double memory_gib,
+                      std::int64_t micro_batch) {
+  PlanInputs in = inputs(named_model(model), nodes, 8);
+  in.cluster.intra.gbps = intra_gbps;
+  in.cluster.inter.gbps = inter_gbps;
+  in.cluster.memory_per_rank_gib = memory_gib;
+  in.work.micro_batch = micro_batch;
+  return in;
+}
+
+std::string picked(const Plan& plan) {
+  return plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name;
+}
+
+// GPT-2 1.5B on 8 x 16 GiB: no_shard is predicted a hair faster than shard_grad_op but needs 23 GiB.
+TEST(Recommendation, AFasterRowThatDoesNotFit_TheReasonSaysItDoesNotFit) {
+  const Plan plan = make_plan(cluster_of("gpt2-1.5b", 1, 150, 25, 16, 4));
+  EXPECT_EQ(picked(plan), "shard_grad_op") << plan.reason;
+  EXPECT_EQ(plan.strategies[static_cast<std::size_t>(plan.fastest)].variant.name, "no_shard");
+  EXPECT_NE(plan.reason.find("Predicted faster but not recommended: no_shard ("), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("does not fit: it needs"), std::string::npos) << plan.reason;
+}
+
+// GPT-2 124M on 4 nodes x 8, intra 60 / inter 25 GB/s: full_shard+qwZ+hpZ+qgZ is predicted faster than no_shard,
+// but by less than 10%.
+TEST(Recommendation, ZeroPPUnderTheTenPercentGain_TheReasonGivesItsGain) {
+  const Plan plan = make_plan(cluster_of("gpt2-124m", 4, 60, 25, 16, 1));
+  EXPECT_EQ(picked(plan), "no_shard") << plan.reason;
+  const double gain = 1 - row(plan, "full_shard+qwZ+hpZ+qgZ").step_s / row(plan, "no_shard").step_s;
+  EXPECT_GT(gain, 0);
+  EXPECT_LT(gain, kZeroPPMinimumGain);
+  EXPECT_NE(plan.reason.find("full_shard+qwZ+hpZ+qgZ ("), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("% faster than no_shard: rule 3 asks >= 10.0%"), std::string::npos) << plan.reason;
+}
+
+// Llama-7B on 2 nodes x 8 of 40 GiB: the fastest (no_shard) does not fit, and the fastest that fits
+// (hybrid_shard+qgZ) is not the ZeRO++ variant of the family rule 3 starts from: both are explained.
+TEST(Recommendation, FastestAndFastestThatFits_AreBothExplained) {
+  const Plan plan = make_plan(cluster_of("llama-7b", 2, 150, 10, 40, 1));
+  EXPECT_EQ(picked(plan), "full_shard+qwZ+hpZ+qgZ") << plan.reason;
+  EXPECT_NE(plan.reason.find("no_shard ("), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("does not fit"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("hybrid_shard+qgZ ("), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("is not shard_grad_op's ZeRO++ variant"), std::string::npos) << plan.reason;
+}
+
+TEST(DeckKeys, ZeroPPPick_SelectsItsShardingAndEachZeroPPKey) {
+  const Plan plan = make_plan(inputs(named_model("gpt2-124m"), 2, 4));  // hpZ: groups of the 4 ranks of a node
+  ASSERT_EQ(picked(plan), "full_shard+qwZ+hpZ+qgZ") << plan.reason;
+  const std::vector<std::string> expected = {"--parallel.sharding=full_shard", "--zeropp.quantized_weights=true",
+                                             "--zeropp.hpz_partition_size=4", "--zeropp.quantized_gradients=true"};
+  EXPECT_EQ(plan.deck_keys, expected);
+}
+
+TEST(DeckKeys, DeckWithZeroPPOn_AndAPlainPick_TurnsOffWhatThePickDoesNotUse) {
+  PlanInputs in = inputs(named_model("gpt2-124m"), 1, 8);
+  in.deck_zeropp.quantized_weights = true;
+  in.deck_zeropp.hpz_partition_size = 2;
+  const Plan plan = make_plan(in);
+  ASSERT_EQ(picked(plan), "no_shard") << plan.reason;
+  const std::vector<std::string> expected = {"--parallel.sharding=no_shard", "--zeropp.quantized_weights=false",
+                                             "--zeropp.hpz_partition_size=0"};
+  EXPECT_EQ(plan.deck_keys, expected);
+}
+
+TEST(DeckKeys, ARowPlannedWithCheckpointing_TurnsItOn) {
+  const PlanInputs in = inputs(named_model("gpt2-124m"), 1, 8);
+  StrategyPlan p = make_plan(in).strategies.front();
+  p.checkpointing = true;
+  p.fit = Fit::with_checkpointing;
+  const std::vector<std::string> expected = {"--parallel.sharding=no_shard", "--train.activation_checkpointing=true"};
+  EXPECT_EQ(deck_keys(p, in), expected);
+}
+
+// train.activation_checkpointing=true in the deck: every row keeps one block's activations and recomputes the
+// forward, (8P + 16 LCT) / (6P + 12 LCT) of the compute (1e-12 relative: one division each).
+TEST(ActivationCheckpointing, DeckAsksForIt_EveryRowIsPlannedWithIt) {
+  PlanInputs in = inputs(named_model("gpt2-124m"), 1, 8);
+  const Plan without = make_plan(in);
+  in.activation_checkpointing = true;
+  const Plan with = make_plan(in);
+  const PlanModel& m = in.model;
+  const double p = static_cast<double>(m.params()), lct = 12.0 * 768 * 64;
+  for (std::size_t i = 0; i < with.strategies.size(); ++i) {
+    const StrategyPlan& s = with.strategies[i];
+    EXPECT_TRUE(s.checkpointing) << s.variant.name;
+    EXPECT_EQ(s.fit, Fit::with_checkpointing) << s.variant.name;
+    EXPECT_EQ(without.strategies[i].fit, Fit::yes) << s.variant.name;
+    const double ratio = s.time.compute_s / without.strategies[i].time.compute_s;
+    EXPECT_NEAR(ratio, (8 * p + 16 * lct) / (6 * p + 12 * lct), 1e-12);
   }
 }
 
@@ -132,13 +228,37 @@ TEST(Report, JsonHasOneObjectPerStrategy_AndOneRecommendation) {
     EXPECT_EQ(line.back(), '}');
     for (const char* key :
          {"\"strategy\":", "\"model_state_bytes\":", "\"bytes_intra\":", "\"bytes_inter\":",
-          "\"bytes_intra_all_ranks\":", "\"activation_bytes_checkpointed\":", "\"step_ms\":", "\"fits\":"}) {
+          "\"bytes_intra_max_rank\":",
+          "\"bytes_inter_max_rank\":", "\"bytes_intra_rank0\":", "\"bytes_inter_rank0\":",
+          "\"activation_bytes_checkpointed\":", "\"step_ms\":", "\"fits\":"}) {
       EXPECT_NE(line.find(key), std::string::npos) << key;
     }
-    if (line.find("\"recommended\":true") != std::string::npos) ++recommended;
+    if (line.find("\"recommended\":true") != std::string::npos) {
+      ++recommended;
+      EXPECT_NE(line.find("\"deck_keys\":\"--parallel.sharding="), std::string::npos) << line;
+      EXPECT_NE(line.find("\"fastest\":"), std::string::npos) << line;
+    }
   }
   EXPECT_EQ(objects, 8);
   EXPECT_EQ(recommended, 1);
+}
+
+// The job-wide sum, the busiest rank and rank 0, per link class: on 2 x 2, zero1's rank 0 sends nothing across
+// nodes (its ring neighbour is on its node) while the ranks at the node boundary do: the maximum is not rank 0's.
+TEST(Report, BytesPerLink_JobWideFirst_ThenBusiestRank_ThenRankZero) {
+  const PlanInputs in = inputs(named_model("gpt2-124m"), 2, 2);
+  const Plan plan = make_plan(in);
+  for (const StrategyPlan& p : plan.strategies) {
+    EXPECT_GE(p.all_ranks.intra, p.max_rank.intra) << p.variant.name;
+    EXPECT_GE(p.all_ranks.inter, p.max_rank.inter) << p.variant.name;
+    EXPECT_GE(p.max_rank.intra, p.rank0.intra) << p.variant.name;
+    EXPECT_GE(p.max_rank.inter, p.rank0.inter) << p.variant.name;
+  }
+  EXPECT_EQ(row(plan, "zero1").rank0.inter, 0u);
+  EXPECT_GT(row(plan, "zero1").max_rank.inter, 0u);
+  const std::string table = table_report(in, plan, {});
+  EXPECT_NE(table.find("intra job  inter job  intra max  inter max   intra r0   inter r0"), std::string::npos) << table;
+  EXPECT_NE(table.find("\ndeck keys: --parallel.sharding="), std::string::npos) << table;
 }
 
 TEST(Cost, AllReduceOnTwoNodes_IsTwoStepsOfAlphaPlusBytesOverInterBandwidth) {

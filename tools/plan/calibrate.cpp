@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "hsdp/core/error.hpp"
+#include "plan/cost.hpp"
 
 namespace hsdp::plan {
 namespace {
@@ -134,54 +135,112 @@ std::optional<LinkCalibration> derive(const std::vector<Sample>& samples, const 
 
 }  // namespace
 
-Calibration parse_commbench(const std::string& text, const std::string& origin) {
-  std::map<std::string, std::vector<Sample>> by_group;
-  std::istringstream in(text);
-  int line_number = 0;
-  int comm_lines = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto object = FlatObject::parse(line);
-    if (!object) {
-      throw_config(origin + ":" + std::to_string(line_number) +
-                   ": not a JSON object line (expected the output of hsdp-commbench --json)");
-    }
-    const std::string* bench = object->get("bench");
-    if (bench == nullptr || *bench != "comm") continue;
-    ++comm_lines;
-    const std::string* busbw_text = object->get("busbw_gbps");
-    if (busbw_text != nullptr && *busbw_text == "null") continue;  // a time of 0 (JsonLine writes inf as null)
-    const std::string* group = object->get("group");
-    const std::string* collective = object->get("collective");
-    const auto ranks = object->number("ranks"), bytes = object->number("bytes"), time = object->number("time_us"),
-               busbw = object->number("busbw_gbps");
-    if (group == nullptr || collective == nullptr || !ranks || !bytes || !time || !busbw) {
-      throw_config(origin + ":" + std::to_string(line_number) +
-                   ": a bench=comm line needs group, collective, ranks, bytes, time_us and busbw_gbps");
-    }
-    if (*collective != "all_reduce" && *collective != "reduce_scatter" && *collective != "all_gather") continue;
-    by_group[*group].push_back({*collective, *ranks, *bytes, *time, *busbw});
+namespace {
+
+// One bench=train_cpu|train_gpu line: hsdp-plan's FLOPs of its step over its mean step time.
+double train_line_tflops(const FlatObject& o, const std::string& where, std::string& how) {
+  const auto params = o.number("params"), layers = o.number("n_layer"), width = o.number("n_embd"),
+             batch = o.number("batch"), seq = o.number("seq_len"), step_ms = o.number("step_ms");
+  if (!params || !layers || !width || !batch || !seq || !step_ms || !(*step_ms > 0)) {
+    throw_config(where + ": a bench=" + *o.get("bench") +
+                 " line needs params, n_layer, n_embd, batch, seq_len and a positive step_ms");
   }
-  if (comm_lines == 0) throw_config(origin + ": no bench=comm lines (expected the output of hsdp-commbench --json)");
+  const std::string* ckpt = o.get("checkpointing");
+  const bool checkpointing = ckpt != nullptr && *ckpt == "true";
+  const double flops = flops_per_token(*params, *layers, *width, *seq, checkpointing) * *batch * *seq;
+  const double tflops = flops / (*step_ms * 1e-3) / 1e12;
+  const auto whole = [](double x) { return std::to_string(static_cast<long long>(x)); };
+  how += std::string(how.empty() ? "" : "; ") + *o.get("bench") + " P " + whole(*params) + ", L " + whole(*layers) +
+         ", C " + whole(*width) + ", " + whole(*batch) + " x " + whole(*seq) + " tokens" +
+         (checkpointing ? ", checkpointing" : "") + ": " + fmt(flops / 1e9) + " GFLOP in " + fmt(*step_ms) +
+         " ms = " + fmt(tflops) + " TFLOP/s";
+  const auto own = o.number("achieved_gflops");
+  const auto own_t = o.number("tflops");
+  if (own) how += " (the bench's own count: " + fmt(*own) + " GFLOP/s)";
+  if (own_t) how += " (the bench's own count: " + fmt(*own_t) + " TFLOP/s)";
+  return tflops;
+}
+
+}  // namespace
+
+Calibration parse_calibration(const std::vector<CalibrationSource>& sources) {
+  std::map<std::string, std::vector<Sample>> by_group;
+  double tflops_sum = 0;
+  int train_lines = 0;
+  std::string compute_how;
   Calibration c;
-  c.source = origin;
+  for (const CalibrationSource& source : sources) {
+    const std::string& origin = source.origin;
+    c.source += (c.source.empty() ? "" : ", ") + origin;
+    std::istringstream in(source.text);
+    int line_number = 0;
+    int bench_lines = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = origin + ":" + std::to_string(line_number);
+      const auto object = FlatObject::parse(line);
+      if (!object) {
+        throw_config(where +
+                     ": not a JSON object line (expected the output of hsdp-commbench --json or "
+                     "hsdp-bench-train-cpu/-gpu --json)");
+      }
+      const std::string* bench = object->get("bench");
+      if (bench != nullptr && (*bench == "train_cpu" || *bench == "train_gpu")) {
+        ++bench_lines;
+        ++train_lines;
+        tflops_sum += train_line_tflops(*object, where, compute_how);
+        continue;
+      }
+      if (bench == nullptr || *bench != "comm") continue;
+      ++bench_lines;
+      const std::string* busbw_text = object->get("busbw_gbps");
+      if (busbw_text != nullptr && *busbw_text == "null") continue;  // a time of 0 (JsonLine writes inf as null)
+      const std::string* group = object->get("group");
+      const std::string* collective = object->get("collective");
+      const auto ranks = object->number("ranks"), bytes = object->number("bytes"), time = object->number("time_us"),
+                 busbw = object->number("busbw_gbps");
+      if (group == nullptr || collective == nullptr || !ranks || !bytes || !time || !busbw) {
+        throw_config(where + ": a bench=comm line needs group, collective, ranks, bytes, time_us and busbw_gbps");
+      }
+      if (*collective != "all_reduce" && *collective != "reduce_scatter" && *collective != "all_gather") continue;
+      by_group[*group].push_back({*collective, *ranks, *bytes, *time, *busbw});
+    }
+    if (bench_lines == 0) {
+      throw_config(origin +
+                   ": no bench=comm, bench=train_cpu or bench=train_gpu lines (expected the output of "
+                   "hsdp-commbench --json or hsdp-bench-train-cpu/-gpu --json)");
+    }
+  }
   c.intra = derive(by_group["intra-node"], "intra-node");
   c.inter = derive(by_group["inter-node"], "inter-node");
-  if (!c.intra && !c.inter) {
-    throw_config(origin +
-                 ": no intra-node or inter-node ring collective lines (run hsdp-commbench on at least two "
-                 "nodes, or with --topology.ranks_per_node)");
+  if (train_lines > 0) {
+    ComputeCalibration compute;
+    compute.tflops = tflops_sum / train_lines;
+    compute.how = "compute " + fmt(compute.tflops) +
+                  " TFLOP/s per rank = the mean over the bench=train lines of hsdp-plan's FLOPs of the measured "
+                  "step (6P + 12 L C T per token) / its mean step_ms (" +
+                  compute_how + ")";
+    c.compute = compute;
+  }
+  if (!c.intra && !c.inter && !c.compute) {
+    throw_config(c.source +
+                 ": no intra-node or inter-node ring collective lines and no bench=train lines (run hsdp-commbench "
+                 "on at least two nodes, or with --topology.ranks_per_node)");
   }
   return c;
 }
 
-Calibration read_commbench(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw_config("--calibrate: cannot open '" + path + "' (no such file or not readable)");
-  std::stringstream text;
-  text << file.rdbuf();
-  return parse_commbench(text.str(), path);
+Calibration read_calibration(const std::vector<std::string>& paths) {
+  std::vector<CalibrationSource> sources;
+  for (const std::string& path : paths) {
+    std::ifstream file(path);
+    if (!file) throw_config("--calibrate: cannot open '" + path + "' (no such file or not readable)");
+    std::stringstream text;
+    text << file.rdbuf();
+    sources.push_back({text.str(), path});
+  }
+  return parse_calibration(sources);
 }
 
 }  // namespace hsdp::plan

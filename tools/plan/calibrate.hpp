@@ -5,6 +5,13 @@
 //                the bytes one rank moves per second, which is what the time model divides by);
 //   latency    = the mean over them, at the smallest size each was measured at, of time_us / (messages of the
 //                ring: 2(n-1) for all_reduce, n-1 for the others; n the group's ranks): the alpha of one message.
+// And the compute rate per rank from the lines of hsdp-bench-train-cpu --json (bench=train_cpu) and
+// hsdp-bench-train-gpu (bench=train_gpu), one training step of a GPT on one rank:
+//   compute    = the mean over those lines of hsdp-plan's FLOPs of the measured step (flops_per_token of cost.hpp with
+//                the line's params, n_layer, n_embd, seq_len and checkpointing, times batch x seq_len) / step_ms
+//                (the mean step: forward, backward and update). In hsdp-plan's own FLOP count, so that its compute
+//                time of the benchmarked model equals the measured step; the bench's achieved_gflops counts FLOPs
+//                its own way and is only quoted.
 // Other lines (bench=memcpy, group=world, all_to_all, broadcast) are read and ignored.
 #include <optional>
 #include <string>
@@ -18,14 +25,24 @@ struct LinkCalibration {
   std::string how;  // what it took, for the output
 };
 
-struct Calibration {
-  std::optional<LinkCalibration> intra, inter;
-  std::string source;
+struct ComputeCalibration {
+  double tflops = 0;  // per rank
+  std::string how;
 };
 
-// Parses the lines of `text` (origin names the file in errors); throws a config Error naming the line for a line
-// that is not a JSON object, or when no usable comm line is present.
-Calibration parse_commbench(const std::string& text, const std::string& origin);
-Calibration read_commbench(const std::string& path);
+struct Calibration {
+  std::optional<LinkCalibration> intra, inter;
+  std::optional<ComputeCalibration> compute;
+  std::string source;  // the files, comma-separated
+};
+
+struct CalibrationSource {
+  std::string text, origin;  // origin names the file in errors
+};
+
+// Parses the lines of every source; throws a config Error naming the file and line for a line that is not a JSON
+// object or a bench line that lacks a field, or when no source has a usable comm or train line.
+Calibration parse_calibration(const std::vector<CalibrationSource>& sources);
+Calibration read_calibration(const std::vector<std::string>& paths);
 
 }  // namespace hsdp::plan

@@ -35,13 +35,18 @@ double StepTime::overlapped_s() const {
   return exposed_s + std::max(compute_s, comm_s - exposed_s);
 }
 
+double flops_per_token(double params, double n_layer, double n_embd, double seq_len, bool checkpointing) {
+  const double attention = n_layer * n_embd * seq_len;
+  double per_token = 6.0 * params + 12.0 * attention;
+  if (checkpointing) per_token += 2.0 * params + 4.0 * attention;
+  return per_token;
+}
+
 double step_flops(const PlanModel& model, const Workload& work, bool checkpointing) {
-  const double p = static_cast<double>(model.params());
-  const double attention = static_cast<double>(model.activation.n_layer) *
-                           static_cast<double>(model.activation.n_embd) * static_cast<double>(work.seq_len);
-  double per_token = 6.0 * p + 12.0 * attention;
-  if (checkpointing) per_token += 2.0 * p + 4.0 * attention;
-  return per_token * static_cast<double>(work.tokens_per_rank());
+  return flops_per_token(static_cast<double>(model.params()), static_cast<double>(model.activation.n_layer),
+                         static_cast<double>(model.activation.n_embd), static_cast<double>(work.seq_len),
+                         checkpointing) *
+         static_cast<double>(work.tokens_per_rank());
 }
 
 StepTime step_time(const PlanModel& model, const Workload& work, const Cluster& cluster,

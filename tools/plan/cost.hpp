@@ -71,6 +71,9 @@ struct StepTime {
   double overlapped_s() const;
 };
 
+// FLOPs per token of a model of `params` parameters, L blocks of width C, at sequence length T: 6 P + 12 L C T
+// (+ 2 P + 4 L C T with checkpointing). --calibrate divides it by a measured step to get a rate in the same count.
+double flops_per_token(double params, double n_layer, double n_embd, double seq_len, bool checkpointing);
 double step_flops(const PlanModel& model, const Workload& work, bool checkpointing);
 StepTime step_time(const PlanModel& model, const Workload& work, const Cluster& cluster,
                    const shard::EngineOptions& options, const shard::MeshGroups& groups, bool checkpointing);

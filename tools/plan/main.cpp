@@ -29,14 +29,18 @@ constexpr const char* kAbout =
 For a model and a cluster, prints per strategy (no_shard, zero1, shard_grad_op, full_shard, hybrid_shard,
 hybrid_shard_zero2, full_shard+qwZ+hpZ+qgZ, hybrid_shard+qgZ): model-state memory per rank (hsdp's accounting and
 the ZeRO paper's), activation memory with and without activation checkpointing, whether it fits, the bytes a step
-sends per link class (rank 0, exactly what hsdp-train's metrics.jsonl reports as bytes_intra/bytes_inter, and the
-sum over all ranks), a predicted step time, and a recommendation with its reason.
+sends per link class (summed over all ranks: the job-wide figure, as hsdp-train's metrics.jsonl bytes_intra and
+bytes_inter; the busiest rank's, as its *_max_rank; and rank 0's), a predicted step time, and a recommendation
+with its reason (also why a row predicted faster is not recommended) and the deck keys that select it in hsdp-train.
 
 The model: the deck's [model] (GPT-2, planned with hsdp's ModelLayout and the formulas the engine is tested
 against), or --model (GPT-2 shapes the same way; Llama shapes as embedding, L equal blocks and a final unit holding
 the norm and the untied LM head, with Llama's parameter counts; their activations as GPT-2-style blocks of Llama's
-width and MLP size). micro-batch, sequence length, grad_accum, precision, prefetch, bucket size and the [zeropp]
-block and grad_bits come from the deck; the flags below override them. Nodes are emulated as hsdp-train's
+width and MLP size). --model replaces the deck's [model]; --model.KEY=VALUE given on the command line then changes
+the named shape (GPT-2: every model key; Llama: model.n_layer and model.vocab_size, other keys are an error).
+micro-batch, sequence length, grad_accum, train.activation_checkpointing (true: every row is planned with it),
+precision, prefetch, bucket size and the [zeropp] block and grad_bits come from the deck, with or without --model;
+the flags below override them. Nodes are emulated as hsdp-train's
 --topology.ranks_per_node builds them (placement from topology.placement).
 )";
 
@@ -47,7 +51,7 @@ time model (alpha-beta):
   (a ring goes at its slowest hop), else intra-node; all_to_all splits its blocks by target. Bandwidths are per rank
   with all ranks of a node communicating (hsdp-commbench's busbw).
   compute: tokens per rank x (6P + 12 L C T) FLOPs / --compute-tflops (+ 2P + 4 L C T per token of recomputation
-  when only activation checkpointing fits).
+  when only activation checkpointing fits, or the deck asks for it).
   overlap: parallel.prefetch=false: step = compute + comm. prefetch on: step = exposed + max(compute, comm -
   exposed), exposed = the embedding's first gather per micro-batch, its gradient reduction after the last backward
   (no_shard: the last bucket), zero1's post-step all-gather, and qgZ's all-to-alls (blocking in hsdp).
@@ -63,19 +67,30 @@ examples:
   hsdp-plan --config input/quickstart.ini --nodes 2 --ranks-per-node 2
   hsdp-plan --model llama-70b --nodes 2 --ranks-per-node 4 --inter-gbps 3 --micro-batch 1 --seq-len 2048
   mpirun -np 16 hsdp-commbench --topology.ranks_per_node=8 --json > bench.json
-  hsdp-plan --model gpt2-1.5b --nodes 2 --ranks-per-node 8 --calibrate bench.json --json
+  hsdp-bench-train-cpu --threads 2 --json > train.json      # the threads one rank gets (device.threads)
+  hsdp-plan --model gpt2-1.5b --nodes 2 --ranks-per-node 8 --calibrate bench.json --calibrate train.json --json
 
 exit codes: 0 done; 1 internal error; 2 bad input (the message names the flag, key or file).
 )";
 
 struct Flags {
   bool help = false, version = false, json = false;
-  std::optional<std::string> config, model, calibrate, param_dtype, reduce_dtype;
+  std::optional<std::string> config, model, param_dtype, reduce_dtype;
+  std::vector<std::string> calibrate;
   std::optional<long long> micro_batch, seq_len, grad_accum;
   int nodes = 1, ranks_per_node = 0, hpz = 0;
   Cluster cluster;
   std::vector<std::string> explicit_links;  // link flags the user gave (they win over --calibrate)
 };
+
+// The dtypes --param-dtype and --reduce-dtype accept: exactly the choices of the deck key they set.
+const std::string& dtype_choices(const char* key) {
+  return hsdp::app::find_option(key)->choices;
+}
+
+std::string dtype_help(const char* key) {
+  return dtype_choices(key) + " (" + key + ")";
+}
 
 po::options_description flag_description(Flags& f) {
   po::options_description d("flags");
@@ -105,13 +120,16 @@ po::options_description flag_description(Flags& f) {
                                              "sequences per micro-batch per rank (train.micro_batch)")(
       "seq-len", po::value<long long>(), "tokens per sequence (train.seq_len)")(
       "grad-accum", po::value<long long>(), "micro-batches per step (train.grad_accum)")(
-      "param-dtype", po::value<std::string>(), "fp32|bf16|fp16 (precision.param)")(
-      "reduce-dtype", po::value<std::string>(), "fp32|bf16|fp16 (precision.reduce)")(
+      "param-dtype", po::value<std::string>(), dtype_help("precision.param").c_str())(
+      "reduce-dtype", po::value<std::string>(), dtype_help("precision.reduce").c_str())(
       "hpz-partition-size", po::value(&f.hpz)->default_value(0),
       "hpZ group of the full_shard+qwZ+hpZ+qgZ row; 0 = zeropp.hpz_partition_size if > 0, else ranks per node")(
-      "calibrate", po::value<std::string>()->value_name("FILE"),
-      "derive intra/inter bandwidth (busbw at the largest size) and latency (time per message at the smallest) "
-      "from hsdp-commbench --json lines; link flags given explicitly still win")(
+      "calibrate", po::value<std::vector<std::string>>(&f.calibrate)->composing()->value_name("FILE"),
+      "measured numbers instead of the defaults (repeatable; flags given explicitly still win): intra/inter "
+      "bandwidth (busbw at the largest size) and latency (time per message at the smallest) from hsdp-commbench "
+      "--json lines; the compute rate per rank from hsdp-bench-train-cpu/-gpu --json lines (hsdp-plan's FLOPs of "
+      "the measured step / its mean step_ms: so the plan of the benchmarked model on one rank takes that step's "
+      "time; run the bench with the threads or device one rank has)")(
       "json", po::bool_switch(&f.json), "one JSON object per strategy instead of the tables");
   return d;
 }
@@ -136,17 +154,12 @@ void split_arguments(int argc, char** argv, std::vector<std::string>& flags,
   }
 }
 
-std::string deck_dtype(const std::string& text, const char* flag) {
-  switch (hsdp::parse_dtype(text, flag)) {
-    case hsdp::DType::f32:
-      return "fp32";
-    case hsdp::DType::bf16:
-      return "bf16";
-    case hsdp::DType::f16:
-      return "fp16";
-    default:
-      hsdp::throw_config(std::string(flag) + ": '" + text + "' is not a parameter/reduction dtype (fp32|bf16|fp16)");
+std::string deck_dtype(const std::string& text, const char* flag, const char* key) {
+  std::istringstream choices(dtype_choices(key));
+  for (std::string choice; std::getline(choices, choice, '|');) {
+    if (choice == text) return text;
   }
+  hsdp::throw_config(std::string(flag) + ": '" + text + "' is not one of " + dtype_help(key));
 }
 
 ConfigDeck build_deck(const Flags& f, const std::vector<std::pair<std::string, std::string>>& overrides) {
@@ -175,13 +188,43 @@ ConfigDeck build_deck(const Flags& f, const std::vector<std::pair<std::string, s
   if (f.micro_batch) deck.set("train.micro_batch", std::to_string(*f.micro_batch));
   if (f.seq_len) deck.set("train.seq_len", std::to_string(*f.seq_len));
   if (f.grad_accum) deck.set("train.grad_accum", std::to_string(*f.grad_accum));
-  if (f.param_dtype) deck.set("precision.param", deck_dtype(*f.param_dtype, "--param-dtype"));
-  if (f.reduce_dtype) deck.set("precision.reduce", deck_dtype(*f.reduce_dtype, "--reduce-dtype"));
+  if (f.param_dtype) deck.set("precision.param", deck_dtype(*f.param_dtype, "--param-dtype", "precision.param"));
+  if (f.reduce_dtype) deck.set("precision.reduce", deck_dtype(*f.reduce_dtype, "--reduce-dtype", "precision.reduce"));
   return deck;
 }
 
-hsdp::plan::PlanModel model_of(const Flags& f, const ConfigDeck& deck, std::int64_t seq_len) {
-  if (f.model && f.model->rfind("llama", 0) == 0) return hsdp::plan::named_model(*f.model);
+using Overrides = std::vector<std::pair<std::string, std::string>>;
+
+// " with model.n_layer=6, ...": the command line's model keys that change a named shape, for its name.
+std::string model_overrides_text(const Overrides& overrides) {
+  std::string text;
+  for (const auto& [key, value] : overrides) {
+    if (key.rfind("model.", 0) == 0 && key != "model.seed")
+      text += (text.empty() ? " with " : ", ") + key + "=" + value;
+  }
+  return text;
+}
+
+// A Llama shape with the command line's model.n_layer and model.vocab_size; other model keys have no meaning there.
+hsdp::plan::PlanModel llama_of(const std::string& name, const ConfigDeck& deck, const Overrides& overrides) {
+  hsdp::plan::LlamaShape shape = hsdp::plan::llama_shape(name);
+  for (const auto& [key, value] : overrides) {
+    if (key == "model.n_layer") {
+      shape.n_layer = static_cast<int>(deck.get_int(key));
+    } else if (key == "model.vocab_size") {
+      shape.vocab = static_cast<int>(deck.get_int(key));
+    } else if (key.rfind("model.", 0) == 0 && key != "model.seed") {
+      hsdp::throw_config("--" + key + ": a Llama shape (--model " + name +
+                         ") takes model.n_layer and model.vocab_size only (its heads, KV width, MLP size and "
+                         "untied head follow from n_embd in ways the deck has no keys for)");
+    }
+  }
+  return hsdp::plan::llama_model(shape, name + model_overrides_text(overrides));
+}
+
+hsdp::plan::PlanModel model_of(const Flags& f, const ConfigDeck& deck, const Overrides& overrides,
+                               std::int64_t seq_len) {
+  if (f.model && f.model->rfind("llama", 0) == 0) return llama_of(*f.model, deck, overrides);
   if (f.model) hsdp::plan::named_model(*f.model);  // an unknown name fails here, naming --model
   hsdp::model::GptConfig c;
   const auto integer = [&](const char* key) { return static_cast<int>(deck.get_int(key)); };
@@ -200,7 +243,9 @@ hsdp::plan::PlanModel model_of(const Flags& f, const ConfigDeck& deck, std::int6
     hsdp::throw_config("train.seq_len (" + std::to_string(seq_len) + ") exceeds model.block_size (" +
                        std::to_string(c.block_size) + ")");
   }
-  return hsdp::plan::gpt_model(c, f.model ? *f.model : f.config ? "deck " + *f.config : "deck defaults");
+  return hsdp::plan::gpt_model(c, f.model    ? *f.model + model_overrides_text(overrides)
+                                  : f.config ? "deck " + *f.config
+                                             : "deck defaults");
 }
 
 void check_cluster(const Cluster& c) {
@@ -250,7 +295,6 @@ int run(int argc, char** argv) {
   };
   text("config", f.config);
   text("model", f.model);
-  text("calibrate", f.calibrate);
   text("param-dtype", f.param_dtype);
   text("reduce-dtype", f.reduce_dtype);
   whole("micro-batch", f.micro_batch);
@@ -262,7 +306,8 @@ int run(int argc, char** argv) {
   in.work.micro_batch = deck.get_int("train.micro_batch");
   in.work.seq_len = deck.get_int("train.seq_len");
   in.work.grad_accum = static_cast<int>(deck.get_int("train.grad_accum"));
-  in.model = model_of(f, deck, in.work.seq_len);
+  in.activation_checkpointing = deck.get_bool("train.activation_checkpointing");
+  in.model = model_of(f, deck, overrides, in.work.seq_len);
 
   Cluster& c = in.cluster;
   c = f.cluster;
@@ -272,8 +317,8 @@ int run(int argc, char** argv) {
   if (f.ranks_per_node < 0) hsdp::throw_config("--ranks-per-node must be >= 0");
   c.placement = hsdp::comm::parse_placement(deck.get("topology.placement"));
   hsdp::plan::ReportContext context;
-  if (f.calibrate) {
-    const hsdp::plan::Calibration cal = hsdp::plan::read_commbench(*f.calibrate);
+  if (!f.calibrate.empty()) {
+    const hsdp::plan::Calibration cal = hsdp::plan::read_calibration(f.calibrate);
     const auto apply = [&](const std::optional<hsdp::plan::LinkCalibration>& link, hsdp::plan::LinkClass& into,
                            const std::string& group, const std::string& gbps_flag, const std::string& latency_flag) {
       if (!link) {
@@ -293,6 +338,16 @@ int run(int argc, char** argv) {
     };
     apply(cal.intra, c.intra, "intra-node", "intra-gbps", "intra-latency-us");
     apply(cal.inter, c.inter, "inter-node", "inter-gbps", "inter-latency-us");
+    if (!cal.compute) {
+      context.cluster_notes += "calibration: " + cal.source +
+                               " has no bench=train_cpu or bench=train_gpu lines; --compute-tflops keeps its value\n";
+    } else {
+      context.cluster_notes += "calibration: " + cal.compute->how + "\n";
+      if (vm["compute-tflops"].defaulted())
+        c.compute_tflops = cal.compute->tflops;
+      else
+        context.cluster_notes += "  --compute-tflops given: it wins over the calibration\n";
+    }
   }
   check_cluster(c);
 
@@ -304,6 +359,9 @@ int run(int argc, char** argv) {
   o.grad_accum = in.work.grad_accum;
   in.deck_zeropp.grad_bits = deck.get("zeropp.grad_bits") == "8" ? hsdp::quant::Bits::int8 : hsdp::quant::Bits::int4;
   in.deck_zeropp.block = static_cast<std::size_t>(deck.get_int("zeropp.block"));
+  in.deck_zeropp.quantized_weights = deck.get_bool("zeropp.quantized_weights");
+  in.deck_zeropp.quantized_gradients = deck.get_bool("zeropp.quantized_gradients");
+  in.deck_zeropp.hpz_partition_size = static_cast<int>(deck.get_int("zeropp.hpz_partition_size"));
   hsdp::quant::validate({in.deck_zeropp.grad_bits, in.deck_zeropp.block});
   if (f.hpz < 0) hsdp::throw_config("--hpz-partition-size must be >= 0");
   in.hpz_partition_size = f.hpz > 0 ? f.hpz : static_cast<int>(deck.get_int("zeropp.hpz_partition_size"));

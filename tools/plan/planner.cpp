@@ -22,7 +22,9 @@ const char* kRecommendationRule() {
          "3 ZeRO++: on several nodes, when the pick's inter-node communication takes longer than its compute, the\n"
          "        ZeRO++ variant of its family (hybrid_shard+qgZ, else full_shard+qwZ+hpZ+qgZ) if it fits and is\n"
          "        predicted >= 10% faster (quantization costs some accuracy; a small gain does not pay for it).\n"
-         "4 none fits: the strategy with the least memory, and how many nodes full_shard would need.";
+         "4 none fits: the strategy with the least memory, and how many nodes full_shard would need.\n"
+         "A row predicted faster than the pick (the fastest, the fastest that fits) is named in the reason with the\n"
+         "part of the rule that passes it over; `deck keys` are the hsdp-train keys that select the pick.";
 }
 
 const char* to_string(Fit f) {
@@ -66,17 +68,38 @@ Traffic plan_traffic(const PlanModel& model, const Cluster& cluster, const shard
                      int every_rank_up_to) {
   Traffic t;
   t.rank0 = rank_traffic(model, cluster, options, 0);
+  const auto visit = [&](int r, comm::LinkBytes& sum) {
+    const comm::LinkBytes b = r == 0 ? t.rank0 : rank_traffic(model, cluster, options, r);
+    sum += b;
+    t.max_rank = {std::max(t.max_rank.intra, b.intra), std::max(t.max_rank.inter, b.inter)};
+  };
   const int world = cluster.world();
   if (world <= every_rank_up_to) {
-    for (int r = 0; r < world; ++r) t.all_ranks += r == 0 ? t.rank0 : rank_traffic(model, cluster, options, r);
+    for (int r = 0; r < world; ++r) visit(r, t.all_ranks);
     return t;
   }
   const comm::Topology topology = emulated_topology(0, cluster.nodes, cluster.ranks_per_node, cluster.placement);
   comm::LinkBytes node0;
-  for (const int r : topology.ranks_on_node(0)) node0 += r == 0 ? t.rank0 : rank_traffic(model, cluster, options, r);
+  for (const int r : topology.ranks_on_node(0)) visit(r, node0);
   const auto nodes = static_cast<std::uint64_t>(topology.num_nodes());
   t.all_ranks = {node0.intra * nodes, node0.inter * nodes};
   return t;
+}
+
+std::vector<std::string> deck_keys(const StrategyPlan& row, const PlanInputs& in) {
+  std::vector<std::string> keys{"--parallel.sharding=" + std::string(shard::to_string(row.variant.sharding))};
+  const shard::ZeroPPOptions& z = row.variant.zeropp;
+  const shard::ZeroPPOptions& deck = in.deck_zeropp;
+  const auto flag = [](bool on) { return on ? std::string("true") : std::string("false"); };
+  if (z.quantized_weights || z.quantized_weights != deck.quantized_weights)
+    keys.push_back("--zeropp.quantized_weights=" + flag(z.quantized_weights));
+  if (z.hpz_partition_size > 0 || z.hpz_partition_size != deck.hpz_partition_size)
+    keys.push_back("--zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size));
+  if (z.quantized_gradients || z.quantized_gradients != deck.quantized_gradients)
+    keys.push_back("--zeropp.quantized_gradients=" + flag(z.quantized_gradients));
+  // A row that does not fit (the least-memory pick when nothing fits) comes closest with checkpointing.
+  if (row.checkpointing || row.fit == Fit::no) keys.emplace_back("--train.activation_checkpointing=true");
+  return keys;
 }
 
 namespace {
@@ -110,13 +133,16 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
   p.transient = transient_bytes(units, p.options, p.shard_size);
   p.activations = activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len, false);
   p.activations_checkpointed = activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len, true);
-  p.fit = static_cast<double>(p.peak()) <= budget                ? Fit::yes
+  // The deck's train.activation_checkpointing=true plans every row with it; otherwise it is used when only it fits.
+  const bool forced = in.activation_checkpointing;
+  p.fit = !forced && static_cast<double>(p.peak()) <= budget     ? Fit::yes
           : static_cast<double>(p.peak_checkpointed()) <= budget ? Fit::with_checkpointing
                                                                  : Fit::no;
-  p.checkpointing = p.fit == Fit::with_checkpointing;
+  p.checkpointing = forced || p.fit == Fit::with_checkpointing;
   const Traffic traffic = plan_traffic(in.model, cluster, p.options);
   p.rank0 = traffic.rank0;
   p.all_ranks = traffic.all_ranks;
+  p.max_rank = traffic.max_rank;
   p.time = step_time(in.model, in.work, cluster, p.options, groups, p.checkpointing);
   p.step_s = p.options.prefetch ? p.time.overlapped_s() : p.time.serial_s();
   return p;
@@ -143,79 +169,182 @@ int nodes_for_full_shard(const PlanInputs& in, double budget, std::int64_t activ
   return 0;
 }
 
-void recommend(const PlanInputs& in, Plan& plan) {
-  const auto& s = plan.strategies;
-  const auto fits = [&](int i) { return i >= 0 && s[static_cast<std::size_t>(i)].fit != Fit::no; };
-  const auto at = [&](int i) -> const StrategyPlan& { return s[static_cast<std::size_t>(i)]; };
-  const auto fit_text = [&](int i) {
+std::string percent(double fraction) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(1);
+  s << fraction * 100 << "%";
+  return s.str();
+}
+
+// The picks after rule 1 (`first`: -1 when nothing fits) and rule 2 (`hybrid`), for explaining rows passed over.
+struct Steps {
+  int first = -1, hybrid = -1;
+};
+
+class Recommender {
+ public:
+  Recommender(const PlanInputs& in, Plan& plan) : in_(in), plan_(plan) {}
+
+  void run() {
+    Steps steps;
+    const int pick = choose(steps);
+    plan_.recommended = pick;
+    plan_.fastest = fastest(false);
+    std::string passed_over;
+    const int fastest_fitting = fastest(true);
+    for (const int i : {plan_.fastest, fastest_fitting}) {
+      if (i < 0 || at(i).step_s >= at(pick).step_s * (1 - 1e-9)) continue;  // not faster (equal is not faster)
+      if (i == fastest_fitting && i == plan_.fastest && !passed_over.empty()) continue;
+      passed_over += std::string(passed_over.empty() ? "" : "; ") + at(i).variant.name + " (" + ms(at(i).step_s) +
+                     " against " + ms(at(pick).step_s) + ") " + why_not(i, pick, steps);
+    }
+    if (!passed_over.empty()) plan_.reason += ". Predicted faster but not recommended: " + passed_over;
+  }
+
+ private:
+  const StrategyPlan& at(int i) const { return plan_.strategies[static_cast<std::size_t>(i)]; }
+  bool fits(int i) const { return i >= 0 && at(i).fit != Fit::no; }
+  bool several_nodes() const { return in_.cluster.nodes > 1; }
+  bool hybrid_links() const { return in_.cluster.intra.gbps >= kHybridBandwidthRatio * in_.cluster.inter.gbps; }
+  int hybrid_counterpart(int i) const {
+    return index_of(plan_, at(i).variant.sharding == Sharding::full_shard ? "hybrid_shard" : "hybrid_shard_zero2");
+  }
+  int zeropp_variant(int i) const {
+    return index_of(plan_, shard::is_hybrid(at(i).variant.sharding) ? "hybrid_shard+qgZ" : "full_shard+qwZ+hpZ+qgZ");
+  }
+  bool inter_bound(int i) const { return at(i).time.comm_inter_s > at(i).time.compute_s; }
+
+  std::string fit_text(int i) const {
     const StrategyPlan& p = at(i);
     const bool ckpt = p.fit == Fit::with_checkpointing;
-    return gib(static_cast<double>(ckpt ? p.peak_checkpointed() : p.peak())) + " of " + gib(plan.budget_bytes) +
+    return gib(static_cast<double>(ckpt ? p.peak_checkpointed() : p.peak())) + " of " + gib(plan_.budget_bytes) +
            (ckpt ? " with activation checkpointing" : "");
-  };
-  const Cluster& c = in.cluster;
-
-  int pick = -1;
-  std::string reason;
-  for (const char* name : {"no_shard", "zero1", "shard_grad_op", "full_shard"}) {
-    const int i = index_of(plan, name);
-    if (fits(i)) {
-      pick = i;
-      reason = std::string(name) + " is the first of no_shard, zero1, shard_grad_op, full_shard that fits (" +
-               fit_text(i) + ")";
-      break;
-    }
   }
-  if (pick < 0) {
+
+  // The row with the shortest predicted step (the first of equals), among those that fit if `fitting`; -1 if none.
+  int fastest(bool fitting) const {
+    int best = -1;
+    for (int i = 0; i < static_cast<int>(plan_.strategies.size()); ++i) {
+      if (fitting && !fits(i)) continue;
+      if (best < 0 || at(i).step_s < at(best).step_s) best = i;
+    }
+    return best;
+  }
+
+  int choose(Steps& steps) {
+    const Cluster& c = in_.cluster;
+    int pick = -1;
+    for (const char* name : {"no_shard", "zero1", "shard_grad_op", "full_shard"}) {
+      const int i = index_of(plan_, name);
+      if (fits(i)) {
+        pick = i;
+        plan_.reason = std::string(name) + " is the first of no_shard, zero1, shard_grad_op, full_shard that fits (" +
+                       fit_text(i) + ")";
+        break;
+      }
+    }
+    steps.first = pick;
+    if (pick < 0) return nothing_fits();
+    if (several_nodes() && hybrid_links()) {
+      const int h = hybrid_counterpart(pick);
+      if (fits(h) && at(h).step_s < at(pick).step_s) {
+        std::ostringstream r;
+        r << at(h).variant.name << ": intra-node bandwidth is " << c.intra.gbps / c.inter.gbps
+          << "x inter-node (>= " << kHybridBandwidthRatio << "x), it fits in a node's share (" << fit_text(h)
+          << ") and its predicted step is " << ms(at(h).step_s) << " against " << ms(at(pick).step_s) << " for "
+          << at(pick).variant.name;
+        pick = h;
+        plan_.reason = r.str();
+      }
+    }
+    steps.hybrid = pick;
+    if (several_nodes() && inter_bound(pick)) {
+      const int z = zeropp_variant(pick);
+      if (fits(z) && at(z).step_s <= (1.0 - kZeroPPMinimumGain) * at(pick).step_s) {
+        std::ostringstream r;
+        r << at(z).variant.name << ": inter-node communication of " << at(pick).variant.name << " ("
+          << ms(at(pick).time.comm_inter_s) << ") exceeds its compute (" << ms(at(pick).time.compute_s)
+          << "), and ZeRO++ cuts the predicted step from " << ms(at(pick).step_s) << " to " << ms(at(z).step_s)
+          << " (>= " << kZeroPPMinimumGain * 100 << "% faster; fits: " << fit_text(z) << ")";
+        pick = z;
+        plan_.reason = r.str();
+      }
+    }
+    return pick;
+  }
+
+  int nothing_fits() {
+    const auto& s = plan_.strategies;
     int least = 0;
     for (int i = 1; i < static_cast<int>(s.size()); ++i) {
       if (at(i).peak_checkpointed() < at(least).peak_checkpointed()) least = i;
     }
-    plan.recommended = least;
-    const int nodes = nodes_for_full_shard(in, plan.budget_bytes, at(least).activations_checkpointed);
+    const int nodes = nodes_for_full_shard(in_, plan_.budget_bytes, at(least).activations_checkpointed);
     std::ostringstream r;
     r << "nothing fits: " << at(least).variant.name << " needs the least memory, "
       << gib(static_cast<double>(at(least).peak_checkpointed())) << " per rank with activation checkpointing, against "
-      << gib(plan.budget_bytes) << " usable; ";
+      << gib(plan_.budget_bytes) << " usable; ";
     if (nodes > 0) {
-      r << "full_shard fits on " << nodes << " nodes of " << c.ranks_per_node << " ranks (" << nodes * c.ranks_per_node
+      const int per_node = in_.cluster.ranks_per_node;
+      r << "full_shard fits on " << nodes << " nodes of " << per_node << " ranks (" << nodes * per_node
         << " ranks): rerun with --nodes " << nodes << " to choose among what fits there";
     } else {
       r << "activations alone exceed the memory: lower train.micro_batch or train.seq_len";
     }
-    plan.reason = r.str();
-    return;
+    plan_.reason = r.str();
+    return least;
   }
-  const bool several_nodes = c.nodes > 1;
-  if (several_nodes && c.intra.gbps >= kHybridBandwidthRatio * c.inter.gbps) {
-    const bool full = at(pick).variant.sharding == Sharding::full_shard;
-    const int h = index_of(plan, full ? "hybrid_shard" : "hybrid_shard_zero2");
-    if (fits(h) && at(h).step_s < at(pick).step_s) {
-      std::ostringstream r;
-      r << at(h).variant.name << ": intra-node bandwidth is " << c.intra.gbps / c.inter.gbps
-        << "x inter-node (>= " << kHybridBandwidthRatio << "x), it fits in a node's share (" << fit_text(h)
-        << ") and its predicted step is " << ms(at(h).step_s) << " against " << ms(at(pick).step_s) << " for "
-        << at(pick).variant.name;
-      pick = h;
-      reason = r.str();
+
+  // Which part of the rule passes over row i, predicted faster than the pick.
+  std::string why_not(int i, int pick, const Steps& steps) const {
+    const StrategyPlan& p = at(i);
+    const Cluster& c = in_.cluster;
+    if (!fits(i)) {
+      return "does not fit: it needs " + gib(static_cast<double>(p.peak_checkpointed())) +
+             " per rank with activation checkpointing, against " + gib(plan_.budget_bytes) + " usable";
     }
-  }
-  if (several_nodes && at(pick).time.comm_inter_s > at(pick).time.compute_s) {
-    const bool hybrid = shard::is_hybrid(at(pick).variant.sharding);
-    const int z = index_of(plan, hybrid ? "hybrid_shard+qgZ" : "full_shard+qwZ+hpZ+qgZ");
-    if (fits(z) && at(z).step_s <= (1.0 - kZeroPPMinimumGain) * at(pick).step_s) {
-      std::ostringstream r;
-      r << at(z).variant.name << ": inter-node communication of " << at(pick).variant.name << " ("
-        << ms(at(pick).time.comm_inter_s) << ") exceeds its compute (" << ms(at(pick).time.compute_s)
-        << "), and ZeRO++ cuts the predicted step from " << ms(at(pick).step_s) << " to " << ms(at(z).step_s)
-        << " (>= " << kZeroPPMinimumGain * 100 << "% faster; fits: " << fit_text(z) << ")";
-      pick = z;
-      reason = r.str();
+    const bool zeropp = p.variant.zeropp.quantized_weights || p.variant.zeropp.quantized_gradients ||
+                        p.variant.zeropp.hpz_partition_size > 0;
+    if (zeropp) {
+      const int base = steps.hybrid;
+      if (!several_nodes()) return "is ZeRO++, which rule 3 considers on several nodes only";
+      if (!inter_bound(base)) {
+        return "is ZeRO++, which rule 3 considers only when inter-node communication exceeds compute, and " +
+               at(base).variant.name + "'s (" + ms(at(base).time.comm_inter_s) + ") does not exceed its compute (" +
+               ms(at(base).time.compute_s) + ")";
+      }
+      if (zeropp_variant(base) != i) {
+        return "is not " + at(base).variant.name + "'s ZeRO++ variant (" + at(zeropp_variant(base)).variant.name +
+               "), the only one rule 3 considers";
+      }
+      if (p.step_s > (1.0 - kZeroPPMinimumGain) * at(base).step_s) {
+        return "is only " + percent(1.0 - p.step_s / at(base).step_s) + " faster than " + at(base).variant.name +
+               ": rule 3 asks >= " + percent(kZeroPPMinimumGain) +
+               " before it trades accuracy for quantized communication";
+      }
+    } else if (shard::is_hybrid(p.variant.sharding)) {
+      if (!several_nodes()) return "is hybrid sharding, which rule 2 considers on several nodes only";
+      if (!hybrid_links()) {
+        std::ostringstream r;
+        r << "is hybrid sharding: intra-node bandwidth is " << c.intra.gbps / c.inter.gbps << "x inter-node, under the "
+          << kHybridBandwidthRatio << "x rule 2 asks for";
+        return r.str();
+      }
+      if (hybrid_counterpart(steps.first) != i) {
+        return "is not " + at(steps.first).variant.name + "'s hybrid counterpart (" +
+               at(hybrid_counterpart(steps.first)).variant.name + "), the only one rule 2 considers";
+      }
+    } else if (steps.first >= 0 && i != steps.first) {
+      return "fits too, but rule 1 takes the least sharded strategy that fits (" + at(steps.first).variant.name +
+             "), not the fastest";
     }
+    return "is not chosen by the rule above (" + at(pick).variant.name + " is)";
   }
-  plan.recommended = pick;
-  plan.reason = reason;
-}
+
+  const PlanInputs& in_;
+  Plan& plan_;
+};
 
 }  // namespace
 
@@ -226,7 +355,8 @@ Plan make_plan(const PlanInputs& in) {
   const int hpz = in.hpz_partition_size > 0 ? in.hpz_partition_size : in.cluster.ranks_per_node;
   for (const Variant& v : strategy_variants(in.deck_zeropp, hpz))
     plan.strategies.push_back(plan_one(in, v, plan.budget_bytes));
-  recommend(in, plan);
+  Recommender(in, plan).run();
+  plan.deck_keys = deck_keys(plan.strategies[static_cast<std::size_t>(plan.recommended)], in);
   return plan;
 }
 

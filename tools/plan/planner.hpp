@@ -14,6 +14,8 @@
 //             predicted at least 10% faster (quantization costs some accuracy; a small gain does not pay for it).
 //   4 none fits: the strategy with the least memory, saying by how much it misses and how many nodes (of the same
 //             ranks per node) full_shard needs.
+// When a row is predicted faster than the pick (the fastest of all, and the fastest that fits), the reason says
+// which part of the rule passes it over, and Plan::deck_keys are the hsdp-train keys that select the pick.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,8 +46,10 @@ struct PlanInputs {
   Cluster cluster;
   Workload work;
   shard::EngineOptions base;  // dtypes, prefetch, bucket_mb, grad_accum; strategy and zeropp come from each variant
-  shard::ZeroPPOptions deck_zeropp;
-  int hpz_partition_size = 0;  // 0: the ranks per node
+  shard::ZeroPPOptions deck_zeropp;  // the deck's [zeropp]: grad_bits and block feed the ZeRO++ rows; the deck keys
+                                     // printed for the pick switch off what the deck turns on and the pick does not use
+  int hpz_partition_size = 0;        // 0: the ranks per node
+  bool activation_checkpointing = false;  // train.activation_checkpointing: every row is planned with it
 };
 
 enum class Fit { yes, with_checkpointing, no };
@@ -62,8 +66,9 @@ struct StrategyPlan {
   std::int64_t peak() const { return model_state + transient + activations; }
   std::int64_t peak_checkpointed() const { return model_state + transient + activations_checkpointed; }
   Fit fit = Fit::no;
-  comm::LinkBytes rank0;      // what rank 0 sends in one step (hsdp-train's metrics.jsonl bytes_intra/bytes_inter)
-  comm::LinkBytes all_ranks;  // summed over every rank
+  comm::LinkBytes all_ranks;  // job-wide: every rank's bytes of one step, summed (hsdp-train's bytes_intra/_inter)
+  comm::LinkBytes max_rank;   // per link class, the most one rank sends (its bytes_intra_max_rank/_inter_max_rank)
+  comm::LinkBytes rank0;      // what rank 0 sends
   StepTime time;              // with checkpointing when only that fits
   bool checkpointing = false;
   double step_s = 0;  // overlapped with prefetch, serial without
@@ -71,19 +76,26 @@ struct StrategyPlan {
 
 struct Plan {
   std::vector<StrategyPlan> strategies;
-  int recommended = 0;  // index into strategies
-  std::string reason;
+  int recommended = 0;                 // index into strategies
+  int fastest = 0;                     // the row with the shortest predicted step, fitting or not
+  std::string reason;                  // why the pick; and why not each faster row (the fastest, the fastest that fits)
+  std::vector<std::string> deck_keys;  // --section.key=value for hsdp-train that put the pick into practice
   double budget_bytes = 0;
   std::int64_t global_tokens = 0;  // per step, all ranks
 };
 
 Plan make_plan(const PlanInputs& inputs);
 
-// Rank 0's and all ranks' bytes of one step. The sum over ranks visits every rank when the world has at most
-// `every_rank_up_to` ranks, else the ranks of node 0 times the number of nodes: every node sends what node 0 sends
-// (nodes of equal size, groups built from membership; tests/plan compares both ways on many meshes).
+// The hsdp-train deck keys that select `row`: parallel.sharding always; a zeropp.* key when the row turns it on or
+// differs from the deck's; train.activation_checkpointing=true when the row is planned with it or does not fit.
+std::vector<std::string> deck_keys(const StrategyPlan& row, const PlanInputs& inputs);
+
+// Rank 0's, all ranks' (summed) and the busiest rank's bytes of one step. The sum and the maximum visit every rank
+// when the world has at most `every_rank_up_to` ranks, else the ranks of node 0: the sum is node 0's times the number
+// of nodes, the maximum node 0's: every node sends what node 0 sends (nodes of equal size, groups built from
+// membership; tests/plan compares both ways on many meshes).
 struct Traffic {
-  comm::LinkBytes rank0, all_ranks;
+  comm::LinkBytes rank0, all_ranks, max_rank;
 };
 inline constexpr int kEveryRankUpTo = 64;
 Traffic plan_traffic(const PlanModel& model, const Cluster& cluster, const shard::EngineOptions& options,

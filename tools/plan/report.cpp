@@ -50,6 +50,12 @@ const char* dtype_name(DType t) {
   }
 }
 
+std::string joined(const std::vector<std::string>& words) {
+  std::string text;
+  for (const std::string& w : words) text += (text.empty() ? "" : " ") + w;
+  return text;
+}
+
 std::string fit_cell(const StrategyPlan& p) {
   switch (p.fit) {
     case Fit::yes:
@@ -94,7 +100,9 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
   out << "workload: micro_batch " << w.micro_batch << " x seq_len " << w.seq_len << " x grad_accum " << w.grad_accum
       << " = " << w.tokens_per_rank() << " tokens per rank, " << plan.global_tokens << " per step; param "
       << dtype_name(o.param_dtype) << ", reduce " << dtype_name(o.reduce_dtype) << "; prefetch "
-      << (o.prefetch ? "on" : "off") << "\n\n";
+      << (o.prefetch ? "on" : "off")
+      << (in.activation_checkpointing ? "; activation checkpointing on (train.activation_checkpointing)" : "")
+      << "\n\n";
 
   out << "memory per rank (state: hsdp's accounting, fp32 master + grads + Adam m, v, and fp32 compute copies;\n"
          "ZeRO paper: mixed-precision Adam with 2-byte params and grads)\n";
@@ -112,21 +120,28 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
         << pad(human_bytes(static_cast<double>(p.peak())), 11)
         << pad(human_bytes(static_cast<double>(p.peak_checkpointed())), 13) << pad(fit_cell(p), 6) << "\n";
   }
-  out << "\nbytes sent per step (rank 0, as hsdp-train's metrics.jsonl bytes_intra/bytes_inter; and all ranks) and "
-         "predicted time (ms)\n";
-  out << pad("strategy", name_w, true) << pad("intra r0", 11) << pad("inter r0", 11) << pad("intra all", 11)
-      << pad("inter all", 11) << pad("compute", 10) << pad("comm", 10) << pad("inter", 10) << pad("exposed", 10)
-      << pad("step", 10) << pad("tokens/s", 11) << "\n";
+  out << "\nbytes sent per step: job-wide (summed over all ranks: hsdp-train's metrics.jsonl "
+         "bytes_intra/bytes_inter),\n"
+         "by the busiest rank (per link class: its bytes_intra_max_rank/bytes_inter_max_rank), and by rank 0\n";
+  out << pad("strategy", name_w, true) << pad("intra job", 11) << pad("inter job", 11) << pad("intra max", 11)
+      << pad("inter max", 11) << pad("intra r0", 11) << pad("inter r0", 11) << "\n";
+  const auto bytes = [](std::uint64_t b) { return pad(human_bytes(static_cast<double>(b)), 11); };
+  for (std::size_t i = 0; i < plan.strategies.size(); ++i) {
+    const StrategyPlan& p = plan.strategies[i];
+    out << pad((static_cast<int>(i) == plan.recommended ? "* " : "  ") + p.variant.name, name_w, true)
+        << bytes(p.all_ranks.intra) << bytes(p.all_ranks.inter) << bytes(p.max_rank.intra) << bytes(p.max_rank.inter)
+        << bytes(p.rank0.intra) << bytes(p.rank0.inter) << "\n";
+  }
+  out << "\npredicted time per step (ms)\n";
+  out << pad("strategy", name_w, true) << pad("compute", 10) << pad("comm", 10) << pad("inter", 10)
+      << pad("exposed", 10) << pad("step", 10) << pad("tokens/s", 11) << "\n";
   for (std::size_t i = 0; i < plan.strategies.size(); ++i) {
     const StrategyPlan& p = plan.strategies[i];
     const double tokens_per_s = static_cast<double>(plan.global_tokens) / p.step_s;
     out << pad((static_cast<int>(i) == plan.recommended ? "* " : "  ") + p.variant.name, name_w, true)
-        << pad(human_bytes(static_cast<double>(p.rank0.intra)), 11)
-        << pad(human_bytes(static_cast<double>(p.rank0.inter)), 11)
-        << pad(human_bytes(static_cast<double>(p.all_ranks.intra)), 11)
-        << pad(human_bytes(static_cast<double>(p.all_ranks.inter)), 11) << pad(millis(p.time.compute_s), 10)
-        << pad(millis(p.time.comm_s), 10) << pad(millis(p.time.comm_inter_s), 10) << pad(millis(p.time.exposed_s), 10)
-        << pad(millis(p.step_s) + (p.checkpointing ? "c" : ""), 10) << pad(count(tokens_per_s), 11) << "\n";
+        << pad(millis(p.time.compute_s), 10) << pad(millis(p.time.comm_s), 10) << pad(millis(p.time.comm_inter_s), 10)
+        << pad(millis(p.time.exposed_s), 10) << pad(millis(p.step_s) + (p.checkpointing ? "c" : ""), 10)
+        << pad(count(tokens_per_s), 11) << "\n";
   }
   out << "\ntime: per collective, alpha x messages (ring n-1, all_reduce 2(n-1)) + bytes / bandwidth of its link\n"
          "(inter-node when the group spans nodes); compute = tokens x (6P + 12 L C T) FLOPs / rate (c: plus the\n"
@@ -139,7 +154,7 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
       << "\nstate: hsdp no_shard 16P (20P with a non-fp32 param dtype), zero1 8P + 16P/n, sharded 16P/n;\n"
          "ZeRO paper 16P, 4P + 12P/n, 2P + 14P/n, 16P/n (n = shard group: world, or ranks per node for hybrid)\n";
   out << "\nrecommendation: " << plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name << " -- "
-      << plan.reason << "\nrule:\n";
+      << plan.reason << "\ndeck keys: " << joined(plan.deck_keys) << "\nrule:\n";
   std::istringstream rule(kRecommendationRule());
   for (std::string line; std::getline(rule, line);) out << "  " << line << "\n";
   return out.str();
@@ -163,15 +178,21 @@ std::string json_report(const PlanInputs& in, const Plan& plan) {
     j.add("activation_bytes_checkpointed", p.activations_checkpointed);
     j.add("peak_bytes", p.peak()).add("peak_bytes_checkpointed", p.peak_checkpointed());
     j.add("memory_budget_bytes", plan.budget_bytes).add("fits", to_string(p.fit));
-    j.add("bytes_intra", p.rank0.intra).add("bytes_inter", p.rank0.inter);
-    j.add("bytes_intra_all_ranks", p.all_ranks.intra).add("bytes_inter_all_ranks", p.all_ranks.inter);
+    // The same quantities, under the same names, as hsdp-train's metrics.jsonl: bytes_intra/bytes_inter summed over
+    // all ranks (job-wide), *_max_rank the busiest rank's; and rank 0's.
+    j.add("bytes_intra", p.all_ranks.intra).add("bytes_inter", p.all_ranks.inter);
+    j.add("bytes_intra_max_rank", p.max_rank.intra).add("bytes_inter_max_rank", p.max_rank.inter);
+    j.add("bytes_intra_rank0", p.rank0.intra).add("bytes_inter_rank0", p.rank0.inter);
     j.add("compute_ms", p.time.compute_s * 1e3).add("comm_ms", p.time.comm_s * 1e3);
     j.add("comm_inter_ms", p.time.comm_inter_s * 1e3).add("exposed_comm_ms", p.time.exposed_s * 1e3);
     j.add("step_ms_serial", p.time.serial_s() * 1e3).add("step_ms_overlapped", p.time.overlapped_s() * 1e3);
     j.add("overlap", p.options.prefetch ? "prefetch" : "none").add("checkpointing", p.checkpointing);
     j.add("step_ms", p.step_s * 1e3).add("tokens_per_s", static_cast<double>(plan.global_tokens) / p.step_s);
     j.add("recommended", recommended);
-    if (recommended) j.add("reason", plan.reason);
+    if (recommended) {
+      j.add("reason", plan.reason).add("deck_keys", joined(plan.deck_keys));
+      j.add("fastest", plan.strategies[static_cast<std::size_t>(plan.fastest)].variant.name);
+    }
     out << j.str() << "\n";
   }
   return out.str();

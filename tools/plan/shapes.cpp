@@ -55,9 +55,13 @@ PlanModel named_model(const std::string& name) {
   if (name == "gpt2-124m") return gpt2(12, 12, 768);
   if (name == "gpt2-350m") return gpt2(24, 16, 1024);
   if (name == "gpt2-1.5b") return gpt2(48, 25, 1600);
-  if (name == "llama-7b") return llama_model({32, 4096, 32, 4096, 11008, 32000}, name);
-  if (name == "llama-13b") return llama_model({40, 5120, 40, 5120, 13824, 32000}, name);
-  if (name == "llama-70b") return llama_model({80, 8192, 64, 1024, 28672, 32000}, name);
+  return llama_model(llama_shape(name), name);
+}
+
+LlamaShape llama_shape(const std::string& name) {
+  if (name == "llama-7b") return {32, 4096, 32, 4096, 11008, 32000};
+  if (name == "llama-13b") return {40, 5120, 40, 5120, 13824, 32000};
+  if (name == "llama-70b") return {80, 8192, 64, 1024, 28672, 32000};
   throw_config("--model: unknown model '" + name + "' (allowed: " + kModelChoices() + ")");
 }
 

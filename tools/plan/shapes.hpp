@@ -43,6 +43,8 @@ struct LlamaShape {
   int n_layer, n_embd, n_head, kv_width, ffn, vocab;
 };
 PlanModel llama_model(const LlamaShape& shape, std::string name);
+// The shape of "llama-7b", "llama-13b", "llama-70b"; config Error otherwise.
+LlamaShape llama_shape(const std::string& name);
 
 // Bytes of activations and backward scratch Gpt<float> allocates for a micro-batch of B sequences of T tokens
 // (Gpt<float>::activation_bytes()). Per token, with s = L sets of block activations (1 with checkpointing):
