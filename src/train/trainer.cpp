@@ -69,17 +69,23 @@ int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, in
              " keeps the run's global batch of ", saved, " tokens per step");
     return k;
   }
-  std::string micro_batches;
+  // What would keep it: another micro_batch on these ranks, or another number of ranks with this micro_batch.
+  std::string micro_batches, rank_counts;
   for (std::int64_t m = 1; m * o.seq_len * ranks <= saved && micro_batches.size() < 40; ++m) {
     if (saved % (m * o.seq_len * ranks) == 0) micro_batches += (micro_batches.empty() ? "" : ", ") + std::to_string(m);
   }
+  for (std::int64_t r = 1; r * o.micro_batch * o.seq_len <= saved && rank_counts.size() < 40; ++r) {
+    if (saved % (r * o.micro_batch * o.seq_len) == 0) rank_counts += (rank_counts.empty() ? "" : ", ") + std::to_string(r);
+  }
+  std::string choices;
+  if (!micro_batches.empty()) choices += "set train.micro_batch to one of " + micro_batches + ", or ";
+  if (!rank_counts.empty()) choices += "run on one of " + rank_counts + " ranks, or ";
   throw_config("resume: the checkpoint's run took " + std::to_string(saved) + " tokens per step on " +
-               std::to_string(s.world_size) + " rank(s); on " + std::to_string(ranks) + " ranks micro_batch x seq_len x ranks = " +
-               std::to_string(o.micro_batch) + " x " + std::to_string(o.seq_len) + " x " + std::to_string(ranks) + " = " +
-               std::to_string(per_micro_step) + " does not divide it, so no train.grad_accum keeps the global batch; " +
-               (micro_batches.empty() ? std::string("use a number of ranks that divides it")
-                                      : "set train.micro_batch to one of " + micro_batches) +
-               ", or start a new run with checkpoint.resume=none");
+               std::to_string(s.world_size) + " rank(s); on " + std::to_string(ranks) +
+               " ranks micro_batch x seq_len x ranks = " + std::to_string(o.micro_batch) + " x " +
+               std::to_string(o.seq_len) + " x " + std::to_string(ranks) + " = " + std::to_string(per_micro_step) +
+               " does not divide it, so no train.grad_accum keeps the global batch: " + choices +
+               "start a new run with checkpoint.resume=none");
 }
 
 // Bytes by link class this step: summed over every rank (what the job moved) and the busiest rank's. On world,

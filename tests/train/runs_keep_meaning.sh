@@ -7,7 +7,7 @@
 #           summary.json and metrics.jsonl byte-identical.
 #   resume  a run of 4 ranks (4 x micro_batch 2 x 64 tokens = 512 per step) resumed on 2 ranks runs grad_accum 2,
 #           says so in one line and keeps 512 tokens per step; on 3 ranks (3 x 2 x 64 = 384 does not divide 512)
-#           it exits 2 naming the micro-batch sizes that would; summary.json totals both segments.
+#           it exits 2 naming the numbers of ranks that would; summary.json totals both segments.
 set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4
 shift 4
@@ -65,6 +65,6 @@ out=$(launch 3 "${common[@]}" --topology.ranks_per_node=3 --parallel.sharding=fu
 code=$?
 set -e
 [[ $code -eq 2 ]] || fail "resume on 3 ranks exited $code, expected 2: $out"
-grep -q "no train.grad_accum keeps the global batch; set train.micro_batch to one of" <<<"$out" ||
+grep -q "no train.grad_accum keeps the global batch: run on one of 1, 2, 4 ranks, or start a new run" <<<"$out" ||
   fail "the message does not name the choices: $out"
 echo "resume on 3 ranks: exit 2: $(grep -o 'resume: .*' <<<"$out" | head -1)"
