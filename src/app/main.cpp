@@ -90,6 +90,8 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.checkpoint_keep = integer("checkpoint.keep");
   o.checkpoint_keep_every = integer("checkpoint.keep_every");
   o.resume = deck.get("checkpoint.resume");
+  o.checkpoint_overwrite = deck.get_bool("checkpoint.overwrite");
+  o.checkpoint_fallback = deck.get_bool("checkpoint.fallback");
   if (o.resume == "auto" && o.checkpoint_dir.empty()) o.resume = "none";
   o.log_dir = deck.get("log.dir");
   o.log_every = deck.get_int("log.every");

@@ -92,6 +92,12 @@ const std::vector<OptionSpec>& option_table() {
               "after the last step and on SIGUSR1/SIGTERM", 0),
       integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1),
       integer("checkpoint.keep_every", "0", "also keep every checkpoint whose step is a multiple of N, forever", 0),
+      boolean("checkpoint.overwrite", "false",
+              "a run that does not resume from checkpoint.dir while it holds checkpoints (another run's) is an "
+              "error, so runs never mix; true deletes them first"),
+      boolean("checkpoint.fallback", "true",
+              "checkpoint.resume=auto with a damaged `latest` (missing file, failed checksum): resume from the newest "
+              "checkpoint of checkpoint.dir that loads, saying which were skipped and why; false: exit 2 instead"),
       text("checkpoint.resume", "auto",
            "auto = resume from checkpoint.dir/latest if it exists; none = start fresh; or the path of a checkpoint "
            "(any world size and strategy)"),

@@ -115,7 +115,10 @@ std::vector<std::int64_t> list_checkpoint_steps(const std::string& dir) {
 
 std::vector<std::int64_t> steps_to_delete(const std::vector<std::int64_t>& steps, std::int64_t latest_step, int keep,
                                           int keep_every) {
-  std::vector<std::int64_t> sorted = steps;
+  std::vector<std::int64_t> sorted;
+  for (const std::int64_t s : steps) {
+    if (s <= latest_step) sorted.push_back(s);  // a higher step is another run's: not ours to delete or count
+  }
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   if (keep <= 0) return {};
@@ -141,6 +144,20 @@ std::vector<std::string> apply_retention(const std::string& dir, std::int64_t la
     const std::string name = entry.path().filename().string();
     if (parse_step(name, ".h5.tmp")) {
       if (::unlink(entry.path().c_str()) == 0) deleted.push_back(entry.path().string());
+    }
+  }
+  if (!deleted.empty()) fsync_directory(dir);
+  return deleted;
+}
+
+std::vector<std::string> remove_checkpoints(const std::string& dir) {
+  std::vector<std::string> deleted;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "latest" || name == "latest.tmp" || parse_step(name, ".h5") || parse_step(name, ".h5.tmp")) {
+      if (::unlink(entry.path().c_str()) != 0 && errno != ENOENT) fail_errno("cannot delete", entry.path().string());
+      deleted.push_back(entry.path().string());
     }
   }
   if (!deleted.empty()) fsync_directory(dir);

@@ -1,10 +1,39 @@
 #include "hsdp/train/checkpointing.hpp"
 
+#include <mpi.h>
+
+#include <algorithm>
+#include <filesystem>
 #include <sstream>
 
+#include "hsdp/ckpt/commit.hpp"
+#include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 
 namespace hsdp::train {
+
+namespace {
+
+// Rank 0's listing of the checkpoints in `dir` (steps, ascending), the same on every rank.
+std::vector<std::int64_t> checkpoint_steps(MPI_Comm world, const std::string& dir) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::vector<std::int64_t> steps;
+  if (rank == 0) steps = ckpt::list_checkpoint_steps(dir);
+  std::uint64_t count = steps.size();
+  MPI_Bcast(&count, 1, MPI_UINT64_T, 0, world);
+  steps.resize(count);
+  MPI_Bcast(steps.data(), static_cast<int>(count), MPI_INT64_T, 0, world);
+  return steps;
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string text;
+  for (const auto& p : parts) text += (text.empty() ? "" : separator) + p;
+  return text;
+}
+
+}  // namespace
 
 Checkpointer::Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, Backend& backend,
                            const model::ModelLayout& layout, const Logger& log)
@@ -14,16 +43,106 @@ bool Checkpointer::due(std::int64_t step) const {
   return enabled() && options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0;
 }
 
-std::optional<ckpt::TrainState> Checkpointer::resume() {
-  const auto path = ckpt::resolve_resume(mesh_.world().raw(), options_.checkpoint_dir, options_.resume);
-  if (!path) return std::nullopt;
+ckpt::TrainState Checkpointer::load(const std::string& path) {
   Stopwatch watch;
   const auto shard_list = backend_.checkpoint_shards();
-  ckpt::TrainState state = ckpt::load_checkpoint(mesh_.world().raw(), *path, layout_, shard_list);
+  ckpt::TrainState state = ckpt::load_checkpoint(mesh_.world().raw(), path, layout_, shard_list);
   backend_.checkpoint_loaded();
-  log_.info("resumed from ", *path, " (step ", state.step, ", saved by ", state.world_size, " rank(s) with ",
+  log_.info("resumed from ", path, " (step ", state.step, ", saved by ", state.world_size, " rank(s) with ",
             state.strategy, ") in ", watch.seconds(), " s");
   return state;
+}
+
+std::optional<ckpt::TrainState> Checkpointer::resume() {
+  const MPI_Comm world = mesh_.world().raw();
+  std::optional<std::string> from;
+  std::optional<ckpt::TrainState> state;
+  if (options_.resume == "auto" && options_.checkpoint_fallback && enabled()) {
+    state = resume_newest_loadable(from);
+  } else {
+    from = ckpt::resolve_resume(world, options_.checkpoint_dir, options_.resume);
+    if (from) state = load(*from);
+  }
+  if (enabled() && !options_.eval_only) keep_runs_apart(from);
+  return state;
+}
+
+// `latest` first; when it is damaged (names a missing file, or its checkpoint does not load: a failed checksum, a
+// truncated file), the other checkpoints of the directory, newest first. Every rank sees the same errors (the ckpt
+// layer agrees on them before throwing), so every rank takes the same path.
+std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::optional<std::string>& from) {
+  const MPI_Comm world = mesh_.world().raw();
+  const std::string& dir = options_.checkpoint_dir;
+  std::vector<std::string> candidates, skipped;
+  try {
+    if (const auto latest = ckpt::resolve_resume(world, dir, "auto")) candidates.push_back(*latest);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::checkpoint) throw;
+    skipped.push_back(e.what());
+  }
+  if (candidates.empty() && skipped.empty()) return std::nullopt;  // no `latest`: nothing of this run to resume
+  std::vector<std::int64_t> steps = checkpoint_steps(world, dir);
+  std::sort(steps.rbegin(), steps.rend());
+  for (const std::int64_t step : steps) {
+    const std::string path = (std::filesystem::path(dir) / ("step_" + std::to_string(step) + ".h5")).string();
+    if (candidates.empty() || path != candidates.front()) candidates.push_back(path);
+  }
+  for (const std::string& path : candidates) {
+    bool failed = false;
+    std::optional<ckpt::TrainState> state;
+    try {
+      state = load(path);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::checkpoint) throw;
+      failed = true;
+      skipped.push_back(path + ": " + e.what());
+    }
+    int failures = failed ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, world);
+    if (failures != 0 && failures != mesh_.world().size()) {
+      throw_internal("resume: loading " + path + " failed on " + std::to_string(failures) + " of " +
+                     std::to_string(mesh_.world().size()) + " ranks");
+    }
+    if (failed) continue;
+    if (!skipped.empty()) {
+      log_.warn("resume: skipped ", join(skipped, "; "), "; resumed from ", path,
+                " instead (checkpoint.fallback=false makes this an error)");
+    }
+    from = path;
+    return state;
+  }
+  throw Error(ErrorKind::checkpoint, "checkpoint.resume=auto: no checkpoint of '" + dir + "' loads: " +
+                                         join(skipped, "; "));
+}
+
+// A run writes into checkpoint.dir only when the checkpoints there are its own: those it resumed from. Otherwise
+// retention and `latest` would mix two runs; checkpoint.overwrite=true deletes the others first.
+void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
+  const MPI_Comm world = mesh_.world().raw();
+  const std::string& dir = options_.checkpoint_dir;
+  namespace fs = std::filesystem;
+  if (from) {
+    std::error_code ec;
+    const fs::path source = fs::weakly_canonical(fs::path(*from), ec).parent_path();
+    if (!ec && source == fs::weakly_canonical(fs::path(dir), ec)) return;  // continuing the directory's own run
+  }
+  const std::vector<std::int64_t> steps = checkpoint_steps(world, dir);
+  if (steps.empty()) return;
+  std::string names;
+  for (std::size_t i = 0; i < steps.size() && i < 3; ++i) names += (i ? ", " : "") + ("step_" + std::to_string(steps[i]) + ".h5");
+  if (steps.size() > 3) names += ", ...";
+  if (!options_.checkpoint_overwrite) {
+    throw_config("checkpoint.dir '" + dir + "' holds " + std::to_string(steps.size()) + " checkpoint(s) of another run (" +
+                 names + ") and this run does not resume from it (checkpoint.resume=" + options_.resume +
+                 "): resume it with checkpoint.resume=auto, choose another checkpoint.dir, or set "
+                 "checkpoint.overwrite=true to delete them");
+  }
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  if (rank == 0) ckpt::remove_checkpoints(dir);
+  MPI_Barrier(world);
+  log_.info("checkpoint.overwrite: deleted the ", steps.size(), " checkpoint(s) of another run in ", dir, " (", names,
+            ")");
 }
 
 void Checkpointer::save(ckpt::TrainState state) {

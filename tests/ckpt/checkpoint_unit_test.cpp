@@ -60,8 +60,16 @@ TEST(Retention, KeepsNewestMilestonesAndLatest) {
   EXPECT_EQ(steps_to_delete(steps, 7, 3, 0), (std::vector<std::int64_t>{1, 2, 3, 4}));
   EXPECT_EQ(steps_to_delete(steps, 7, 0, 0), (std::vector<std::int64_t>{}));
   EXPECT_EQ(steps_to_delete(steps, 7, 100, 0), (std::vector<std::int64_t>{}));
-  // After a restart from step 3, `latest` names 4 while 5..7 are still on disk: 4 is never deleted.
-  EXPECT_EQ(steps_to_delete(steps, 4, 2, 0), (std::vector<std::int64_t>{1, 2, 3, 5}));
+  // After a restart from step 3, `latest` names 4 while 5..7 of the abandoned continuation are still on disk: the run's
+  // own newest two (3, 4) stay, and the higher steps are neither deleted nor allowed to push them out.
+  EXPECT_EQ(steps_to_delete(steps, 4, 2, 0), (std::vector<std::int64_t>{1, 2}));
+}
+
+// Another run's checkpoints in the same directory (steps 200, 300) never make retention delete this run's: with
+// keep = 2 the run at step 20 keeps 10 and 20.
+TEST(Retention, NeverDeletesThisRunsCheckpointsWhileKeepingAnotherRunsHigherOnes) {
+  EXPECT_EQ(steps_to_delete({10, 20, 200, 300}, 20, 2, 0), (std::vector<std::int64_t>{}));
+  EXPECT_EQ(steps_to_delete({5, 10, 20, 200, 300}, 20, 2, 0), (std::vector<std::int64_t>{5}));
 }
 
 TEST(Retention, FileNamesParseToSteps) {

@@ -18,8 +18,10 @@ class Checkpointer {
                const model::ModelLayout& layout, const Logger& log);
 
   bool enabled() const { return !options_.checkpoint_dir.empty(); }
-  // Collective. Loads the checkpoint checkpoint.resume names (auto: checkpoint.dir/latest, if any) into the
-  // backend's shards and rebuilds derived state; returns its training state, or nothing for a fresh start.
+  // Collective. Loads the checkpoint checkpoint.resume names (auto: checkpoint.dir/latest, if any; with
+  // checkpoint.fallback a damaged `latest` falls back to the newest checkpoint that loads) into the backend's shards
+  // and rebuilds derived state; returns its training state, or nothing for a fresh start. A run that will write
+  // checkpoints into a directory holding another run's is a config error (checkpoint.overwrite deletes them).
   std::optional<ckpt::TrainState> resume();
   // Collective. Writes and commits checkpoint.dir/step_<state.step>.h5.
   void save(ckpt::TrainState state);
@@ -27,6 +29,10 @@ class Checkpointer {
   bool due(std::int64_t step) const;
 
  private:
+  ckpt::TrainState load(const std::string& path);
+  std::optional<ckpt::TrainState> resume_newest_loadable(std::optional<std::string>& from);
+  void keep_runs_apart(const std::optional<std::string>& from);
+
   const TrainOptions& options_;
   comm::ProcessMesh& mesh_;
   Backend& backend_;

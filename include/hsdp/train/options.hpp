@@ -48,6 +48,8 @@ struct TrainOptions {
   int checkpoint_keep = 3;
   int checkpoint_keep_every = 0;
   std::string resume = "auto";
+  bool checkpoint_overwrite = false;  // a fresh run may delete another run's checkpoints in checkpoint_dir
+  bool checkpoint_fallback = true;    // resume=auto: a damaged `latest` falls back to the newest checkpoint that loads
 
   std::string log_dir = "runs/hsdp";
   std::int64_t log_every = 10;
