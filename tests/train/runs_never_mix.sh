@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs never mix (label e2e), one rank on the quickstart deck:
+#   a fresh run (checkpoint.resume=none) into a checkpoint.dir holding another run's checkpoints exits 2 naming them
+#   and leaves every file byte-identical; checkpoint.overwrite=true deletes them and trains;
+#   checkpoint.resume=auto with a damaged latest (its file truncated) falls back to the newest checkpoint that loads,
+#   saying which it skipped and why; checkpoint.fallback=false makes that exit 2 instead.
+set -euo pipefail
+train=$1 deck=$2 data=$3 run=$4
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json"
+        --train.eval_every=0 --log.every=100 --train.micro_batch=8 --checkpoint.every=2 --checkpoint.dir="$run/ck"
+        --checkpoint.overwrite=false)
+rm -rf "$run"
+mkdir -p "$run"
+# expect CODE PATTERN ARGS...: hsdp-train's exit code and a line of its output
+expect() {
+  local code=$1 pattern=$2
+  shift 2
+  local out rc
+  set +e
+  out=$("$train" "${common[@]}" "$@" 2>&1)
+  rc=$?
+  set -e
+  [[ $rc -eq $code ]] || fail "exit $rc, expected $code: $out"
+  grep -qE -- "$pattern" <<<"$out" || fail "output lacks /$pattern/: $out"
+  printf '%s\n' "$out" >"$run/last.log"
+}
+
+expect 0 "done: 4 steps" --train.steps=4 --checkpoint.resume=none --log.dir="$run/a"
+snapshot() { (cd "$run/ck" && sha256sum -- * | sort); }
+before=$(snapshot)
+expect 2 "checkpoint.dir '.*' holds 2 checkpoint\(s\) of another run \(step_2.h5, step_4.h5\).*checkpoint.overwrite=true" \
+  --train.steps=4 --checkpoint.resume=none --log.dir="$run/b"
+[[ $(snapshot) == "$before" ]] || fail "the refused run changed the checkpoint directory"
+[[ $(wc -l <"$run/last.log") -eq 1 ]] || fail "the error is not one line: $(cat "$run/last.log")"
+expect 0 "checkpoint.overwrite: deleted the 2 checkpoint\(s\) of another run" --train.steps=2 --checkpoint.resume=none \
+  --checkpoint.overwrite=true --log.dir="$run/c"
+[[ ! -e $run/ck/step_4.h5 && -e $run/ck/step_2.h5 ]] || fail "overwrite left: $(ls "$run/ck")"
+echo "another run's checkpoints: refused (exit 2, directory unchanged), then replaced with checkpoint.overwrite=true"
+
+# damaged latest: step_4.h5 truncated
+expect 0 "done: 4 steps" --train.steps=4 --checkpoint.resume=auto --log.dir="$run/c"
+[[ $(cat "$run/ck/latest") == step_4.h5 ]] || fail "latest is $(cat "$run/ck/latest")"
+truncate -s 4096 "$run/ck/step_4.h5"
+expect 2 "step_4.h5" --train.steps=6 --checkpoint.resume=auto --checkpoint.fallback=false --log.dir="$run/d"
+expect 0 "resume: skipped .*step_4.h5: .*; resumed from .*step_2.h5 instead" --train.steps=6 --checkpoint.resume=auto \
+  --log.dir="$run/d"
+grep -q "resumed from .*step_2.h5 (step 2" "$run/last.log" || fail "did not resume from step 2: $(cat "$run/last.log")"
+grep -q "done: 6 steps" "$run/last.log" || fail "did not finish: $(cat "$run/last.log")"
+echo "damaged latest: $(grep -o 'resume: skipped.*' "$run/last.log" | cut -c1-160)..."
