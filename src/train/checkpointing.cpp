@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -164,8 +165,16 @@ void Checkpointer::save(ckpt::TrainState state) {
   const auto result = ckpt::save_checkpoint(mesh_.world().raw(), options_.checkpoint_dir, layout_, shard_list,
                                             backend_.is_checkpoint_writer(), state, save_options);
   const double seconds = watch.seconds();
-  log_.info("checkpoint ", result.path, ": ", static_cast<double>(result.tensor_bytes) / (1 << 20), " MiB in ",
-            seconds, " s");
+  // The file's size, as `hsdp-ckpt inspect` prints it, and what of it is tensor data.
+  std::error_code ec;
+  const auto file_bytes = std::filesystem::file_size(result.path, ec);
+  const auto mib = [](double bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", bytes / (1024.0 * 1024.0));
+    return std::string(text);
+  };
+  log_.info("checkpoint ", result.path, ": ", ec ? std::string("?") : mib(static_cast<double>(file_bytes)), " (",
+            mib(static_cast<double>(result.tensor_bytes)), " of parameters and AdamW state) in ", seconds, " s");
 }
 
 }  // namespace hsdp::train

@@ -4,8 +4,9 @@
 #   and leaves every file byte-identical; checkpoint.overwrite=true deletes them and trains;
 #   checkpoint.resume=auto with a damaged latest (its file truncated) falls back to the newest checkpoint that loads,
 #   saying which it skipped and why; checkpoint.fallback=false makes that exit 2 instead.
+# Also: the size hsdp-train logs for a checkpoint is the size `hsdp-ckpt inspect` prints for it.
 set -euo pipefail
-train=$1 deck=$2 data=$3 run=$4
+train=$1 deck=$2 data=$3 run=$4 ckpt=$5
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 fail() { echo "FAIL: $*" >&2; exit 1; }
 common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json"
@@ -42,6 +43,10 @@ echo "another run's checkpoints: refused (exit 2, directory unchanged), then rep
 # damaged latest: step_4.h5 truncated
 expect 0 "done: 4 steps" --train.steps=4 --checkpoint.resume=auto --log.dir="$run/c"
 [[ $(cat "$run/ck/latest") == step_4.h5 ]] || fail "latest is $(cat "$run/ck/latest")"
+logged=$(grep -o 'step_4.h5: [0-9.]* MiB' "$run/last.log" | grep -o '[0-9.]* MiB')
+inspection=$("$ckpt" inspect "$run/ck/step_4.h5")
+inspected=$(head -n 1 <<<"$inspection" | grep -o '([0-9.]* MiB' | tr -d '(')
+[[ -n $logged && $logged == "$inspected" ]] || fail "hsdp-train logged '$logged' for step_4.h5, inspect says '$inspected'"
 truncate -s 4096 "$run/ck/step_4.h5"
 expect 2 "step_4.h5" --train.steps=6 --checkpoint.resume=auto --checkpoint.fallback=false --log.dir="$run/d"
 expect 0 "resume: skipped .*step_4.h5: .*; resumed from .*step_2.h5 instead" --train.steps=6 --checkpoint.resume=auto \
