@@ -1,10 +1,10 @@
 #include "hsdp/comm/mpi.hpp"
 
-
 #include <climits>
 #include <cstdlib>
 #include <string>
 
+#include "hsdp/comm/sequence_board.hpp"
 #include "hsdp/comm/traffic.hpp"
 #include "hsdp/comm/watchdog.hpp"
 #include "hsdp/core/error.hpp"
@@ -193,13 +193,15 @@ struct MpiCommunicator::Impl {
 };
 
 MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name, const std::vector<int>& node_of_world_rank,
-                                 const CommOptions& options, const Logger& logger)
+                                 const CommOptions& options, const Logger& logger,
+                                 std::shared_ptr<SequenceBoard> side_channel)
     : impl_(std::make_unique<Impl>()),
       comm_(std::move(comm)),
       name_(std::move(name)),
       node_of_world_rank_(node_of_world_rank),
       options_(options),
-      logger_(logger) {
+      logger_(logger),
+      side_channel_(std::move(side_channel)) {
   if (comm_.get() == MPI_COMM_NULL) throw_internal("communicator '" + name_ + "' was given MPI_COMM_NULL");
   check_mpi(MPI_Comm_rank(comm_.get(), &rank_), "MPI_Comm_rank");
   check_mpi(MPI_Comm_size(comm_.get(), &size_), "MPI_Comm_size");
@@ -216,6 +218,10 @@ MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name, const std::vect
                      " ranks");
     }
     node_of_rank_.push_back(node_of_world_rank_[static_cast<std::size_t>(w)]);
+  }
+  if (size_ > 1) {
+    if (side_channel_ == nullptr) side_channel_ = std::make_shared<SequenceBoard>(comm_.get(), world_ranks);
+    seat_ = side_channel_->take_seat(comm_.get());
   }
 }
 
@@ -287,15 +293,18 @@ CommHandle MpiCommunicator::barrier_async() {
 CommHandle MpiCommunicator::issued(MPI_Request request, Collective c, std::size_t count, DType t, void* avg_data,
                                    std::size_t avg_count, int root) {
   ++sequence_;
+  if (seat_ != nullptr) seat_->publish(sequence_);
   counters_.record(c, traffic_bytes(c, count, size_of(t), rank_, node_of_rank_, root));
-  OpIdentity identity{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, ""};
-  return CommHandle(std::make_unique<MpiPendingOp>(request, std::move(identity), AverageStep{avg_data, avg_count, t, size_}));
+  OpIdentity identity{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, "", seat_};
+  return CommHandle(
+      std::make_unique<MpiPendingOp>(request, std::move(identity), AverageStep{avg_data, avg_count, t, size_}));
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std::string name) const {
   MPI_Comm part = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm_.get(), color, key, &part), "MPI_Comm_split of '" + name_ + "' into '" + name + "'");
-  return std::make_unique<MpiCommunicator>(MpiComm(part), std::move(name), node_of_world_rank_, options_, logger_);
+  return std::make_unique<MpiCommunicator>(MpiComm(part), std::move(name), node_of_world_rank_, options_, logger_,
+                                           side_channel_);
 }
 
 }  // namespace hsdp::comm

@@ -1,6 +1,9 @@
 #pragma once
 // The MPI implementation of Communicator, over an RAII MPI_Comm; async through MPI's nonblocking collectives.
-// bf16 and f16 travel as 2-byte MPI types with user-defined sum ops (f32 accumulation).
+// bf16 and f16 travel as 2-byte MPI types with user-defined sum ops (f32 accumulation). Each communicator of more
+// than one rank publishes every issued sequence number on the watchdog's side channel (sequence_board.hpp): a
+// communicator made from a raw MPI_Comm (the world) makes the SequenceBoard, collectively, and its splits share
+// it, each taking a seat (slot) on it; the board's window is freed, collectively, with the last of them.
 #include <mpi.h>
 
 #include <memory>
@@ -11,6 +14,9 @@
 #include "hsdp/core/log.hpp"
 
 namespace hsdp::comm {
+
+class SequenceBoard;
+class BoardSeat;
 
 // MPI_Init_thread on construction (MPI_THREAD_FUNNELED), MPI_Finalize on destruction.
 class MpiEnvironment {
@@ -48,9 +54,11 @@ class MpiComm {
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm`. `node_of_world_rank` is the Topology's node map (indexed by world rank);
-  // the communicator learns each member's world rank once, at construction.
+  // the communicator learns each member's world rank once, at construction, and takes its seat on `side_channel`:
+  // split() passes the parent's; null makes a new board over `comm` (the world does; every split shares it).
   MpiCommunicator(MpiComm comm, std::string name, const std::vector<int>& node_of_world_rank,
-                  const CommOptions& options, const Logger& logger);
+                  const CommOptions& options, const Logger& logger,
+                  std::shared_ptr<SequenceBoard> side_channel = nullptr);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -79,6 +87,8 @@ class MpiCommunicator final : public Communicator {
   // Splits this communicator (MPI_Comm_split) into a new named one; collective over this communicator.
   std::unique_ptr<MpiCommunicator> split(int color, int key, std::string name) const;
   const std::vector<int>& node_of_world_rank() const { return node_of_world_rank_; }
+  // The watchdog's side channel this communicator and its splits publish on (null in a one-rank job).
+  const std::shared_ptr<SequenceBoard>& side_channel() const { return side_channel_; }
   const CommOptions& options() const { return options_; }
   const Logger& logger() const { return logger_; }
 
@@ -100,6 +110,8 @@ class MpiCommunicator final : public Communicator {
   const Logger& logger_;
   ByteCounters counters_;
   std::uint64_t sequence_ = 0;
+  std::shared_ptr<SequenceBoard> side_channel_;
+  std::shared_ptr<BoardSeat> seat_;  // null for one rank; pending ops hold it weakly
 };
 
 }  // namespace hsdp::comm

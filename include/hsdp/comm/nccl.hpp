@@ -5,8 +5,9 @@
 // group inside a node). Collectives are enqueued on the communicator's own stream and return at once; the
 // handle's wait() blocks the host until the collective's event has completed, under the same watchdog as
 // MpiCommunicator (a collective not done within CommOptions::timeout_s, or an NCCL asynchronous error, ends
-// the job with exit 4 and a line naming the collective, the group and the sequence number). Byte counters
-// follow comm::traffic_bytes exactly as the MPI implementation does. avg reduces with ncclAvg.
+// the job with exit 4 and a line naming the collective, the group, the sequence number and the ranks that have
+// not issued it, read from the communicator's own seat on `group`'s side channel, see watchdog.hpp). Byte
+// counters follow comm::traffic_bytes exactly as the MPI implementation does. avg reduces with ncclAvg.
 // Ordering with compute, on the GPU and without host waits: wait_for(event) makes the collectives issued next
 // wait for an event recorded on the compute stream (an all-gather after the optimizer kernel), and
 // make_stream_wait(stream) makes a compute stream wait for every collective issued so far.
@@ -31,6 +32,7 @@ class NcclCommunicator final : public Communicator {
   // Collective over `group`: its rank 0 creates the ncclUniqueId, MPI_Bcast over `group` hands it to the
   // others (set-up traffic, not counted), then ncclCommInitRank on the calling thread's current CUDA device
   // (hsdp::device::select_device sets it). NCCL ranks are `group`'s ranks, so node_of_rank is group's.
+  // Also takes its own seat on `group`'s side channel (collective too), for its own sequence numbers.
   NcclCommunicator(const MpiCommunicator& group, std::string name, const CommOptions& options, const Logger& logger);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
@@ -82,6 +84,7 @@ class NcclCommunicator final : public Communicator {
   const Logger& logger_;
   ByteCounters counters_;
   std::uint64_t sequence_ = 0;
+  std::shared_ptr<BoardSeat> seat_;  // null for one rank; pending ops hold it weakly
 };
 
 // comm.inter's values (types.hpp: parse_transport).

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "hsdp/comm/sequence_board.hpp"
 #include "hsdp/comm/traffic.hpp"
 #include "hsdp/comm/watchdog.hpp"
 #include "hsdp/core/error.hpp"
@@ -114,6 +115,7 @@ NcclCommunicator::NcclCommunicator(const MpiCommunicator& group, std::string nam
   check_nccl(ncclCommInitRank(&impl_->comm, size_, id, rank_),
              "ncclCommInitRank for group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
                  std::to_string(size_) + ", CUDA device " + std::to_string(impl_->device) + ")");
+  if (size_ > 1 && group.side_channel() != nullptr) seat_ = group.side_channel()->take_seat(group.raw());
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
@@ -137,7 +139,7 @@ void NcclCommunicator::make_stream_wait(cudaStream_t compute) {
 
 void NcclCommunicator::synchronize() {
   // An op of its own (counted as nothing) whose wait() carries the watchdog.
-  OpIdentity info{Collective::barrier, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, "NCCL"};
+  OpIdentity info{Collective::barrier, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, "NCCL", seat_};
   auto op = std::make_unique<NcclPendingOp>(impl_, impl_->comm, std::move(info));
   op->record(impl_->stream.get());
   op->wait();
@@ -218,8 +220,9 @@ CommHandle NcclCommunicator::barrier_async() {
 
 CommHandle NcclCommunicator::issued(Collective c, std::size_t count, DType t, int root) {
   ++sequence_;
+  if (seat_ != nullptr) seat_->publish(sequence_);
   counters_.record(c, traffic_bytes(c, count, size_of(t), rank_, node_of_rank_, root));
-  OpIdentity info{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, "NCCL"};
+  OpIdentity info{c, name_, sequence_, size_, rank_, options_.timeout_s, &logger_, "NCCL", seat_};
   auto op = std::make_unique<NcclPendingOp>(impl_, impl_->comm, std::move(info));
   op->record(impl_->stream.get());
   return CommHandle(std::move(op));
