@@ -149,6 +149,21 @@ EOF
     fail "results.csv: $(cat "$work/fail/results.csv")"
   fi
   echo "failing point: recorded (exit 2), the next point ran, run exited 1"
+  # Studies never mix: expanding into a directory with results is refused (exit 2, results untouched), --clean
+  # deletes them first; and collect piped into head ends quietly.
+  status=0
+  "$sweep" expand "$work/spec.ini" --out "$work/study" 2>"$work/err_mix" || status=$?
+  [[ $status == 2 ]] || fail "expand into a study with results exited $status, expected 2"
+  grep -qF "holds the results of an earlier study (point_0/summary.json" "$work/err_mix" ||
+    fail "the refusal does not name the results: $(cat "$work/err_mix")"
+  [[ -f $work/study/point_0/summary.json ]] || fail "the refused expand deleted results"
+  "$sweep" expand "$work/spec.ini" --out "$work/study" --clean >/dev/null || fail "expand --clean exited $?"
+  [[ ! -e $work/study/point_0/summary.json && ! -e $work/study/results.csv ]] || fail "--clean left old results"
+  # The reader (`:`) is gone before hsdp-sweep (a Python start-up later) writes: every write meets a closed pipe.
+  { "$sweep" collect "$work/fail" 2>"$work/err_pipe"; echo $? >"$work/status_pipe"; } | :
+  status=$(cat "$work/status_pipe")
+  [[ $status == 0 && ! -s $work/err_pipe ]] || fail "collect | head: status $status, stderr $(cat "$work/err_pipe")"
+  echo "expand into a study with results: refused, then cleaned with --clean; collect | head ends quietly"
   ;;
 
 *)

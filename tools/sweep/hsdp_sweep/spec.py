@@ -172,11 +172,43 @@ def find_train(explicit=None):
     raise InputError("cannot find hsdp-train (give --train PATH or set HSDP_TRAIN)")
 
 
-def expand(spec, out_dir, train):
+RESULT_FILES = ("summary.json", "metrics.jsonl", "exit_code")
+STUDY_FILES = ("points.txt", "study.ini", "results.csv", "results.md", "throughput.png", "memory.png", "bytes.png")
+
+
+def earlier_results(out_dir):
+    """The result files of an earlier study in out_dir (its points' summaries, metrics and exit codes)."""
+    found = []
+    if os.path.isdir(out_dir):
+        for name in sorted(os.listdir(out_dir)):
+            if name.startswith("point_"):
+                found += [os.path.join(name, f) for f in RESULT_FILES if os.path.exists(os.path.join(out_dir, name, f))]
+    return found
+
+
+def clean_study(out_dir):
+    """Deletes what expand, run and collect wrote into out_dir: point_<i>/ directories and the study files."""
+    for name in os.listdir(out_dir):
+        path = os.path.join(out_dir, name)
+        if name.startswith("point_") and os.path.isdir(path):
+            shutil.rmtree(path)
+        elif name in STUDY_FILES:
+            os.remove(path)
+
+
+def expand(spec, out_dir, train, clean=False):
     """Writes out_dir/point_<i>/deck.ini for every point and out_dir/points.txt; returns the points as
-    [(index, values, deck path)]."""
+    [(index, values, deck path)]. A directory holding an earlier study's results is refused (collect would label them
+    with the new points), unless clean: then the earlier study's files are deleted first."""
     check_keys(spec, deck_keys(train))
     out_dir = os.path.abspath(out_dir)
+    results = earlier_results(out_dir)
+    if results and not clean:
+        shown = ", ".join(results[:3]) + (", ..." if len(results) > 3 else "")
+        raise InputError(f"'{out_dir}' holds the results of an earlier study ({shown}): collect would label them with "
+                         f"this study's points; use another --out, or --clean to delete them first")
+    if os.path.isdir(out_dir) and clean:
+        clean_study(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     shutil.copyfile(spec.path, os.path.join(out_dir, "study.ini"))
     expanded = []
