@@ -146,7 +146,7 @@ def write_markdown(path, rows, axes, title):
                  "exposed_comm_ms)")
     lines += ["", "step ms, comm ms and bytes: medians over steps 2..N (step 1 warms up); " + comm_note + ".",
               "memory/rank: peak model state + activations + buffers of one rank over the run. "
-              "intra/inter MiB/step: bytes one rank sends per step over intra-node and inter-node links.", ""]
+              "intra/inter MiB/step: bytes all ranks together send per step over intra-node and inter-node links.", ""]
     if any(LAUNCH_NODES in r["axes"] for r in rows):
         lines.append(f"{LAUNCH_NODES}: nodes the point ran on (emulated with topology.ranks_per_node when run "
                      "with `run --local`).\n")
