@@ -13,11 +13,6 @@
 namespace hsdp::comm {
 namespace {
 
-bool mpi_finalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -305,6 +300,12 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key, std:
   check_mpi(MPI_Comm_split(comm_.get(), color, key, &part), "MPI_Comm_split of '" + name_ + "' into '" + name + "'");
   return std::make_unique<MpiCommunicator>(MpiComm(part), std::move(name), node_of_world_rank_, options_, logger_,
                                            side_channel_);
+}
+
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
 }
 
 }  // namespace hsdp::comm

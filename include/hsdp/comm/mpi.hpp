@@ -18,6 +18,9 @@ namespace hsdp::comm {
 class SequenceBoard;
 class BoardSeat;
 
+// True once MPI_Finalize has run (nothing MPI may be called then, not even to free a handle).
+bool mpi_finalized();
+
 // MPI_Init_thread on construction (MPI_THREAD_FUNNELED), MPI_Finalize on destruction.
 class MpiEnvironment {
  public:
