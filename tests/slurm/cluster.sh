@@ -14,6 +14,10 @@
 #
 # Requeued jobs wait cred_expire seconds before they start again: 10 here (Slurm's default is 120).
 #
+# CLUSTER_GHOST_NODES=N (default 0) declares N more nodes like the real one, DOWN and never started (their slurmd
+# port is one nobody listens on): a job that needs more than one node is then accepted and stays PENDING, and
+# `scontrol show job` tells how many nodes and tasks Slurm gave it, without a second machine.
+#
 # Return codes: cluster_start returns 77 (the tests' SKIP code) when Slurm cannot be installed or
 # started here, after printing why.
 
@@ -47,11 +51,11 @@ cluster_install() {
       DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null 2>&1; }
 }
 
-# Two TCP ports nobody listens on (the kernel's choice), so two clusters on one machine do not collide.
+# $1 (default 2) TCP ports nobody listens on (the kernel's choice), so two clusters on one machine do not collide.
 cluster_free_ports() {
-  python3 - <<'PY'
-import socket
-socks = [socket.socket() for _ in range(2)]
+  python3 - "${1:-2}" <<'PY'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))
@@ -68,9 +72,14 @@ cluster_plugin_dir() {
 }
 
 cluster_write_conf() {
-  local host=$1 ctld_port=$2 slurmd_port=$3 plugins=$4 mem mpi_default=none
+  local host=$1 ctld_port=$2 slurmd_port=$3 plugins=$4 ghost_port=${5:-} mem mpi_default=none i nodes ghosts=''
   mem=$(free -m | awk '/^Mem:/ {print int($2 * 0.8)}')
   [[ -e $plugins/mpi_pmix.so ]] && mpi_default=pmix
+  nodes=$host
+  for ((i = 1; i <= ${CLUSTER_GHOST_NODES:-0}; i++)); do
+    nodes+=",$host-ghost$i"
+    ghosts+="NodeName=$host-ghost$i NodeAddr=127.0.0.1 Port=$ghost_port CPUs=$CLUSTER_CPUS RealMemory=$mem State=DOWN Reason=ghost"$'\n'
+  done
   cat >"$CLUSTER_DIR/slurm.conf" <<EOF
 ClusterName=hsdptest
 SlurmctldHost=$host(127.0.0.1)
@@ -109,7 +118,7 @@ InactiveLimit=0
 Waittime=0
 SlurmdTimeout=60
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$CLUSTER_CPUS RealMemory=$mem State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+${ghosts}PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
 }
 
@@ -178,7 +187,7 @@ cluster_dump_logs() {
 }
 
 cluster_start() {
-  local host ctld_port slurmd_port plugins state pid
+  local host ctld_port slurmd_port ghost_port plugins state pid
   if ! cluster_install; then
     echo "SKIP: Slurm is not installed and cannot be installed here"
     return $CLUSTER_SKIP
@@ -205,8 +214,8 @@ cluster_start() {
     return $CLUSTER_SKIP
   fi
 
-  read -r ctld_port slurmd_port < <(cluster_free_ports)
-  cluster_write_conf "$host" "$ctld_port" "$slurmd_port" "$plugins"
+  read -r ctld_port slurmd_port ghost_port < <(cluster_free_ports 3)
+  cluster_write_conf "$host" "$ctld_port" "$slurmd_port" "$plugins" "$ghost_port"
   export SLURM_CONF=$CLUSTER_DIR/slurm.conf
   cluster_spawn slurmctld slurmctld -D -i -f "$SLURM_CONF"
   cluster_spawn slurmd slurmd -D -f "$SLURM_CONF" -N "$host"

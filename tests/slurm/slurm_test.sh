@@ -10,6 +10,13 @@
 #                                                skipped until hsdp-train --help lists checkpoint.resume)
 #   slurm_test.sh requeue_stub BIN_DIR WORK      the same signal -> exit 3 -> requeue -> resume path of the
 #                                                jobscript, with stub_train.sh standing in for hsdp-train
+#   slurm_test.sh ntasks_and_site BIN_DIR WORK   `sbatch --ntasks=3` (no --ntasks-per-node) runs 3 ranks, with
+#                                                the header's ##SBATCH --account/--partition lines enabled and
+#                                                HSDP_MODULES loaded; the same script run by `sbatch -n 3 --wrap`
+#                                                (no SLURM_NTASKS_PER_NODE) runs 3 ranks without srun's "can't
+#                                                honor --ntasks-per-node"; `sbatch --ntasks=6` (more than the
+#                                                header's 4 per node) is accepted and asks for 2 nodes (a second,
+#                                                DOWN node is declared: CLUSTER_GHOST_NODES=1)
 #
 # BIN_DIR holds hsdp-train and hsdp-data (a build's bin/). Exit 77 = skipped (the reason is printed): Slurm
 # cannot start here, or the feature under test is missing. Every daemon started is stopped by PID on every
@@ -23,7 +30,9 @@ SKIP=77
 
 fail() { echo "FAIL: $*" >&2; [[ -n ${CLUSTER_DIR:-} ]] && cluster_dump_logs >&2; exit 1; }
 
-if [[ $check == requeue ]] && ! "$train" --help | grep -q -- "--checkpoint.resume"; then
+# (The help text is read whole: `grep -q` on a pipe would stop reading early, and under pipefail hsdp-train's
+# SIGPIPE would read as "not listed".)
+if [[ $check == requeue && $("$train" --help 2>&1) != *--checkpoint.resume* ]]; then
   echo "SKIP: hsdp-train --help does not list checkpoint.resume: checkpointing is not there yet"
   exit $SKIP
 fi
@@ -33,6 +42,7 @@ mkdir -p "$work"
 cd "$repo"
 # shellcheck source=tests/slurm/cluster.sh
 source "$repo/tests/slurm/cluster.sh"
+[[ $check == ntasks_and_site ]] && export CLUSTER_GHOST_NODES=1
 started=$SECONDS
 status=0
 cluster_start || status=$?
@@ -85,7 +95,8 @@ train_and_study)
   # 4 ranks of train.sbatch on the node declared with 4 CPUs (this machine may have 2 cores).
   job=$(sbatch --parsable --chdir="$repo" --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 --time=5 \
     --output="$work/train-%j.out" jobscripts/train.sbatch input/quickstart.ini "${data_args[@]}" \
-    --train.steps=20 --train.eval_every=10 --train.eval_batches=4 --log.every=5 --log.dir="$work/train")
+    --train.steps=20 --train.eval_every=10 --train.eval_tokens=2048 --log.every=5 --log.dir="$work/train" \
+    --checkpoint.dir="$work/train_ckpt")
   echo "train.sbatch: job $job"
   expect_completed "$job" 120
   out=$work/train-$job.out
@@ -105,13 +116,13 @@ data.val = $work/data/val.bin
 data.entropy_json = $work/data/source.json
 train.steps = 10
 train.eval_every = 10
-train.eval_batches = 4
+train.eval_tokens = 2048
 [axes]
 train.micro_batch = 1,2
 train.lr = 1e-3,3e-3
 EOF
   "$sweep" expand "$work/study.ini" --out "$work/study" >/dev/null
-  job=$(sbatch --parsable --chdir="$repo" --array=0-3 --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
+  job=$(sbatch --parsable --chdir="$repo" --array=0-3 --ntasks=2 --cpus-per-task=1 --time=5 \
     --output="$work/study-%A_%a.out" jobscripts/study.sbatch "$work/study")
   echo "study.sbatch: array job $job"
   expect_completed "$job" 120
@@ -186,6 +197,57 @@ PY
   fi
   expect_nothing_left
   echo "$check: checkpoint, requeue and resume in $((SECONDS - started)) s"
+  ;;
+
+ntasks_and_site)
+  train_args=(input/quickstart.ini "${data_args[@]}" --train.steps=10 --train.eval_every=0 --log.every=5
+    --checkpoint.dir=)
+  # A job field from `scontrol show job`.
+  job_field() { scontrol --oneliner show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
+  # Every line of the output without srun's warning about a --ntasks-per-node that does not fit the job.
+  expect_no_srun_warning() {
+    ! grep -q "can't honor --ntasks-per-node" "$1" || fail "srun got a --ntasks-per-node the job did not ask for: $(cat "$1")"
+  }
+
+  # 1. --ntasks alone, through the header; its site lines enabled; a module loaded through HSDP_MODULES (the
+  #    function `module`, as Lmod defines it, reaches the job in its environment).
+  sed -e 's/^##SBATCH --account=.*/#SBATCH --account=hsdp-test/' -e 's/^##SBATCH --partition=.*/#SBATCH --partition=debug/' \
+    jobscripts/train.sbatch >"$work/train_site.sbatch"
+  grep -q '^#SBATCH --account=hsdp-test' "$work/train_site.sbatch" || fail "train.sbatch has no ##SBATCH --account line"
+  grep -q '^#SBATCH --partition=debug' "$work/train_site.sbatch" || fail "train.sbatch has no ##SBATCH --partition line"
+  module() { echo "module $*"; }
+  export -f module
+  job=$(HSDP_MODULES=hsdp-test/1.0 sbatch --parsable --chdir="$repo" --ntasks=3 --time=5 --output="$work/site-%j.out" \
+    "$work/train_site.sbatch" "${train_args[@]}" --log.dir="$work/site")
+  echo "sbatch --ntasks=3 train.sbatch (site lines enabled): job $job"
+  expect_completed "$job" 180
+  cat "$work/site-$job.out"
+  [[ $(job_field "$job" Account) == hsdp-test ]] || fail "job $job: Account=$(job_field "$job" Account), not hsdp-test"
+  [[ $(job_field "$job" Partition) == debug ]] || fail "job $job: Partition=$(job_field "$job" Partition)"
+  grep -qx "module load hsdp-test/1.0" "$work/site-$job.out" || fail "HSDP_MODULES was not loaded"
+  grep -q '"world_size":3' "$work/site/summary.json" || fail "summary.json: not 3 ranks"
+  expect_no_srun_warning "$work/site-$job.out"
+  echo "  Account=hsdp-test Partition=debug, module load hsdp-test/1.0, 3 ranks"
+
+  # 2. The same script in a job asked for with --ntasks alone and no header (sbatch --wrap, as salloc -n 3 is).
+  printf -v wrap '%q ' bash jobscripts/train.sbatch "${train_args[@]}" --log.dir="$work/wrap"
+  job=$(sbatch --parsable --chdir="$repo" --ntasks=3 --time=5 --output="$work/wrap-%j.out" --wrap "$wrap")
+  echo "sbatch --ntasks=3 --wrap 'bash train.sbatch ...': job $job"
+  expect_completed "$job" 180
+  grep -q '"world_size":3' "$work/wrap/summary.json" || fail "summary.json (--wrap): not 3 ranks: $(cat "$work/wrap-$job.out")"
+  expect_no_srun_warning "$work/wrap-$job.out"
+  echo "  3 ranks, no srun warning"
+
+  # 3. More ranks than the header's --ntasks-per-node=4 with --ntasks alone: Slurm spreads them over 2 nodes (the
+  #    second is DOWN here, so the job waits; before, the header's --nodes=1 had it rejected).
+  job=$(sbatch --parsable --chdir="$repo" --ntasks=6 --time=5 --output="$work/six-%j.out" jobscripts/train.sbatch \
+    "${train_args[@]}" 2>"$work/six.err") || fail "sbatch --ntasks=6 train.sbatch rejected: $(cat "$work/six.err")"
+  nodes=$(job_field "$job" NumNodes) tasks=$(job_field "$job" NumTasks)
+  echo "sbatch --ntasks=6 train.sbatch: job $job $(job_field "$job" JobState), NumNodes=$nodes NumTasks=$tasks"
+  [[ $nodes == 2 && $tasks == 6 ]] || fail "job $job: NumNodes=$nodes NumTasks=$tasks, expected 2 and 6"
+  scancel "$job"
+  expect_nothing_left
+  echo "ntasks_and_site: --ntasks without --ntasks-per-node, site lines and modules in $((SECONDS - started)) s"
   ;;
 
 *)

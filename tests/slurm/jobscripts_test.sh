@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# The job scripts without a Slurm cluster (label unit): srun is a fake that records its arguments, mpirun is real.
+# One check per call:
+#
+#   jobscripts_test.sh unbind BIN_DIR WORK     mpirun_baremetal.sh BIND_TO=none: no rank is bound (each one's
+#                                              Cpus_allowed_list is the caller's), OpenMP does not pin
+#                                              (OMP_PROC_BIND=false, no OMP_PLACES), no PE= in --map-by
+#   jobscripts_test.sh signal BIN_DIR WORK     SIGTERM to mpirun_baremetal.sh, then SIGINT to its process group
+#                                              (Ctrl-C): the ranks checkpoint and the script exits 3, both times
+#   jobscripts_test.sh srun_tasks BIN_DIR WORK every sbatch script starts srun with the job's $SLURM_NTASKS ranks
+#                                              (--ntasks), never --ntasks-per-node=1 when the job was asked for
+#                                              with --ntasks alone (no SLURM_NTASKS_PER_NODE)
+#   jobscripts_test.sh modules BIN_DIR WORK    HSDP_MODULES="a/1 b/2": every job script runs `module load a/1 b/2`
+#                                              before its launcher; a failing `module load` is exit 2, no launch
+#   jobscripts_test.sh headers BIN_DIR WORK    every sbatch header shows ##SBATCH --account= / --partition= lines
+#                                              and a `# module load` line, all before the first command
+#   jobscripts_test.sh study_array BIN_DIR WORK  study.sbatch's example `sbatch --array=...` line is the one
+#                                              `hsdp-sweep expand input/study_quickstart.ini` prints, and its
+#                                              header's default ranks are the study's np
+#   jobscripts_test.sh setup BIN_DIR WORK      tools/setup.sh lists slurm-wlm, munge and shellcheck, each a package
+#                                              apt knows; --check finds everything installed, within seconds
+#
+# BIN_DIR holds hsdp-train and hsdp-data (a build's bin/). Exit 77 = skipped, with the reason printed.
+set -euo pipefail
+check=$1 bin=$2 work=$3
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+SKIP=77
+rm -rf "$work"
+mkdir -p "$work"
+cd "$repo"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A stand-in for hsdp-train that prints what binding and OpenMP settings each rank got.
+write_probe() {
+  cat >"$work/probe.sh" <<'EOF'
+#!/usr/bin/env bash
+echo "probe rank=${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:-0}} cpus=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status) omp_proc_bind=${OMP_PROC_BIND:-} omp_places=${OMP_PLACES:-}"
+EOF
+  chmod +x "$work/probe.sh"
+}
+
+# A fake srun (first on PATH) that writes its arguments, one a line, to $work/srun.args and exits 0.
+write_fake_srun() {
+  mkdir -p "$work/fake"
+  cat >"$work/fake/srun" <<EOF
+#!/usr/bin/env bash
+printf '%s\n' "\$@" >"$work/srun.args"
+EOF
+  chmod +x "$work/fake/srun"
+}
+
+# A one-point study for study.sbatch: points.txt and its deck.
+write_study() {
+  mkdir -p "$work/study/point_0"
+  cp input/quickstart.ini "$work/study/point_0/deck.ini"
+  printf '# index\tdeck\tpoint\n0\tpoint_0/deck.ini\ttrain.lr=1e-3\n' >"$work/study/points.txt"
+}
+
+# Runs sbatch script $1 as Slurm would start its batch shell (environment from the caller), fake srun first on PATH.
+run_sbatch() {
+  local script=$1
+  shift
+  local args=(input/quickstart.ini)
+  [[ $script == study.sbatch ]] && args=("$work/study")
+  rm -f "$work/srun.args"
+  # Whatever Slurm job this test itself may run in is not the one simulated: its SLURM_* go first.
+  env -u SLURM_NTASKS -u SLURM_NTASKS_PER_NODE -u SLURM_JOB_NUM_NODES -u SLURM_CPUS_PER_TASK -u SLURM_GPUS_PER_NODE \
+    -u SLURM_JOB_ID -u SLURM_RESTART_COUNT -u HSDP_ARGS -u HSDP_SRUN_ARGS -u HSDP_MODULES \
+    PATH="$work/fake:$PATH" SLURM_SUBMIT_DIR="$repo" SLURM_ARRAY_TASK_ID=0 HSDP_TRAIN="$work/probe.sh" "$@" \
+    bash "jobscripts/$script" "${args[@]}"
+}
+
+sbatch_scripts=(train.sbatch study.sbatch train_requeue.sbatch train_gpu.sbatch)
+
+case $check in
+unbind)
+  command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed (tools/setup.sh installs openmpi-bin)"; exit $SKIP; }
+  write_probe
+  mine=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
+  BIND_TO=none NP=2 MPIRUN_ARGS=--oversubscribe HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh \
+    >"$work/none.out" 2>&1 || fail "mpirun_baremetal.sh failed: $(cat "$work/none.out")"
+  grep '^probe' "$work/none.out"
+  [[ $(grep -c '^probe' "$work/none.out") == 2 ]] || fail "expected 2 ranks: $(cat "$work/none.out")"
+  while read -r line; do
+    [[ $line == *" cpus=$mine "* ]] || fail "BIND_TO=none: a rank is bound ($line; this shell: $mine)"
+    [[ $line == *" omp_proc_bind=false omp_places=" ]] || fail "BIND_TO=none: OpenMP still pins threads ($line)"
+  done < <(grep '^probe' "$work/none.out")
+  echo "BIND_TO=none: both ranks may run on CPUs $mine, OMP_PROC_BIND=false, no OMP_PLACES"
+  dry=$(DRY_RUN=1 BIND_TO=none NP=2 THREADS=1 HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh)
+  echo "dry run: $dry"
+  [[ $dry == *"--bind-to none"* ]] || fail "no --bind-to none in: $dry"
+  [[ $dry != *"PE="* ]] || fail "--map-by still asks for PE= (cores per rank, a binding) with BIND_TO=none: $dry"
+  [[ $dry != *"--report-bindings"* ]] || fail "--report-bindings with BIND_TO=none: $dry"
+  # The contrast (on 2 or more CPUs): by default each rank is bound to one core, so the probe does see binding.
+  if (($(nproc) >= 2)); then
+    NP=2 MPIRUN_ARGS=--oversubscribe HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh >"$work/core.out" 2>&1 ||
+      fail "mpirun_baremetal.sh (default binding) failed: $(cat "$work/core.out")"
+    grep '^probe' "$work/core.out"
+    ! grep '^probe' "$work/core.out" | grep -q " cpus=$mine " || fail "default BIND_TO=core: a rank is not bound"
+    grep '^probe' "$work/core.out" | grep -q " omp_proc_bind=close omp_places=cores" || fail "default: no OMP binding"
+    echo "default (BIND_TO=core): each rank on its own core, OMP_PROC_BIND=close OMP_PLACES=cores"
+  fi
+  ;;
+
+signal)
+  command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed (tools/setup.sh installs openmpi-bin)"; exit $SKIP; }
+  "$bin/hsdp-data" synth --out-dir "$work/data" >/dev/null
+  set -m # the script gets its own process group, as under an interactive shell, and SIGINT is not ignored
+  for how in TERM INT; do
+    out=$work/$how.out ckpt=$work/ckpt_$how log=$work/log_$how
+    NP=2 MPIRUN_ARGS=--oversubscribe HSDP_TRAIN="$bin/hsdp-train" jobscripts/mpirun_baremetal.sh input/quickstart.ini \
+      --data.train="$work/data/train.bin" --data.val="$work/data/val.bin" --data.entropy_json="$work/data/source.json" \
+      --train.steps=5000 --train.eval_every=0 --log.every=10 --log.dir="$log" --checkpoint.dir="$ckpt" \
+      --checkpoint.every=0 >"$out" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do
+      [[ -f $log/metrics.jsonl && $(wc -l <"$log/metrics.jsonl") -ge 3 ]] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    [[ -f $log/metrics.jsonl ]] || { kill -TERM -- -"$pid" 2>/dev/null; fail "no step logged: $(cat "$out")"; }
+    if [[ $how == TERM ]]; then
+      kill -TERM "$pid" # to the script alone, as `kill PID` or a scheduler does
+    else
+      kill -INT -- -"$pid" # to its whole process group, as Ctrl-C in a terminal does
+    fi
+    status=0
+    timeout 120 tail --pid="$pid" -f /dev/null || { kill -KILL -- -"$pid" 2>/dev/null; fail "SIG$how: still running after 120 s"; }
+    wait "$pid" || status=$?
+    tail -n 4 "$out"
+    ((status == 3)) || fail "SIG$how: exit $status, expected 3 (checkpointed): $(cat "$out")"
+    [[ -f $ckpt/latest ]] || fail "SIG$how: no checkpoint in $ckpt"
+    grep -q "asking the ranks to checkpoint" "$out" || fail "SIG$how: the script did not forward the signal"
+    echo "SIG$how: exit 3, checkpoint $(cat "$ckpt/latest")"
+  done
+  left=$(pgrep -f -- "hsdp-train.*$work" || true)
+  [[ -z $left ]] || fail "processes left behind: $(pgrep -af -- "hsdp-train.*$work")"
+  ;;
+
+srun_tasks)
+  write_probe
+  write_fake_srun
+  write_study
+  for script in "${sbatch_scripts[@]}"; do
+    # Asked for with --ntasks alone (sbatch -n 6 --wrap, salloc -n 6): no SLURM_NTASKS_PER_NODE.
+    run_sbatch "$script" SLURM_NTASKS=6 SLURM_JOB_NUM_NODES=2 >"$work/out" 2>&1 ||
+      fail "$script: $(cat "$work/out")"
+    [[ -f $work/srun.args ]] || fail "$script did not run srun: $(cat "$work/out")"
+    grep -qx -- "--ntasks=6" "$work/srun.args" || fail "$script: srun without --ntasks=6: $(tr '\n' ' ' <"$work/srun.args")"
+    ! grep -q -- "--ntasks-per-node" "$work/srun.args" ||
+      fail "$script: srun gets a --ntasks-per-node the job did not ask for: $(tr '\n' ' ' <"$work/srun.args")"
+    # Asked for with --ntasks=3 under the header's --ntasks-per-node=4 (a maximum then).
+    run_sbatch "$script" SLURM_NTASKS=3 SLURM_NTASKS_PER_NODE=4 SLURM_JOB_NUM_NODES=1 >"$work/out" 2>&1 ||
+      fail "$script: $(cat "$work/out")"
+    grep -qx -- "--ntasks=3" "$work/srun.args" || fail "$script: srun without --ntasks=3: $(tr '\n' ' ' <"$work/srun.args")"
+    echo "$script: srun --ntasks=\$SLURM_NTASKS (6 with --ntasks alone, 3 under the header's --ntasks-per-node=4)"
+  done
+  ;;
+
+modules)
+  write_probe
+  write_fake_srun
+  write_study
+  # The module command as Lmod and Environment Modules define it: a shell function, exported to the job.
+  module() { echo "module $*" >>"$MODULE_LOG"; [[ $* != *broken* ]]; }
+  export -f module
+  export MODULE_LOG=$work/module.log
+  for script in "${sbatch_scripts[@]}" mpirun_baremetal.sh; do
+    rm -f "$MODULE_LOG"
+    if [[ $script == mpirun_baremetal.sh ]]; then
+      HSDP_MODULES="hsdp-test/1.0 mpi/4.1" DRY_RUN=1 HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh \
+        >"$work/out" 2>&1 || fail "$script: $(cat "$work/out")"
+      grep -q "hsdp-train\|probe.sh" "$work/out" || fail "$script: no launch line: $(cat "$work/out")"
+    else
+      run_sbatch "$script" HSDP_MODULES="hsdp-test/1.0 mpi/4.1" >"$work/out" 2>&1 || fail "$script: $(cat "$work/out")"
+      [[ -f $work/srun.args ]] || fail "$script did not run srun: $(cat "$work/out")"
+    fi
+    [[ -f $MODULE_LOG && $(cat "$MODULE_LOG") == "module load hsdp-test/1.0 mpi/4.1" ]] ||
+      fail "$script: HSDP_MODULES not loaded (module calls: $(cat "$MODULE_LOG" 2>/dev/null))"
+    # A module that does not load: exit 2, nothing launched.
+    status=0
+    if [[ $script == mpirun_baremetal.sh ]]; then
+      HSDP_MODULES="broken/0" DRY_RUN=1 HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh >"$work/out" 2>&1 ||
+        status=$?
+    else
+      run_sbatch "$script" HSDP_MODULES="broken/0" >"$work/out" 2>&1 || status=$?
+      [[ ! -f $work/srun.args ]] || fail "$script: srun ran although module load failed"
+    fi
+    ((status == 2)) || fail "$script: exit $status after a failing module load, expected 2: $(cat "$work/out")"
+    grep -q "module load broken/0 failed" "$work/out" || fail "$script: no message naming the module: $(cat "$work/out")"
+    echo "$script: module load hsdp-test/1.0 mpi/4.1 before the launch; a failing module load is exit 2"
+  done
+  ;;
+
+headers)
+  for script in "${sbatch_scripts[@]}"; do
+    # The header: everything before the first line that is neither blank nor a comment (sbatch reads no
+    # #SBATCH line after it).
+    header=$(awk 'NR > 1 && !/^[[:space:]]*(#|$)/ { exit } { print }' "jobscripts/$script")
+    for want in '^##SBATCH --account=' '^##SBATCH --partition='; do
+      grep -q -- "$want" <<<"$header" || fail "$script: no '$want' line in the header"
+    done
+    [[ $(grep -c '^#SBATCH' "jobscripts/$script") == $(grep -c '^#SBATCH' <<<"$header") ]] ||
+      fail "$script: #SBATCH lines after the first command (sbatch ignores them)"
+    grep -q '^# module load ' "jobscripts/$script" || fail "$script: no '# module load' hook"
+    echo "$script: header shows $(grep -o -- '--account=[^ ]*\|--partition=[^ ]*' <<<"$header" | tr '\n' ' ')and a module load hook"
+  done
+  grep -q '^# module load ' jobscripts/mpirun_baremetal.sh || fail "mpirun_baremetal.sh: no '# module load' hook"
+  ;;
+
+study_array)
+  spec=input/study_quickstart.ini
+  printed=$(tools/sweep/hsdp-sweep expand "$spec" --out "$work/study" --train "$bin/hsdp-train" | sed -n 's/^[[:space:]]*\(sbatch .*\)/\1/p' || true)
+  [[ -n $printed ]] || fail "hsdp-sweep expand $spec printed no sbatch line"
+  echo "hsdp-sweep expand prints: $printed"
+  want=$(grep -o -- '--array=[^ ]*' <<<"$printed")
+  example=$(grep -E '^#[[:space:]]+sbatch .*jobscripts/study\.sbatch' jobscripts/study.sbatch || true)
+  [[ -n $example ]] || fail "study.sbatch shows no example sbatch line"
+  echo "study.sbatch shows: $example"
+  [[ $(grep -o -- '--array=[^ ]*' <<<"$example") == "$want" ]] ||
+    fail "study.sbatch's example array ($(grep -o -- '--array=[^ ]*' <<<"$example")) is not the shipped study's ($want)"
+  points=$(grep -vc '^#' "$work/study/points.txt")
+  np=$(awk -F= '/^[[:space:]]*np[[:space:]]*=/ { gsub(/[[:space:]]/, "", $2); print $2 }' "$spec")
+  per_node=$(awk -F= '/^#SBATCH --ntasks-per-node=/ { print $2 }' jobscripts/study.sbatch)
+  nodes=$(awk -F= '/^#SBATCH --nodes=/ { print $2 }' jobscripts/study.sbatch)
+  ((${per_node:-1} * ${nodes:-1} == np)) ||
+    fail "study.sbatch's default ranks (${per_node:-1} x ${nodes:-1} nodes) are not the study's np = $np"
+  echo "the shipped study: $points points ($want), np = $np = the header's default ranks"
+  ;;
+
+setup)
+  packages=$(tools/setup.sh --print-packages)
+  for p in slurm-wlm munge shellcheck; do
+    grep -qx "$p" <<<"$packages" || fail "tools/setup.sh does not install $p (the slurm tests would skip without it)"
+  done
+  if command -v apt-cache >/dev/null; then
+    # Every name is a real package of this distribution: apt-cache policy shows a candidate version for it.
+    # shellcheck disable=SC2086  # one word per package
+    known=$(apt-cache policy $packages 2>/dev/null | awk '/^[^ ].*:$/ { p = substr($1, 1, length($1) - 1) }
+      /^  Candidate: / && $2 != "(none)" { print p }')
+    for p in $packages; do
+      grep -qx "$p" <<<"$known" || fail "apt-cache policy $p: no candidate (tools/setup.sh names a package apt does not have)"
+    done
+    echo "apt-cache policy: a candidate for each of the $(wc -w <<<"$packages") packages of tools/setup.sh"
+  fi
+  started=$(date +%s%N)
+  tools/setup.sh --check || fail "tools/setup.sh --check: something is missing; run tools/setup.sh"
+  ms=$((($(date +%s%N) - started) / 1000000))
+  echo "tools/setup.sh --check: everything installed ($ms ms)"
+  ((ms < 10000)) || fail "tools/setup.sh --check took $ms ms: it should only ask dpkg-query"
+  ;;
+
+*)
+  fail "unknown check '$check'"
+  ;;
+esac
+echo "$check: ok"
