@@ -8,6 +8,7 @@
 #   resume  a run of 4 ranks (4 x micro_batch 2 x 64 tokens = 512 per step) resumed on 2 ranks runs grad_accum 2,
 #           says so in one line and keeps 512 tokens per step; on 3 ranks (3 x 2 x 64 = 384 does not divide 512)
 #           it exits 2 naming the numbers of ranks that would; summary.json totals both segments.
+#   metrics comm_ms <= step_ms and exposed_comm_ms <= comm_ms on every step; a UTC time stamp on every line.
 set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4
 shift 4
@@ -52,6 +53,13 @@ steps = [json.loads(line) for line in open(sys.argv[1])]
 summary = json.load(open(sys.argv[2]))
 assert [s["step"] for s in steps] == [4, 5, 6], [s["step"] for s in steps]
 assert all(s["tokens"] == 512 for s in steps), [s["tokens"] for s in steps]
+# Timing words: comm is the time at least one collective was in flight (never more than the step), exposed the part
+# of it compute waited for; every line has a UTC wall-clock stamp.
+import datetime
+for s in steps:
+    assert 0 <= s["exposed_comm_ms"] <= s["comm_ms"] + 1e-6 <= s["step_ms"] + 1e-6, s
+    assert s["time"].endswith("Z") and datetime.datetime.strptime(s["time"], "%Y-%m-%dT%H:%M:%S.%fZ"), s["time"]
+    assert s["bytes_inter"] >= s["bytes_inter_max_rank"] > 0, s  # hybrid_shard on 2 nodes: job-wide >= busiest rank
 assert summary["steps"] == 6 and summary["segments"] == 2, summary
 assert summary["seconds"] > summary["segment_seconds"] > 0, summary
 print(f"resumed on 2 ranks: 512 tokens per step, summary: {summary['steps']} steps in {summary['segments']} segments, "
