@@ -124,8 +124,8 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
   namespace fs = std::filesystem;
   if (from) {
     std::error_code ec;
-    const fs::path source = fs::weakly_canonical(fs::path(*from), ec).parent_path();
-    if (!ec && source == fs::weakly_canonical(fs::path(dir), ec)) return;  // continuing the directory's own run
+    const fs::path source = fs::absolute(fs::path(*from), ec).parent_path();
+    if (fs::equivalent(source, fs::path(dir), ec)) return;  // continuing the directory's own run
   }
   const std::vector<std::int64_t> steps = checkpoint_steps(world, dir);
   if (steps.empty()) return;
@@ -133,10 +133,12 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
   for (std::size_t i = 0; i < steps.size() && i < 3; ++i) names += (i ? ", " : "") + ("step_" + std::to_string(steps[i]) + ".h5");
   if (steps.size() > 3) names += ", ...";
   if (!options_.checkpoint_overwrite) {
+    const std::string how = options_.resume == "auto"
+                                ? "it has no `latest` to resume from: resume one with checkpoint.resume=<file>"
+                                : "resume it with checkpoint.resume=auto";
     throw_config("checkpoint.dir '" + dir + "' holds " + std::to_string(steps.size()) + " checkpoint(s) of another run (" +
-                 names + ") and this run does not resume from it (checkpoint.resume=" + options_.resume +
-                 "): resume it with checkpoint.resume=auto, choose another checkpoint.dir, or set "
-                 "checkpoint.overwrite=true to delete them");
+                 names + ") and this run does not resume from it (checkpoint.resume=" + options_.resume + "): " + how +
+                 ", choose another checkpoint.dir, or set checkpoint.overwrite=true to delete them");
   }
   int rank = 0;
   MPI_Comm_rank(world, &rank);
