@@ -146,6 +146,12 @@ void write_token_file(const std::filesystem::path& path, std::span<const std::ui
   header[1] = kTokenFileVersion;
   header[2] = static_cast<std::int32_t>(tokens.size());
 
+  // The output's directory is made if missing, as `synth --out-dir` does.
+  if (const auto dir = path.parent_path(); !dir.empty()) {
+    std::error_code made;
+    std::filesystem::create_directories(dir, made);
+    if (made) throw_data("cannot create the directory of " + quoted(path) + ": " + made.message());
+  }
   std::filesystem::path temporary = path;
   temporary += ".tmp";
   {

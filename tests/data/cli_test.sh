@@ -45,6 +45,7 @@ printf 'hello hsdp\n' >"$dir/in.txt"
 expect 0 'wrote .*out.bin: 10 tokens' "$bin" encode --input "$dir/in.txt" --output "$dir/out.bin" \
   --val-output "$dir/val.bin" --val-fraction 0.1
 expect 0 '10 tokens' "$bin" info --input "$dir/out.bin" --vocab 256
+expect 0 'wrote .*new/dir/out.bin' "$bin" encode --input "$dir/in.txt" --output "$dir/new/dir/out.bin"
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
 expect 2 '--val-fraction needs --val-output' "$bin" encode --input "$dir/in.txt" --output "$dir/x.bin" \
   --val-fraction 0.2
