@@ -2,8 +2,6 @@
 
 #include "engine_impl.hpp"
 #include "hsdp/shard/formulas.hpp"
-#include "hsdp/optim/grad_clip.hpp"
-#include "hsdp/optim/loss_scaler.hpp"
 
 namespace hsdp::shard {
 
