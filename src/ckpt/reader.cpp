@@ -187,12 +187,23 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
   Reads reads = plan_reads(world, file.get(), path, layout, shards, own);
   std::vector<transfer::DatasetPieces>& datasets = reads.datasets;
 
+  // A file rewritten by h5repack or h5py (chunked, compressed, another float type) has no byte ranges to read:
+  // HDF5 reads it, rank by rank. Every rank opened the same file, so every rank takes the same branch.
   transfer::Stats stats;
-  if (io == IoMode::per_dataset) {
+  if (!transfer::stored_as_written(datasets)) {
+    agreed(world, [&] {
+      try {
+        transfer::read_independent(datasets);
+      } catch (const Error& e) {
+        throw_checkpoint("checkpoint '" + path + "': " + e.what() + " (the file is damaged)");
+      }
+    });
+  } else if (io == IoMode::per_dataset) {
     transfer::agree_rounds(world, datasets);
     transfer::read_per_dataset(datasets, stats);
   } else {
-    transfer::read_single_call(file.get(), datasets, stats);
+    // Its collectives (the file views) come before anything that can throw.
+    agreed(world, [&] { transfer::read_single_call(file.get(), datasets, stats); });
   }
   zero_unsaved(layout, shards);
 

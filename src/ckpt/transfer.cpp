@@ -195,6 +195,33 @@ void single_call(Direction direction, hid_t file, std::span<const DatasetPieces>
 
 }  // namespace
 
+bool stored_as_written(std::span<const DatasetPieces> datasets) {
+  for (const DatasetPieces& d : datasets) {
+    if (H5Dget_offset(d.dataset) == HADDR_UNDEF) return false;
+    const h5::Handle type(H5Dget_type(d.dataset), H5Tclose);
+    if (type.get() < 0 || H5Tequal(type.get(), H5T_IEEE_F32LE) <= 0) return false;
+  }
+  return true;
+}
+
+void read_independent(std::span<const DatasetPieces> datasets) {
+  h5::Handle dxpl = h5::plist(H5Pcreate(H5P_DATASET_XFER), "creating a transfer property list");
+  h5::check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT), "independent transfers");
+  for (const DatasetPieces& d : datasets) {
+    h5::Handle file_space = h5::dataspace(H5Dget_space(d.dataset), "dataspace of " + d.path);
+    for (const Piece& piece : d.pieces) {
+      const hsize_t count = piece.count;
+      h5::Handle memory_space = h5::dataspace(H5Screate_simple(1, &count, nullptr), "memory space");
+      select_range(file_space.get(), d.dims, piece.first, piece.count, d.path);
+      if (H5Dread(d.dataset, H5T_NATIVE_FLOAT, memory_space.get(), file_space.get(), dxpl.get(), piece.memory) < 0) {
+        const std::string detail = h5::last_error();
+        H5Eclear2(H5E_DEFAULT);
+        throw Error(ErrorKind::checkpoint, "reading " + d.path + " failed" + (detail.empty() ? "" : ": " + detail));
+      }
+    }
+  }
+}
+
 void agree_rounds(MPI_Comm comm, std::vector<DatasetPieces>& datasets) {
   std::vector<int> counts(datasets.size());
   for (std::size_t i = 0; i < datasets.size(); ++i) counts[i] = static_cast<int>(datasets[i].pieces.size());

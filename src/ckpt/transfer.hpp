@@ -42,6 +42,13 @@ void agree_rounds(MPI_Comm comm, std::vector<DatasetPieces>& datasets);
 void write_per_dataset(std::span<const DatasetPieces> datasets, Stats& stats);
 void read_per_dataset(std::span<const DatasetPieces> datasets, Stats& stats);
 
+// Whether every dataset is stored as hsdp writes it: contiguous, allocated, little-endian fp32 (single_call reads
+// byte ranges). A file rewritten by h5repack or h5py (chunked, compressed, another float type) is not. Local.
+bool stored_as_written(std::span<const DatasetPieces> datasets);
+// Reads this rank's pieces through HDF5 with independent transfers (any layout, filter or float type; slower).
+// Local: no collective inside, so a failure can be agreed on afterwards.
+void read_independent(std::span<const DatasetPieces> datasets);
+
 // single_call mode. `file` is the HDF5 file (its fapl must use the mpio driver).
 void write_single_call(hid_t file, std::span<const DatasetPieces> datasets, Stats& stats);
 void read_single_call(hid_t file, std::span<const DatasetPieces> datasets, Stats& stats);
