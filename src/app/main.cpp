@@ -60,7 +60,7 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.adamw.beta2 = static_cast<float>(deck.get_real("train.beta2"));
   o.adamw.eps = static_cast<float>(deck.get_real("train.eps"));
   o.adamw.weight_decay = static_cast<float>(deck.get_real("train.weight_decay"));
-  hsdp::optim::validate(o.adamw);
+  hsdp::optim::validate(o.adamw, o.schedule.lr);
   o.grad_clip = deck.get_real("train.grad_clip");
   o.data_seed = static_cast<std::uint64_t>(deck.get_int("train.seed"));
   o.eval_every = deck.get_int("train.eval_every");

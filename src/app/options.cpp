@@ -300,7 +300,9 @@ std::string help_text(const std::string& program) {
       << "exit codes: 0 done; 1 internal error; 2 bad input (config, data or checkpoint: the message names it);\n"
       << "            3 checkpointed on SIGUSR1 or SIGTERM (Slurm's warning before the time limit): requeue me,\n"
       << "              the next run resumes with checkpoint.resume=auto;\n"
-      << "            4 communication failure (e.g. the watchdog fired on a stuck collective)\n\n"
+      << "            4 communication failure or a stall (the watchdog fired: a collective, start-up or checkpoint\n"
+      << "              I/O did not finish within comm.timeout_s / checkpoint.timeout_s);\n"
+      << "            5 training diverged (a non-finite loss or gradient norm; no checkpoint of that step is written)\n\n"
       << train::kProgressLineLegend << "\n\n"
       << "deck keys (default in brackets):\n";
   for (const auto& section : section_order()) {

@@ -8,6 +8,7 @@ std::string_view to_string(ErrorKind kind) {
     case ErrorKind::data: return "data";
     case ErrorKind::checkpoint: return "checkpoint";
     case ErrorKind::comm: return "comm";
+    case ErrorKind::diverged: return "diverged";
     case ErrorKind::internal: return "internal";
   }
   return "internal";
@@ -19,6 +20,7 @@ int exit_code_for(ErrorKind kind) {
     case ErrorKind::data:
     case ErrorKind::checkpoint: return kExitBadInput;
     case ErrorKind::comm: return kExitComm;
+    case ErrorKind::diverged: return kExitDiverged;
     case ErrorKind::internal: return kExitInternal;
   }
   return kExitInternal;

@@ -14,9 +14,24 @@ void validate(const AdamWConfig& config) {
   if (!(config.beta2 >= 0.0f && config.beta2 < 1.0f)) {
     throw_config("train.beta2 must be in [0, 1), got " + std::to_string(config.beta2));
   }
-  if (!(config.eps >= 0.0f)) throw_config("train.eps must be >= 0, got " + std::to_string(config.eps));
-  if (!(config.weight_decay >= 0.0f)) {
-    throw_config("train.weight_decay must be >= 0, got " + std::to_string(config.weight_decay));
+  // Finite after the conversion to fp32 (the optimizer's precision): 1e39 would be inf there.
+  if (!(config.eps >= 0.0f && std::isfinite(config.eps))) {
+    throw_config("train.eps must be >= 0 and finite in fp32 (< 3.4e38), got " + std::to_string(config.eps));
+  }
+  if (!(config.weight_decay >= 0.0f && std::isfinite(config.weight_decay))) {
+    throw_config("train.weight_decay must be >= 0 and finite in fp32 (< 3.4e38), got " +
+                 std::to_string(config.weight_decay));
+  }
+}
+
+void validate(const AdamWConfig& config, double peak_lr) {
+  validate(config);
+  // Decoupled decay multiplies a weight by 1 - lr * weight_decay each step: at lr * weight_decay >= 1 it zeroes or
+  // flips the weights instead of decaying them.
+  if (!(peak_lr * config.weight_decay < 1.0)) {
+    throw_config("train.lr x train.weight_decay must be < 1 (decoupled weight decay multiplies every weight by "
+                 "1 - lr x weight_decay each step), got " + std::to_string(peak_lr) + " x " +
+                 std::to_string(config.weight_decay) + " = " + std::to_string(peak_lr * config.weight_decay));
   }
 }
 

@@ -9,7 +9,9 @@
 namespace hsdp::optim {
 
 void validate(const CosineSchedule& schedule) {
-  if (!(schedule.lr > 0.0)) throw_config("train.lr must be > 0, got " + std::to_string(schedule.lr));
+  if (!(schedule.lr > 0.0 && std::isfinite(schedule.lr))) {
+    throw_config("train.lr must be > 0 and finite, got " + std::to_string(schedule.lr));
+  }
   if (!(schedule.min_lr >= 0.0 && schedule.min_lr <= schedule.lr)) {
     throw_config("train.min_lr must be in [0, train.lr = " + std::to_string(schedule.lr) + "], got " +
                  std::to_string(schedule.min_lr));

@@ -65,6 +65,7 @@ std::optional<ckpt::TrainState> Checkpointer::resume() {
     if (from) state = load(*from);
   }
   if (enabled() && !options_.eval_only) keep_runs_apart(from);
+  if (state) latest_step_ = state->step;
   return state;
 }
 
@@ -167,6 +168,7 @@ void Checkpointer::save(ckpt::TrainState state) {
   const auto result = ckpt::save_checkpoint(mesh_.world().raw(), options_.checkpoint_dir, layout_, shard_list,
                                             backend_.is_checkpoint_writer(), state, save_options);
   const double seconds = watch.seconds();
+  latest_step_ = state.step;
   // The file's size, as `hsdp-ckpt inspect` prints it, and what of it is tensor data.
   std::error_code ec;
   const auto file_bytes = std::filesystem::file_size(result.path, ec);

@@ -107,6 +107,31 @@ JobBytes job_bytes(comm::Communicator& world, const comm::LinkBytes& mine) {
   return job;
 }
 
+// The last step whose loss was finite (step 0: none in this segment).
+struct FiniteLoss {
+  std::int64_t step = 0;
+  double loss = 0;
+};
+
+std::string divergence_text(std::int64_t step, double loss, const FiniteLoss& last, const Checkpointer& checkpoints,
+                            const TrainOptions& o) {
+  std::ostringstream text;
+  text.precision(6);
+  text << "training diverged at step " << step << ": " << (std::isfinite(loss) ? "the gradient norm" : "the loss")
+       << " is not finite (loss " << loss << "; ";
+  if (last.step > 0) {
+    text << "last finite loss " << last.loss << " at step " << last.step;
+  } else {
+    text << "no earlier step in this run";
+  }
+  text << "); no checkpoint of this step is written";
+  if (const std::int64_t kept = checkpoints.latest_step(); kept > 0) {
+    text << " (the last, step " << kept << ", is kept as it was)";
+  }
+  text << "; lower train.lr (" << o.schedule.lr << ") or check the data";
+  return text.str();
+}
+
 }  // namespace
 
 TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger& log) {
@@ -218,6 +243,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   }
   StopSignals signals;
   std::int64_t steps_done = first_step;  // the step the model is at
+  FiniteLoss last_finite;
   Stopwatch run_clock;
   double timed_seconds = 0;
   std::int64_t timed_tokens = 0;
@@ -242,11 +268,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     } else {
       const double scale_squared = static_cast<double>(loss_scale) * loss_scale;
       clip = optim::clip_coefficient(backend.grad_norm_squared() / scale_squared, o.grad_clip);
-      if (!clip.finite) {
-        throw Error(ErrorKind::internal, "step " + std::to_string(step + 1) +
-                                             ": the gradient norm is not finite (loss " + std::to_string(loss) +
-                                             "); lower train.lr or check the data");
-      }
+      // The loss and the norm are all-reduced, so every rank sees the same: every rank throws, rank 0 says it.
+      if (!clip.finite || !std::isfinite(loss)) throw comm::AgreedError(ErrorKind::diverged, divergence_text(step + 1, loss, last_finite, checkpoints, o));
       optimizer_steps += 1;
       const optim::AdamWStep update{static_cast<float>(lr), optimizer_steps, clip.coefficient / loss_scale};
       backend.optimizer_step(o.adamw, update);
@@ -280,6 +303,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
       summary.final_val_loss = m.val_loss;
     }
     summary.final_loss = loss;
+    last_finite = {m.step, loss};
     steps_done = m.step;
     if (log.is_root()) {
       metrics->write(to_json(m, memory));

@@ -6,7 +6,7 @@
 
 namespace hsdp {
 
-enum class ErrorKind { config, data, checkpoint, comm, internal };
+enum class ErrorKind { config, data, checkpoint, comm, diverged, internal };
 
 // Process exit codes, documented in `hsdp-train --help`.
 inline constexpr int kExitOk = 0;
@@ -14,6 +14,7 @@ inline constexpr int kExitInternal = 1;   // a bug or an unexpected system failu
 inline constexpr int kExitBadInput = 2;   // config, data or checkpoint the user gave is wrong
 inline constexpr int kExitRequeue = 3;    // checkpointed on a signal: requeue the job
 inline constexpr int kExitComm = 4;       // a collective failed or the watchdog fired
+inline constexpr int kExitDiverged = 5;   // training diverged (a non-finite loss or gradient norm)
 
 class Error : public std::runtime_error {
  public:

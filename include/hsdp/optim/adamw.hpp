@@ -36,8 +36,11 @@ struct AdamWStep {
   float grad_scale = 1.0f;
 };
 
-// Throws a config Error for betas outside [0, 1), negative eps or weight decay (naming optim.* keys).
+// Throws a config Error for betas outside [0, 1), eps or weight decay negative or not finite in fp32 (naming the
+// train.* keys).
 void validate(const AdamWConfig& config);
+// And, with the schedule's peak learning rate: lr x weight_decay < 1 (decay, not a sign flip).
+void validate(const AdamWConfig& config, double peak_lr);
 
 // Updates params, m and v in place. All four spans have the same size; throws an internal Error when
 // sizes or segments do not match.

@@ -27,6 +27,8 @@ class Checkpointer {
   void save(ckpt::TrainState state);
   // Whether the end of `step` (1-based) is a checkpoint point by checkpoint.every.
   bool due(std::int64_t step) const;
+  // The step of the newest complete checkpoint this run resumed from or wrote; 0 if none.
+  std::int64_t latest_step() const { return latest_step_; }
 
  private:
   ckpt::TrainState load(const std::string& path);
@@ -38,6 +40,7 @@ class Checkpointer {
   Backend& backend_;
   const model::ModelLayout& layout_;
   const Logger& log_;
+  std::int64_t latest_step_ = 0;
 };
 
 }  // namespace hsdp::train
