@@ -1,14 +1,21 @@
 // hsdp-train: parse the deck, build the mesh, train. Every rank runs this.
+#include <chrono>
+#include <exception>
 #include <iostream>
+#include <optional>
+#include <thread>
 
 #include "hsdp/comm/agree.hpp"
 #include "hsdp/app/options.hpp"
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/comm/mpi.hpp"
 #include "hsdp/comm/topology.hpp"
+#include "hsdp/core/fault.hpp"
 #include "hsdp/core/log.hpp"
+#include "hsdp/core/stall.hpp"
 #include "hsdp/quant/blockwise.hpp"
 #include "hsdp/shard/strategy.hpp"
+#include "hsdp/train/signals.hpp"
 #include "hsdp/train/trainer.hpp"
 
 namespace {
@@ -92,6 +99,8 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   o.resume = deck.get("checkpoint.resume");
   o.checkpoint_overwrite = deck.get_bool("checkpoint.overwrite");
   o.checkpoint_fallback = deck.get_bool("checkpoint.fallback");
+  o.checkpoint_timeout_s = deck.get_real("checkpoint.timeout_s");
+  o.checkpoint_continue_on_error = deck.get("checkpoint.on_error") == "continue";
   if (o.resume == "auto" && o.checkpoint_dir.empty()) o.resume = "none";
   o.log_dir = deck.get("log.dir");
   o.log_every = deck.get_int("log.every");
@@ -99,10 +108,29 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   return o;
 }
 
-int run(int argc, char** argv, const hsdp::Logger& log) {
+// Watched start-up: before the deck is read, stalls are bounded by comm.timeout_s's default.
+constexpr double kStartupDefaultLimitS = 300;
+
+int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopSignals& signals) {
+  const int rank = log.rank();
   CommandLine cli;
   ConfigDeck deck;
-  hsdp::comm::agree(MPI_COMM_WORLD, [&] { deck = ConfigDeck::parse(argc, argv, cli); });
+  // Parsed by every rank on its own, so that the deck's comm.timeout_s bounds even the first collective.
+  std::optional<hsdp::Error> parse_error;
+  try {
+    deck = ConfigDeck::parse(argc, argv, cli);
+  } catch (const hsdp::Error& e) {
+    parse_error = e;
+  }
+  const double startup_limit_s = parse_error ? kStartupDefaultLimitS : deck.get_real("comm.timeout_s");
+  std::optional<hsdp::StallPhase> startup(std::in_place, "start-up", startup_limit_s);
+  hsdp::fault_point("startup", rank);
+  {
+    const hsdp::StallGuard op("agreeing on the deck");
+    hsdp::comm::agree(MPI_COMM_WORLD, [&] {
+      if (parse_error) throw *parse_error;
+    });
+  }
   if (cli.help) {
     log.info(hsdp::app::help_text("hsdp-train"));
     return hsdp::kExitOk;
@@ -119,43 +147,90 @@ int run(int argc, char** argv, const hsdp::Logger& log) {
   hsdp::comm::CommOptions comm_options;
   comm_options.timeout_s = deck.get_real("comm.timeout_s");
   hsdp::comm::Topology topology;
-  hsdp::comm::agree(MPI_COMM_WORLD,
-                   [&] { topology = hsdp::comm::detect_topology(MPI_COMM_WORLD, topology_options(deck)); });
+  {
+    const hsdp::StallGuard op("detecting the topology");
+    hsdp::comm::agree(MPI_COMM_WORLD,
+                      [&] { topology = hsdp::comm::detect_topology(MPI_COMM_WORLD, topology_options(deck)); });
+  }
   hsdp::comm::MpiCommunicator world(hsdp::comm::MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank,
                                     comm_options, log);
   hsdp::train::TrainOptions options;
-  hsdp::comm::agree(MPI_COMM_WORLD, [&] { options = train_options(deck); });
   std::unique_ptr<hsdp::comm::ProcessMesh> mesh;
-  hsdp::comm::agree(MPI_COMM_WORLD, [&] {
-    mesh = std::make_unique<hsdp::comm::ProcessMesh>(
-        world, topology, hsdp::shard::mesh_options(options.engine.strategy, options.engine.zeropp.hpz_partition_size));
-  });
+  {
+    const hsdp::StallGuard op("building the process mesh");
+    hsdp::comm::agree(MPI_COMM_WORLD, [&] { options = train_options(deck); });
+    hsdp::comm::agree(MPI_COMM_WORLD, [&] {
+      mesh = std::make_unique<hsdp::comm::ProcessMesh>(
+          world, topology,
+          hsdp::shard::mesh_options(options.engine.strategy, options.engine.zeropp.hpz_partition_size));
+    });
+  }
   if (cli.print_mesh) {
     const std::string text = mesh->describe();
     log.info(text);
     return hsdp::kExitOk;
   }
-  const auto summary = hsdp::train::train(options, *mesh, log);
+  startup.reset();  // train() watches its own phases
+  const auto summary = hsdp::train::train(options, *mesh, signals, log);
   return summary.stopped_by_signal ? hsdp::kExitRequeue : hsdp::kExitOk;
+}
+
+// An error only this rank has: the other ranks wait in some collective for this one. It is said here, on this rank,
+// and the job ends at once (MPI_Abort), before unwinding: the destructors on the way (H5Fclose of a parallel file,
+// MPI_Win_free) are collective and would wait for ranks that never come. main() catches only the errors every rank
+// throws (AgreedError), so any other exception reaches this handler with the stack as it was at the throw.
+[[noreturn]] void end_job_on_local_error() {
+  int rank = 0;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized != 0 && !hsdp::comm::mpi_finalized()) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const hsdp::Logger log(rank, hsdp::host_name());
+  int code = hsdp::kExitInternal;
+  try {
+    if (const std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
+    log.error("internal: terminate called without an exception");
+  } catch (const hsdp::Error& e) {
+    log.error(hsdp::to_string(e.kind()), ": ", e.what());
+    code = e.exit_code();
+  } catch (const std::exception& e) {
+    log.error("internal: ", e.what());
+  } catch (...) {
+    log.error("internal: an exception that is not a std::exception");
+  }
+  hsdp::comm::MpiEnvironment::abort_job(code);
+}
+
+// The stall watch's verdict (on its own thread): rank 0 speaks at once; any other rank first gives rank 0 a moment,
+// so the job ends with one diagnosis unless rank 0 is the rank that stalled.
+void on_stall(const hsdp::Logger& log, const hsdp::StallReport& r) {
+  if (!log.is_root()) std::this_thread::sleep_for(std::chrono::seconds(3));
+  const std::string limit_key = r.phase.rfind("checkpoint", 0) == 0 || r.phase.rfind("resume", 0) == 0
+                                    ? "checkpoint.timeout_s"
+                                    : "comm.timeout_s";
+  log.any_rank("watchdog: ", r.phase, ": ", r.operation, " did not finish within ", r.limit_s, " s (", limit_key,
+               "): another rank is stopped or frozen, or the file system does not answer; aborting the job (exit ",
+               hsdp::kExitComm, ")");
+  hsdp::comm::MpiEnvironment::abort_job(hsdp::kExitComm);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything collective: a SIGUSR1 or SIGTERM that lands during start-up is honoured at the first safe point.
+  const hsdp::train::StopSignals signals;
+  std::set_terminate(end_job_on_local_error);
   hsdp::comm::MpiEnvironment mpi(&argc, &argv);
   const hsdp::Logger log(mpi.world_rank(), hsdp::host_name());
+  hsdp::set_stall_handler([&log](const hsdp::StallReport& r) { on_stall(log, r); });
   try {
-    return run(argc, argv, log);
-  } catch (const hsdp::comm::AgreedError& e) {
+    return run(argc, argv, log, signals);
+  } catch (const hsdp::AgreedError& e) {
     // Every rank has this error; rank 0 says it once.
-    if (log.is_root()) std::cerr << "hsdp-train: " << hsdp::to_string(e.kind()) << " error: " << e.what() << "\n";
+    if (log.is_root()) {
+      // "training diverged at step ..." says what it is; the other kinds name themselves ("config error: ...").
+      const std::string kind = e.kind() == hsdp::ErrorKind::diverged ? "" : std::string(hsdp::to_string(e.kind())) + " error: ";
+      std::cerr << "hsdp-train: " << kind << e.what() << "\n";
+    }
     return e.exit_code();
-  } catch (const hsdp::Error& e) {
-    // Only this rank knows: say where, and end every rank so none waits forever.
-    log.error(hsdp::to_string(e.kind()), ": ", e.what());
-    hsdp::comm::MpiEnvironment::abort_job(e.exit_code());
-  } catch (const std::exception& e) {
-    log.error("internal: ", e.what());
-    hsdp::comm::MpiEnvironment::abort_job(hsdp::kExitInternal);
   }
 }

@@ -98,6 +98,16 @@ const std::vector<OptionSpec>& option_table() {
       boolean("checkpoint.fallback", "true",
               "checkpoint.resume=auto with a damaged `latest` (missing file, failed checksum): resume from the newest "
               "checkpoint of checkpoint.dir that loads, saying which were skipped and why; false: exit 2 instead"),
+      real("checkpoint.timeout_s", "600",
+           "watchdog of checkpoint I/O: a resume read, a checkpoint write or its commit that makes no progress for "
+           "this many seconds (a rank stopped or frozen, a file system that does not answer) ends the job with exit 4, "
+           "naming the phase and the operation; the previous checkpoint and `latest` stay as they were",
+           0.001),
+      choice("checkpoint.on_error", "stop",
+             "a checkpoint that cannot be written (a full disk, a quota, a permission): stop = exit 2 with one line "
+             "naming checkpoint.dir, the bytes needed and the error; continue = say so once, skip that checkpoint and "
+             "train on (the previous checkpoint and `latest` stay as they were either way)",
+             "stop|continue"),
       text("checkpoint.resume", "auto",
            "auto = resume from checkpoint.dir/latest if it exists; none = start fresh; or the path of a checkpoint "
            "(any world size and strategy)"),

@@ -19,7 +19,7 @@ void agree(MPI_Comm comm, const std::optional<Failure>& local) {
   std::vector<char> text(static_cast<std::size_t>(header[1]));
   if (rank == first) text.assign(local->message.begin(), local->message.end());
   MPI_Bcast(text.data(), header[1], MPI_CHAR, first, comm);
-  throw Error(static_cast<ErrorKind>(header[0]), std::string(text.begin(), text.end()));
+  throw AgreedError(static_cast<ErrorKind>(header[0]), std::string(text.begin(), text.end()));
 }
 
 }  // namespace hsdp::ckpt

@@ -1,6 +1,6 @@
 #pragma once
 // Internal to hsdp_ckpt: make every rank fail together. `agreed(comm, body)` runs body on every rank; if it threw
-// on any rank, every rank throws the Error of the lowest failing rank (same kind, same message), so no rank is left
+// on any rank, every rank throws the AgreedError of the lowest failing rank (same kind, same message), so no rank is left
 // waiting in a later collective. Bodies must not contain collectives a failing rank could skip.
 #include <mpi.h>
 
@@ -25,6 +25,8 @@ void agreed(MPI_Comm comm, Body&& body) {
   std::optional<Failure> failure;
   try {
     std::forward<Body>(body)();
+  } catch (const AgreedError&) {
+    throw;  // every rank threw it
   } catch (const Error& e) {
     failure = Failure{e.kind(), e.what()};
   } catch (const std::exception& e) {

@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "agree.hpp"
 #include "diagnose.hpp"
@@ -11,6 +12,8 @@
 #include "hsdp/ckpt/checksum.hpp"
 #include "hsdp/ckpt/commit.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/fault.hpp"
+#include "hsdp/core/stall.hpp"
 #include "meta.hpp"
 #include "plan.hpp"
 #include "transfer.hpp"
@@ -174,6 +177,7 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
   MPI_Comm_size(world, &size);
   agreed(world, [&] { plan::validate_shards(layout, shards); });
 
+  std::optional<StallGuard> op(std::in_place, "opening " + path);
   h5::Handle file = open_file(world, path, layout);
   TrainState state;
   agreed(world, [&] {
@@ -190,6 +194,7 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
   // A file rewritten by h5repack or h5py (chunked, compressed, another float type) has no byte ranges to read:
   // HDF5 reads it, rank by rank. Every rank opened the same file, so every rank takes the same branch.
   transfer::Stats stats;
+  op.emplace("reading the tensor data of " + path);
   if (!transfer::stored_as_written(datasets)) {
     agreed(world, [&] {
       try {
@@ -206,14 +211,18 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
     agreed(world, [&] { transfer::read_single_call(file.get(), datasets, stats); });
   }
   zero_unsaved(layout, shards);
+  fault_point("resume", rank);
 
+  op.emplace("verifying the checksums of " + path);
   const std::vector<std::uint64_t> sums = loaded_checksums(world, layout, shards, own, reads);
   reads.handles.clear();
   file.close_checked("closing checkpoint '" + path + "'");
+  // The sums are all-reduced: every rank finds the same.
   for (std::size_t i = 0; i < sums.size(); ++i) {
     if (sums[i] != reads.stored[i]) {
-      throw_checkpoint("checkpoint '" + path + "': dataset " + datasets[i].path + " fails its checksum (stored " +
-                       hex(reads.stored[i]) + ", computed " + hex(sums[i]) + "): the file is damaged");
+      throw AgreedError(ErrorKind::checkpoint, "checkpoint '" + path + "': dataset " + datasets[i].path +
+                                                   " fails its checksum (stored " + hex(reads.stored[i]) +
+                                                   ", computed " + hex(sums[i]) + "): the file is damaged");
     }
   }
   return state;

@@ -185,10 +185,14 @@ void single_call(Direction direction, hid_t file, std::span<const DatasetPieces>
   // HDF5's mpio driver expects the byte view it set at open.
   mpi_check(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, native, MPI_INFO_NULL), "restoring the file view");
   mpi_check(code, direction == Direction::write ? "MPI_File_write_at_all" : "MPI_File_read_at");
-  if (direction == Direction::read && count > 0) {
+  if (count > 0) {
     int got = 0;
     MPI_Get_count(&status, memory_type, &got);
-    if (got != 1) throw Error(ErrorKind::checkpoint, "short read: the file ends before its datasets do");
+    if (got != 1) {
+      throw Error(ErrorKind::checkpoint, direction == Direction::read
+                                             ? "short read: the file ends before its datasets do"
+                                             : "short write: the file system took only part of the data (full?)");
+    }
   }
   ++stats.collective_calls;
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "agree.hpp"
@@ -12,6 +13,8 @@
 #include "hsdp/ckpt/checksum.hpp"
 #include "hsdp/ckpt/commit.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/fault.hpp"
+#include "hsdp/core/stall.hpp"
 #include "hsdp/core/timer.hpp"
 #include "meta.hpp"
 #include "plan.hpp"
@@ -164,6 +167,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   });
 
   phase.restart();
+  std::optional<StallGuard> op(std::in_place, "creating " + tmp);
   h5::Handle fapl = h5::mpio_file_access(world, dir);
   h5::Handle file;
   agreed(world, [&] {
@@ -178,20 +182,30 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
 
   transfer::Stats stats;
   phase.restart();
-  write_data(world, file.get(), created.pieces, param_count, options, stats);
+  op.emplace("writing the tensor data of " + tmp);
+  fault_point("checkpoint", rank);
+  if (options.io == IoMode::per_dataset) {
+    write_data(world, file.get(), created.pieces, param_count, options, stats);
+  } else {
+    // The single call's collectives (its file views) come before anything that can throw (a full disk: ENOSPC).
+    agreed(world, [&] { write_data(world, file.get(), created.pieces, param_count, options, stats); });
+  }
   result.data_s = phase.seconds();
   phase.restart();
+  op.emplace("closing " + tmp);
   created.handles.clear();
-  file.close_checked("closing checkpoint file '" + tmp + "'");
+  agreed(world, [&] { file.close_checked("closing checkpoint file '" + tmp + "'"); });
   result.close_s = phase.seconds();
   result.write_s = watch.seconds();
 
   Stopwatch commit;
+  op.emplace("committing " + path);
   agreed(world, [&] {
     if (rank != 0) return;
     fsync_file(tmp);
     durable_rename(tmp, path);
   });
+  op.reset();
   result.commit_s = commit.seconds();
 
   result.collective_transfers = stats.collective_calls;
@@ -217,6 +231,7 @@ SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::
   SaveResult result =
       write_checkpoint_file(world, (fs::path(dir) / name).string(), layout, shards, writer, state, options);
   Stopwatch commit;
+  const StallGuard op("pointing " + (fs::path(dir) / "latest").string() + " at " + name);
   agreed(world, [&] {
     if (rank != 0) return;
     write_latest(dir, name);

@@ -12,6 +12,8 @@ void agree(MPI_Comm comm, const std::function<void()>& step) {
   std::string message;
   try {
     step();
+  } catch (const AgreedError&) {
+    throw;  // every rank threw it: every rank leaves here, none waits in the allreduce below
   } catch (const Error& e) {
     kind = static_cast<int>(e.kind());
     message = e.what();

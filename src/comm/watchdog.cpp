@@ -13,6 +13,7 @@
 
 #include "hsdp/comm/mpi.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/stall.hpp"
 #include "hsdp/core/timer.hpp"
 
 namespace hsdp::comm {
@@ -111,7 +112,8 @@ bool WatchedOp::test() {
 }
 
 std::string WatchedOp::describe() const {
-  return Logger::concat(to_string(id_.collective), " #", id_.sequence, " on group '", id_.group, "' (",
+  const std::string during = stall_context();
+  return Logger::concat(during.empty() ? "" : "during " + during + ": ", to_string(id_.collective), " #", id_.sequence, " on group '", id_.group, "' (",
                         id_.backend.empty() ? "" : id_.backend + ", ", id_.size, " ranks, this is rank ", id_.rank,
                         ")");
 }

@@ -8,7 +8,9 @@
 #include <sstream>
 
 #include "hsdp/ckpt/commit.hpp"
+#include "hsdp/comm/agree.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/stall.hpp"
 #include "hsdp/core/timer.hpp"
 
 namespace hsdp::train {
@@ -26,6 +28,14 @@ std::vector<std::int64_t> checkpoint_steps(MPI_Comm world, const std::string& di
   steps.resize(count);
   MPI_Bcast(steps.data(), static_cast<int>(count), MPI_INT64_T, 0, world);
   return steps;
+}
+
+// The longest existing prefix of `dir` (the directory itself once the first save made it).
+std::filesystem::path existing_part(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::absolute(dir);
+  std::error_code ec;
+  while (!std::filesystem::exists(p, ec) && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  return p;
 }
 
 std::string join(const std::vector<std::string>& parts, const std::string& separator) {
@@ -55,6 +65,7 @@ ckpt::TrainState Checkpointer::load(const std::string& path) {
 }
 
 std::optional<ckpt::TrainState> Checkpointer::resume() {
+  const StallPhase phase("resume", options_.checkpoint_timeout_s);
   const MPI_Comm world = mesh_.world().raw();
   std::optional<std::string> from;
   std::optional<ckpt::TrainState> state;
@@ -76,9 +87,11 @@ std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::option
   const MPI_Comm world = mesh_.world().raw();
   const std::string& dir = options_.checkpoint_dir;
   std::vector<std::string> candidates, skipped;
+  // Only errors every rank has (AgreedError: the ckpt layer agrees on its failures) are skipped over; any other is
+  // one rank's and ends the job where it is thrown.
   try {
     if (const auto latest = ckpt::resolve_resume(world, dir, "auto")) candidates.push_back(*latest);
-  } catch (const Error& e) {
+  } catch (const AgreedError& e) {
     if (e.kind() != ErrorKind::checkpoint) throw;
     skipped.push_back(e.what());
   }
@@ -94,7 +107,7 @@ std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::option
     std::optional<ckpt::TrainState> state;
     try {
       state = load(path);
-    } catch (const Error& e) {
+    } catch (const AgreedError& e) {
       if (e.kind() != ErrorKind::checkpoint) throw;
       failed = true;
       skipped.push_back(path + ": " + e.what());
@@ -113,8 +126,8 @@ std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::option
     from = path;
     return state;
   }
-  throw Error(ErrorKind::checkpoint, "checkpoint.resume=auto: no checkpoint of '" + dir + "' loads: " +
-                                         join(skipped, "; "));
+  throw AgreedError(ErrorKind::checkpoint, "checkpoint.resume=auto: no checkpoint of '" + dir + "' loads: " +
+                                               join(skipped, "; "));
 }
 
 // A run writes into checkpoint.dir only when the checkpoints there are its own: those it resumed from. Otherwise
@@ -130,6 +143,7 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
   }
   const std::vector<std::int64_t> steps = checkpoint_steps(world, dir);
   if (steps.empty()) return;
+  const StallGuard op("checking " + dir + " for another run's checkpoints");
   std::string names;
   for (std::size_t i = 0; i < steps.size() && i < 3; ++i) names += (i ? ", " : "") + ("step_" + std::to_string(steps[i]) + ".h5");
   if (steps.size() > 3) names += ", ...";
@@ -137,9 +151,12 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
     const std::string how = options_.resume == "auto"
                                 ? "it has no `latest` to resume from: resume one with checkpoint.resume=<file>"
                                 : "resume it with checkpoint.resume=auto";
-    throw_config("checkpoint.dir '" + dir + "' holds " + std::to_string(steps.size()) + " checkpoint(s) of another run (" +
-                 names + ") and this run does not resume from it (checkpoint.resume=" + options_.resume + "): " + how +
-                 ", choose another checkpoint.dir, or set checkpoint.overwrite=true to delete them");
+    // Every rank has the same listing (rank 0's, broadcast).
+    throw AgreedError(ErrorKind::config,
+                      "checkpoint.dir '" + dir + "' holds " + std::to_string(steps.size()) +
+                          " checkpoint(s) of another run (" + names + ") and this run does not resume from it "
+                          "(checkpoint.resume=" + options_.resume + "): " + how +
+                          ", choose another checkpoint.dir, or set checkpoint.overwrite=true to delete them");
   }
   int rank = 0;
   MPI_Comm_rank(world, &rank);
@@ -149,7 +166,8 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
             ")");
 }
 
-void Checkpointer::save(ckpt::TrainState state) {
+bool Checkpointer::save(ckpt::TrainState state) {
+  const StallPhase phase("checkpoint save of step " + std::to_string(state.step), options_.checkpoint_timeout_s);
   const comm::Topology& topo = mesh_.topology();
   state.deck_text = options_.deck_text;
   state.strategy = shard::to_string(options_.engine.strategy);
@@ -165,8 +183,16 @@ void Checkpointer::save(ckpt::TrainState state) {
   save_options.logger = &log_;
   const auto shard_list = backend_.checkpoint_shards();
   Stopwatch watch;
-  const auto result = ckpt::save_checkpoint(mesh_.world().raw(), options_.checkpoint_dir, layout_, shard_list,
-                                            backend_.is_checkpoint_writer(), state, save_options);
+  ckpt::SaveResult result;
+  try {
+    check_free_space(state.step);
+    result = ckpt::save_checkpoint(mesh_.world().raw(), options_.checkpoint_dir, layout_, shard_list,
+                                   backend_.is_checkpoint_writer(), state, save_options);
+  } catch (const AgreedError& e) {
+    // Every rank has it (the ckpt layer agrees on its failures), so every rank takes the same path.
+    if (e.kind() != ErrorKind::checkpoint) throw;
+    return save_failed(state.step, e.what());
+  }
   const double seconds = watch.seconds();
   latest_step_ = state.step;
   // The file's size, as `hsdp-ckpt inspect` prints it, and what of it is tensor data.
@@ -179,6 +205,59 @@ void Checkpointer::save(ckpt::TrainState state) {
   };
   log_.info("checkpoint ", result.path, ": ", ec ? std::string("?") : mib(static_cast<double>(file_bytes)), " (",
             mib(static_cast<double>(result.tensor_bytes)), " of parameters and AdamW state) in ", seconds, " s");
+  return true;
+}
+
+// A save that failed on every rank (a full disk, a quota, a permission): the half-written step_<N>.h5.tmp goes, the
+// previous checkpoint and `latest` were never touched. One line, then stop (exit 2) or, with
+// checkpoint.on_error=continue, train on (said for the first failure only).
+// The file's tensor data (parameters, m and v in fp32): what a checkpoint needs at least (HDF5's metadata and
+// alignment come on top).
+std::uint64_t Checkpointer::bytes_needed() const { return 3 * sizeof(float) * layout_.total_numel(); }
+
+// Refuses a save the file system certainly cannot hold, before anything is written (a write that fails half-way
+// leaves MPI-IO's own complaints on stderr). Quotas are not seen here: they fail in the write, which is agreed too.
+void Checkpointer::check_free_space(std::int64_t step) const {
+  comm::agree(mesh_.world().raw(), [&] {
+    if (mesh_.world().rank() != 0) return;
+    std::error_code ec;
+    const std::filesystem::space_info space = std::filesystem::space(existing_part(options_.checkpoint_dir), ec);
+    if (!ec && space.available < bytes_needed()) {
+      throw Error(ErrorKind::checkpoint, "not enough free space for " + ckpt::checkpoint_file_name(step));
+    }
+  });
+}
+
+bool Checkpointer::save_failed(std::int64_t step, const std::string& error) {
+  namespace fs = std::filesystem;
+  const std::string& dir = options_.checkpoint_dir;
+  const std::string name = ckpt::checkpoint_file_name(step);
+  if (mesh_.world().rank() == 0) {
+    // What this save left: the temporary file, or the renamed one if only `latest` could not be written.
+    std::error_code ec;
+    fs::remove(fs::path(dir) / (name + ".tmp"), ec);
+    if (ckpt::read_latest(dir) != name) fs::remove(fs::path(dir) / name, ec);
+  }
+  std::error_code ec;
+  const fs::space_info space = fs::space(existing_part(dir), ec);
+  std::ostringstream text;
+  text.precision(4);
+  text << "checkpoint.dir '" << dir << "': cannot write " << name << " (it needs at least "
+       << static_cast<double>(bytes_needed()) / (1024.0 * 1024.0) << " MiB";
+  if (!ec) text << "; " << static_cast<double>(space.available) / (1024.0 * 1024.0) << " MiB are free";
+  text << "): " << error << "; the previous checkpoint";
+  if (latest_step_ > 0) text << " (step " << latest_step_ << ")";
+  text << " and `latest` are unchanged";
+  if (!options_.checkpoint_continue_on_error) {
+    throw AgreedError(ErrorKind::checkpoint,
+                      text.str() + "; free space, or set checkpoint.on_error=continue to train on without it");
+  }
+  if (!said_save_failure_) {
+    log_.warn(text.str(), "; training goes on (checkpoint.on_error=continue): this and every later checkpoint that "
+                          "fails is skipped, said this once");
+    said_save_failure_ = true;
+  }
+  return false;
 }
 
 }  // namespace hsdp::train

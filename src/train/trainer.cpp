@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -11,7 +12,9 @@
 #include "hsdp/comm/agree.hpp"
 #include "hsdp/core/buffer.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/fault.hpp"
 #include "hsdp/core/json.hpp"
+#include "hsdp/core/stall.hpp"
 #include "hsdp/core/timer.hpp"
 #include "hsdp/data/sampler.hpp"
 #include "hsdp/data/token_file.hpp"
@@ -107,6 +110,13 @@ JobBytes job_bytes(comm::Communicator& world, const comm::LinkBytes& mine) {
   return job;
 }
 
+// Whether any rank received a stop signal: agreed (an all-reduce), so every rank stops at the same point.
+bool stop_agreed(comm::Communicator& world, const StopSignals& signals) {
+  double stop = signals.requested() ? 1.0 : 0.0;
+  world.all_reduce(std::span<double>(&stop, 1), comm::ReduceOp::sum);
+  return stop > 0;
+}
+
 // The last step whose loss was finite (step 0: none in this segment).
 struct FiniteLoss {
   std::int64_t step = 0;
@@ -134,7 +144,7 @@ std::string divergence_text(std::int64_t step, double loss, const FiniteLoss& la
 
 }  // namespace
 
-TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger& log) {
+TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSignals& signals, const Logger& log) {
   comm::MpiCommunicator& world = mesh.world();
   // Every strategy is data-parallel over the whole world: each rank reads its own micro-batches.
   comm::Communicator& data_parallel = world;
@@ -150,7 +160,11 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   std::unique_ptr<data::EvalLoader> evaluator;
   std::unique_ptr<MetricsLog> metrics;
   double entropy_rate = -1;
+  const int rank = world.rank();
+  std::optional<StallPhase> startup(std::in_place, "start-up", o.comm.timeout_s);
+  std::optional<StallGuard> startup_op(std::in_place, "opening the data");
   comm::agree(world.raw(), [&] {
+    fault_point("data", rank);
     layout = std::make_unique<model::ModelLayout>(o.model);
     train_file = std::make_unique<data::TokenFile>(o.train_path, "data.train");
     train_file->validate_vocab(o.model.vocab_size);
@@ -166,6 +180,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   });
 
   std::unique_ptr<Backend> backend_holder;
+  startup_op.emplace("building the model");
   comm::agree(world.raw(), [&] {
     if (o.device_type == device::DeviceType::cuda) {
       check_cuda_options(o);
@@ -182,7 +197,10 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   int grad_accum = o.grad_accum;  // a resume on another number of ranks may change it (accumulation_for_resume)
 
   // The val loss over the evaluation set (the same windows on any number of ranks): per-position losses summed.
-  auto evaluate = [&]() {
+  auto evaluate = [&](std::int64_t at_step) {
+    // Its collectives are the collective watchdog's: the phase only names them.
+    const StallPhase phase("evaluation at step " + std::to_string(at_step), 0);
+    fault_point("eval", rank);
     evaluator->reset();
     double sum = 0;
     for (std::uint64_t b = 0; b < evaluator->batch_count(); ++b) {
@@ -199,8 +217,12 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   std::int64_t first_step = 0;
   std::int64_t tokens_seen = 0;
   Checkpointer checkpoints(o, mesh, backend, *layout, log);
+  startup_op.reset();
+  startup.reset();
+  // Not inside agree(): its collectives are the ckpt layer's, which agrees on its own failures (AgreedError).
+  const std::optional<ckpt::TrainState> resumed = checkpoints.resume();
   comm::agree(world.raw(), [&] {
-    if (const auto state = checkpoints.resume()) {
+    if (const auto& state = resumed) {
       first_step = state->step;
       tokens_seen = state->tokens;
       sampler->restore(state->sampler);
@@ -229,7 +251,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   }
   std::int64_t end_step = o.stop_at_step > 0 ? std::min(o.stop_at_step, o.steps) : o.steps;
   if (o.eval_only) {
-    summary.final_val_loss = evaluate();
+    summary.final_val_loss = evaluate(first_step);
     end_step = first_step;  // no training: straight to summary.json
     std::ostringstream line;
     line.precision(9);
@@ -241,9 +263,17 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
   if (first_step >= end_step && !o.eval_only) {
     log.info("nothing to do: the checkpoint is at step ", first_step, " of ", end_step);
   }
-  StopSignals signals;
   std::int64_t steps_done = first_step;  // the step the model is at
   FiniteLoss last_finite;
+  // The first safe point: a stop requested during start-up or resume ends the run before its first step, with no
+  // checkpoint (the model is the one the run started from: a fresh one, or the checkpoint it resumed).
+  if (stop_agreed(world, signals) && first_step < end_step) {
+    summary.stopped_by_signal = true;
+    end_step = first_step;
+    log.info("stop requested by a signal before the first step: nothing to checkpoint (the run is at step ",
+             first_step, ", ", first_step > 0 ? "the checkpoint it resumed" : "a fresh start",
+             "); exiting with code 3 (requeue me)");
+  }
   Stopwatch run_clock;
   double timed_seconds = 0;
   std::int64_t timed_tokens = 0;
@@ -253,6 +283,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     backend.begin_step();
     const float loss_scale = fp16 ? scaler.scale() : 1.0f;
     double loss = 0;
+    fault_point("step", rank);
     for (int micro = 0; micro < grad_accum; ++micro) {
       sampler->next(inputs, targets);
       loss += backend.forward_backward(inputs, targets, loss_scale / static_cast<float>(grad_accum),
@@ -299,7 +330,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
     }
     const bool last = step + 1 == o.steps;
     if (evaluator && ((o.eval_every > 0 && m.step % o.eval_every == 0) || last)) {
-      m.val_loss = evaluate();
+      m.val_loss = evaluate(m.step);
       summary.final_val_loss = m.val_loss;
     }
     summary.final_loss = loss;
@@ -319,20 +350,29 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const Logger&
       }
     }
     // Stop requests are agreed at the step boundary, so every rank checkpoints the same step.
-    double stop = signals.requested() ? 1.0 : 0.0;
-    world.all_reduce(std::span<double>(&stop, 1), comm::ReduceOp::sum);
-    const bool end_of_run = m.step == end_step || stop > 0;
+    const bool stop = stop_agreed(world, signals);
+    const bool end_of_run = m.step == end_step || stop;
+    bool saved = false;
     if (checkpoints.enabled() && (end_of_run || checkpoints.due(m.step))) {
-      checkpoints.save({.step = m.step, .tokens = tokens_seen, .sampler = sampler->state(), .scaler = scaler.state(),
+      saved = checkpoints.save({.step = m.step, .tokens = tokens_seen, .sampler = sampler->state(), .scaler = scaler.state(),
                         .deck_text = {}, .strategy = {}, .world_size = 0, .nodes = 0, .mesh = {},
                         .train_seconds = summary.earlier_seconds + run_clock.seconds(), .segments = summary.segments});
     }
-    if (stop > 0) {
+    if (stop) {
       summary.stopped_by_signal = true;
-      log.info("stop requested by a signal: ", checkpoints.enabled() ? "checkpointed" : "no checkpoint.dir, so NOT checkpointed",
+      log.info("stop requested by a signal: ",
+               saved                   ? "checkpointed"
+               : checkpoints.enabled() ? "the checkpoint failed (checkpoint.on_error=continue), so NOT checkpointed"
+                                       : "no checkpoint.dir, so NOT checkpointed",
                " at step ", m.step, "; exiting with code 3 (requeue me)");
       break;
     }
+  }
+  {
+    // Every rank arrives before MPI_Finalize, under the collective watchdog, which names a rank that does not.
+    const StallPhase phase("shutdown", o.comm.timeout_s);
+    fault_point("shutdown", rank);
+    world.barrier();
   }
   summary.steps = steps_done;
   summary.seconds = summary.earlier_seconds + run_clock.seconds();

@@ -10,13 +10,12 @@
 namespace hsdp::comm {
 
 // Thrown on EVERY rank by agree(): all ranks know, so they exit together without MPI_Abort.
-class AgreedError : public Error {
- public:
-  using Error::Error;
-};
+using hsdp::AgreedError;
 
 // Runs `step` on every rank of `comm`. If it throws on any rank, every rank throws an AgreedError carrying
-// the kind and message of the lowest failing rank (prefixed with that rank when it is not rank 0).
+// the kind and message of the lowest failing rank (prefixed with that rank when it is not rank 0). An AgreedError
+// from `step` (thrown by every rank) passes through as it is. `step` must not contain collectives a failing rank
+// could skip: an error in the middle of those is not this function's to catch (see AgreedError).
 void agree(MPI_Comm comm, const std::function<void()>& step);
 
 }  // namespace hsdp::comm

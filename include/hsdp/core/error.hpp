@@ -26,6 +26,15 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
+// An Error every rank of the job throws together (an agreement on a failure, a divergence seen in all-reduced
+// values): every rank can unwind and exit, and rank 0 alone says it. Any other Error is this rank's alone: the job
+// ends at the throw (hsdp-train's terminate handler: MPI_Abort before unwinding), since unwinding would run
+// collective destructors (H5Fclose, MPI_Win_free) that wait for ranks that never come.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 std::string_view to_string(ErrorKind kind);
 int exit_code_for(ErrorKind kind);
 

@@ -23,8 +23,10 @@ class Checkpointer {
   // and rebuilds derived state; returns its training state, or nothing for a fresh start. A run that will write
   // checkpoints into a directory holding another run's is a config error (checkpoint.overwrite deletes them).
   std::optional<ckpt::TrainState> resume();
-  // Collective. Writes and commits checkpoint.dir/step_<state.step>.h5.
-  void save(ckpt::TrainState state);
+  // Collective. Writes and commits checkpoint.dir/step_<state.step>.h5; false if that failed on every rank (a full
+  // disk) and checkpoint.on_error=continue (otherwise a checkpoint AgreedError, exit 2). A stall longer than
+  // checkpoint.timeout_s ends the job (exit 4).
+  bool save(ckpt::TrainState state);
   // Whether the end of `step` (1-based) is a checkpoint point by checkpoint.every.
   bool due(std::int64_t step) const;
   // The step of the newest complete checkpoint this run resumed from or wrote; 0 if none.
@@ -34,6 +36,9 @@ class Checkpointer {
   ckpt::TrainState load(const std::string& path);
   std::optional<ckpt::TrainState> resume_newest_loadable(std::optional<std::string>& from);
   void keep_runs_apart(const std::optional<std::string>& from);
+  std::uint64_t bytes_needed() const;
+  void check_free_space(std::int64_t step) const;
+  bool save_failed(std::int64_t step, const std::string& error);
 
   const TrainOptions& options_;
   comm::ProcessMesh& mesh_;
@@ -41,6 +46,7 @@ class Checkpointer {
   const model::ModelLayout& layout_;
   const Logger& log_;
   std::int64_t latest_step_ = 0;
+  bool said_save_failure_ = false;
 };
 
 }  // namespace hsdp::train

@@ -1,7 +1,9 @@
 #pragma once
 // Stop requests from the batch system: SIGUSR1 (Slurm's --signal=B:USR1@<s> warning, forwarded to the step) and
-// SIGTERM (the time limit, scancel). The handler only records the signal; the training loop asks requested() at
-// each step boundary and all ranks agree through an all-reduce, checkpoint together, and exit with code 3.
+// SIGTERM (the time limit, scancel). hsdp-train installs the handlers first thing in main(), before MPI_Init, so a
+// signal during start-up is not fatal. The handler only records the signal; the trainer asks requested() before the
+// first step (a stop there exits 3 with no checkpoint: the model is the one the run started from) and at each step
+// boundary (every rank agrees through an all-reduce, checkpoints, and exits with code 3).
 #include <csignal>
 
 namespace hsdp::train {

@@ -6,6 +6,7 @@
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/train/options.hpp"
+#include "hsdp/train/signals.hpp"
 
 namespace hsdp::train {
 
@@ -24,6 +25,7 @@ struct TrainSummary {
 
 // Validates the options against the data (collectively: a bad file on one rank ends every rank with one
 // message) and trains. Throws hsdp::Error.
-TrainSummary train(const TrainOptions& options, comm::ProcessMesh& mesh, const Logger& log);
+// `signals`, installed before MPI_Init, is asked before the first step and at every step boundary.
+TrainSummary train(const TrainOptions& options, comm::ProcessMesh& mesh, const StopSignals& signals, const Logger& log);
 
 }  // namespace hsdp::train

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# Faults on one rank of 4 (2 emulated nodes x 2), in every phase of a run (issues 15 and 17). Injected through
+# HSDP_FAULT (include/hsdp/core/fault.hpp). One check per call, each against a good checkpoint made first:
+#
+#   faults.sh fail  TRAIN DECK DATA RUN MPIEXEC...   an error on rank 2 at start-up, data, resume, step, eval,
+#                                                    checkpoint and shutdown ends all ranks with exit 2 within
+#                                                    seconds (well before any watchdog), the error said exactly once
+#   faults.sh stall ...                              rank 1 stopped (SIGSTOP) at start-up, in a resume read, in a
+#                                                    checkpoint write, in a step and at shutdown: exit 4 within
+#                                                    timeout + 10 s, with one diagnosis naming the phase
+#   faults.sh signal ...                             SIGUSR1 to every rank during start-up: exit 3 before the first
+#                                                    step, no checkpoint written (fresh and resumed runs)
+#   faults.sh diverge ...                            a learning rate that makes the loss non-finite: exit 5 and one
+#                                                    line from rank 0 naming the step and the last finite loss
+#   faults.sh full_disk ...                          checkpoint.dir on a tmpfs too small for the second checkpoint:
+#                                                    one line naming checkpoint.dir and the bytes needed, exit 2
+#                                                    (on_error=stop) or the run goes on (on_error=continue)
+#                                                    (skipped, exit 77, where mounting a tmpfs is not allowed)
+#
+# In every check the good checkpoint (its file and `latest`) stays byte-identical.
+set -euo pipefail
+check=$1 train=$2 deck=$3 data=$4 run=$5
+shift 5
+mpiexec=("$@")
+run=$run/$check
+rm -rf "$run" && mkdir -p "$run"
+common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json"
+        --log.every=100 --device.threads=1 --topology.ranks_per_node=2 --train.eval_tokens=1024)
+good=$run/good
+"${mpiexec[@]}" "$train" "${common[@]}" --train.steps=2 --train.eval_every=0 --log.dir="$run/log0" \
+  --checkpoint.dir="$good" >/dev/null
+fingerprint() { (cd "$good" && sha256sum step_2.h5 latest); }
+before=$(fingerprint)
+
+fail() { echo "FAIL: $*"; exit 1; }
+unchanged() {  # the good checkpoint and `latest` are as they were
+  [[ $(fingerprint) == "$before" ]] || fail "$1: the good checkpoint or latest changed"
+}
+kept() {  # after a fault at point $1: at shutdown the run has saved step 4 (`latest` names it), else nothing changed
+  if [[ $1 == shutdown ]]; then
+    [[ $(grep step_2.h5 <<<"$before") == $(cd "$good" && sha256sum step_2.h5) ]] || fail "shutdown: step_2.h5 changed"
+    rm -f "$good/step_4.h5" && echo step_2.h5 >"$good/latest"
+  fi
+  unchanged "$1"
+}
+# launch NAME LIMIT_S ENV -- ARGS: runs the job under `timeout`; sets code, seconds; stderr in $run/NAME.err
+launch() {
+  local name=$1 limit=$2 env=$3
+  shift 4
+  local start=$SECONDS
+  set +e
+  env $env timeout -k 5 "$limit" "${mpiexec[@]}" "$train" "${common[@]}" --log.dir="$run/$name" "$@" \
+    >"$run/$name.out" 2>"$run/$name.err"
+  code=$?
+  set -e
+  seconds=$((SECONDS - start))
+}
+# Lines hsdp-train itself wrote on stderr (mpirun adds its own report of the abort).
+own_lines() { grep -E "^(hsdp-train: |\[rank [0-9]+@)" "$run/$1.err" || true; }
+
+case $check in
+  fail)
+    for point in startup data resume step eval checkpoint shutdown; do
+      launch "$point" 60 "HSDP_FAULT=fail:$point@2" -- --train.steps=4 --train.eval_every=3 \
+        --checkpoint.dir="$good" --checkpoint.resume=auto --comm.timeout_s=40 --checkpoint.timeout_s=40
+      [[ $code -eq 2 ]] || { cat "$run/$point.err"; fail "$point: exit $code, expected 2"; }
+      ((seconds <= 20)) || fail "$point: took $seconds s (the failure was not agreed; a watchdog ended it?)"
+      said=$(grep -c "injected fault at '$point' on rank 2" "$run/$point.err" || true)
+      [[ $said -eq 1 ]] || { cat "$run/$point.err"; fail "$point: the error is said $said times, expected once"; }
+      [[ $(own_lines "$point" | wc -l) -eq 1 ]] || { cat "$run/$point.err"; fail "$point: more than one line"; }
+      kept "$point"
+      echo "fail at $point: exit 2 in $seconds s: $(own_lines "$point")"
+    done
+    ;;
+  stall)
+    timeout_s=5
+    for point in startup resume checkpoint step shutdown; do
+      launch "$point" 60 "HSDP_FAULT=stop:$point@1" -- --train.steps=4 --train.eval_every=0 \
+        --checkpoint.dir="$good" --checkpoint.resume=auto --comm.timeout_s=$timeout_s --checkpoint.timeout_s=$timeout_s
+      [[ $code -eq 4 ]] || { cat "$run/$point.err"; fail "$point: exit $code, expected 4"; }
+      ((seconds <= timeout_s + 10)) || fail "$point: took $seconds s, more than timeout + 10 s"
+      diagnosis=$(own_lines "$point" | head -1)
+      case $point in
+        startup) phase="start-up" ;;
+        resume) phase="resume" ;;
+        checkpoint) phase="checkpoint save of step 4" ;;
+        step) phase="rank 1 of group" ;;
+        shutdown) phase="during shutdown" ;;
+      esac
+      grep -qF "$phase" <<<"$diagnosis" || { cat "$run/$point.err"; fail "$point: the diagnosis does not name '$phase'"; }
+      kept "$point"
+      echo "rank 1 stopped at $point: exit 4 in $seconds s: $diagnosis"
+    done
+    ;;
+  signal)
+    for mode in fresh resumed; do
+      if [[ $mode == fresh ]]; then
+        args=(--checkpoint.dir="$run/fresh_ckpt" --checkpoint.resume=none)
+      else
+        args=(--checkpoint.dir="$good" --checkpoint.resume=auto)
+      fi
+      # Every rank sleeps 4 s at start-up; SIGUSR1 reaches every rank 2 s in.
+      marker="$run/$mode"
+      ( sleep 2; pkill -USR1 -f -- "^[^ ]*hsdp-train .*--log.dir=$marker( |$)" ) &
+      launch "$mode" 60 "HSDP_FAULT=sleep=4:startup@all" -- --train.steps=4 --train.eval_every=0 "${args[@]}"
+      wait
+      [[ $code -eq 3 ]] || { cat "$run/$mode.err" "$run/$mode.out"; fail "$mode: exit $code, expected 3"; }
+      grep -q "before the first step" "$run/$mode.out" || { cat "$run/$mode.out"; fail "$mode: no stop message"; }
+      [[ ! -e $run/fresh_ckpt/latest ]] || fail "$mode: a checkpoint was written"
+      unchanged "$mode"
+      echo "SIGUSR1 during start-up ($mode): exit 3: $(grep "before the first step" "$run/$mode.out")"
+    done
+    ;;
+  diverge)
+    launch diverge 60 "" -- --train.steps=6 --train.eval_every=0 --train.lr=1e9 --train.min_lr=0 \
+      --train.weight_decay=0 --train.warmup_steps=0 --checkpoint.dir="$good" --checkpoint.resume=auto
+    [[ $code -eq 5 ]] || { cat "$run/diverge.err"; fail "diverge: exit $code, expected 5"; }
+    line=$(own_lines diverge)
+    [[ $(wc -l <<<"$line") -eq 1 && $line == "hsdp-train: training diverged at step "* ]] ||
+      { cat "$run/diverge.err"; fail "diverge: expected one line from rank 0"; }
+    grep -Eq "last finite loss .* at step [0-9]+\).*\(the last, step 2, is kept as it was\)" <<<"$line" || fail "diverge: $line"
+    unchanged diverge
+    echo "diverged: exit 5: $line"
+    ;;
+  full_disk)
+    mnt=$run/tmpfs
+    mkdir -p "$mnt"
+    mount -t tmpfs -o size=16m tmpfs "$mnt" 2>/dev/null || { echo "SKIP: cannot mount a tmpfs here (not root, or no permission)"; exit 77; }
+    trap 'umount "$mnt" 2>/dev/null || true' EXIT
+    # One checkpoint of the quickstart model is ~10 MiB: the first fits, the second does not.
+    launch stop 120 "" -- --train.steps=4 --checkpoint.every=2 --train.eval_every=0 --checkpoint.dir="$mnt/ck" \
+      --checkpoint.resume=none
+    [[ $code -eq 2 ]] || { cat "$run/stop.err"; fail "full disk, on_error=stop: exit $code, expected 2"; }
+    line=$(own_lines stop)
+    [[ $(wc -l <<<"$line") -eq 1 ]] || { cat "$run/stop.err"; fail "full disk: more than one line"; }
+    grep -q "checkpoint.dir '$mnt/ck': cannot write step_4.h5 (it needs at least .* MiB; .* MiB are free)" <<<"$line" ||
+      fail "full disk: $line"
+    [[ $(cat "$mnt/ck/latest") == step_2.h5 && -f $mnt/ck/step_2.h5 && ! -e $mnt/ck/step_4.h5.tmp ]] ||
+      fail "full disk: latest, step_2.h5 or the temporary file is not as it should be: $(ls "$mnt/ck")"
+    sha_before=$(sha256sum "$mnt/ck/step_2.h5")
+    echo "full disk, on_error=stop: exit 2: $line"
+    cp "$mnt/ck/step_2.h5" "$run/step_2.copy"
+    launch continue 120 "" -- --train.steps=6 --checkpoint.every=2 --train.eval_every=0 --checkpoint.dir="$mnt/ck" \
+      --checkpoint.resume=auto --checkpoint.on_error=continue
+    [[ $code -eq 0 ]] || { cat "$run/continue.err"; fail "full disk, on_error=continue: exit $code, expected 0"; }
+    [[ $(grep -c "training goes on" "$run/continue.err") -eq 1 ]] || { cat "$run/continue.err"; fail "continue: not said once"; }
+    [[ $(sha256sum "$mnt/ck/step_2.h5") == "$sha_before" && $(cat "$mnt/ck/latest") == step_2.h5 ]] ||
+      fail "continue: the previous checkpoint changed"
+    grep -q '"steps":6' "$run/continue/summary.json" || fail "continue: the run did not finish"
+    echo "full disk, on_error=continue: exit 0, 6 steps: $(grep "training goes on" "$run/continue.err" | cut -c1-160)..."
+    ;;
+  *) echo "unknown check $check"; exit 2 ;;
+esac
