@@ -67,6 +67,20 @@ ckpt::TrainState Checkpointer::load(const std::string& path) {
 std::optional<ckpt::TrainState> Checkpointer::resume() {
   const StallPhase phase("resume", options_.checkpoint_timeout_s);
   const MPI_Comm world = mesh_.world().raw();
+  if (enabled() && !options_.eval_only) {
+    // A checkpoint.dir that cannot hold checkpoints (a file, /dev/null, no permission) is found now, not after the
+    // first stretch of training.
+    const StallGuard op("creating " + options_.checkpoint_dir);
+    comm::agree(world, [&] {
+      if (mesh_.world().rank() != 0) return;
+      std::error_code ec;
+      std::filesystem::create_directories(options_.checkpoint_dir, ec);
+      if (ec || !std::filesystem::is_directory(options_.checkpoint_dir)) {
+        throw_config("checkpoint.dir '" + options_.checkpoint_dir + "' cannot be a checkpoint directory: " +
+                     (ec ? ec.message() : "it exists and is not a directory"));
+      }
+    });
+  }
   std::optional<std::string> from;
   std::optional<ckpt::TrainState> state;
   if (options_.resume == "auto" && options_.checkpoint_fallback && enabled()) {
@@ -250,7 +264,7 @@ bool Checkpointer::save_failed(std::int64_t step, const std::string& error) {
   text << " and `latest` are unchanged";
   if (!options_.checkpoint_continue_on_error) {
     throw AgreedError(ErrorKind::checkpoint,
-                      text.str() + "; free space, or set checkpoint.on_error=continue to train on without it");
+                      text.str() + "; make room there, or set checkpoint.on_error=continue to train on without it");
   }
   if (!said_save_failure_) {
     log_.warn(text.str(), "; training goes on (checkpoint.on_error=continue): this and every later checkpoint that "

@@ -47,9 +47,16 @@ double read_entropy_rate(const std::string& path) {
 }
 
 // device.threads = 0: share the node's cores among its ranks, within this rank's affinity mask.
+// More threads than the node has hardware threads is a config error: it never helps, and thousands of threads on a
+// few cores make every parallel region crawl (the job looks hung).
 int threads_per_rank(int configured, const comm::Topology& topology) {
-  if (configured > 0) return configured;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (configured > cores) {
+    throw_config("device.threads (" + std::to_string(configured) + ") exceeds the " + std::to_string(cores) +
+                 " hardware threads of this node (host " + host_name() + "); use at most " + std::to_string(cores) +
+                 ", or 0 to share the node's cores among its ranks");
+  }
+  if (configured > 0) return configured;
   const int share = std::max(1, cores / std::max(1, topology.node_size(topology.node())));
   return std::min(share, device::available_cores());
 }
@@ -150,7 +157,8 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSig
   comm::Communicator& data_parallel = world;
   const int dp_rank = data_parallel.rank();
   const int dp_size = data_parallel.size();
-  const int thread_count = threads_per_rank(o.threads, mesh.topology());
+  int thread_count = 1;
+  comm::agree(world.raw(), [&] { thread_count = threads_per_rank(o.threads, mesh.topology()); });
   const device::ThreadCountScope threads(thread_count);
 
   MemoryAccountant memory;

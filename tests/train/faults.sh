@@ -10,6 +10,9 @@
 #                                                    timeout + 10 s, with one diagnosis naming the phase
 #   faults.sh signal ...                             SIGUSR1 to every rank during start-up: exit 3 before the first
 #                                                    step, no checkpoint written (fresh and resumed runs)
+#   faults.sh bad_input ...                          checkpoint.dir a file or /dev/null, --config without its
+#                                                    argument, -train.steps=3, device.threads beyond the node's
+#                                                    hardware threads: exit 2, one line from rank 0, no step taken
 #   faults.sh diverge ...                            a learning rate that makes the loss non-finite: exit 5 and one
 #                                                    line from rank 0 naming the step and the last finite loss
 #   faults.sh full_disk ...                          checkpoint.dir on a tmpfs too small for the second checkpoint:
@@ -148,6 +151,26 @@ case $check in
       fail "continue: the previous checkpoint changed"
     grep -q '"steps":6' "$run/continue/summary.json" || fail "continue: the run did not finish"
     echo "full disk, on_error=continue: exit 0, 6 steps: $(grep "training goes on" "$run/continue.err" | cut -c1-160)..."
+    ;;
+  bad_input)
+    # Errors every rank sees: said once, by rank 0, before any step.
+    touch "$run/a_file"
+    cases=("checkpoint.dir '$run/a_file' cannot be a checkpoint directory" --checkpoint.dir="$run/a_file"
+           "checkpoint.dir '/dev/null' cannot be a checkpoint directory" --checkpoint.dir=/dev/null
+           "the required argument for option '--config' is missing" --config
+           "'-train.steps=3': deck keys take two dashes" -train.steps=3
+           "device.threads (4096) exceeds the" --device.threads=4096)
+    for ((i = 0; i < ${#cases[@]}; i += 2)); do
+      text=${cases[i]} arg=${cases[i + 1]}
+      launch "bad$i" 60 "" -- --train.steps=2 --train.eval_every=0 "$arg"
+      [[ $code -eq 2 ]] || { cat "$run/bad$i.err"; fail "$arg: exit $code, expected 2"; }
+      line=$(own_lines "bad$i")
+      [[ $(wc -l <<<"$line") -eq 1 && $line == "hsdp-train: "*"$text"* ]] ||
+        { cat "$run/bad$i.err"; fail "$arg: expected one line from rank 0 saying \"$text\""; }
+      grep -q "tokens per step" "$run/bad$i.out" && fail "$arg: training started"
+      echo "$arg: exit 2: $line"
+    done
+    unchanged bad_input
     ;;
   *) echo "unknown check $check"; exit 2 ;;
 esac
