@@ -14,6 +14,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/fault.hpp"
 #include "hsdp/core/json.hpp"
+#include "hsdp/core/memory.hpp"
 #include "hsdp/core/stall.hpp"
 #include "hsdp/core/timer.hpp"
 #include "hsdp/data/sampler.hpp"
@@ -21,6 +22,7 @@
 #include "hsdp/device/blas_info.hpp"
 #include "hsdp/device/threads.hpp"
 #include "hsdp/model/layout.hpp"
+#include "hsdp/shard/formulas.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
 #include "hsdp/train/backend.hpp"
@@ -124,6 +126,76 @@ bool stop_agreed(comm::Communicator& world, const StopSignals& signals) {
   return stop > 0;
 }
 
+// The ranks that share this rank's host (and its memory): MPI_COMM_TYPE_SHARED, whatever nodes are emulated.
+int ranks_on_host(MPI_Comm world) {
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  int size = 1;
+  MPI_Comm_size(host, &size);
+  MPI_Comm_free(&host);
+  return size;
+}
+
+std::string gib(double bytes) {
+  std::ostringstream text;
+  text.precision(3);
+  text << bytes / double(1 << 30) << " GiB";
+  return text.str();
+}
+
+// Before the model is allocated: the model state (shard::model_state_bytes) and activations
+// (model::activation_bytes) this rank will hold, both exact for the CPU engine, against the memory its host has for
+// it (host_memory_available() shared by the ranks on the host). What does not fit is a config error that names the
+// keys that would make it fit, instead of std::bad_alloc half-way through building the model.
+void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, const comm::ProcessMesh& mesh,
+                       int sharing) {
+  const HostMemory host = host_memory_available();
+  if (host.available == 0) return;  // nothing to compare with
+  const double available = static_cast<double>(host.available) / sharing;
+  const int world = mesh.topology().world_size;
+  const auto state = [&](shard::Sharding s, int shard_size) {
+    return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype));
+  };
+  const auto activations = [&](std::int64_t micro_batch, bool checkpointing) {
+    return static_cast<double>(
+        model::activation_bytes(model::activation_shape(o.model), micro_batch, o.seq_len, checkpointing));
+  };
+  const double mine_state = state(o.engine.strategy, mesh.shard().size());
+  const double mine_act = activations(o.micro_batch, o.activation_checkpointing);
+  if (mine_state + mine_act <= available) return;
+
+  std::vector<std::string> fixes;
+  if (!o.activation_checkpointing && mine_state + activations(o.micro_batch, true) <= available) {
+    fixes.push_back("train.activation_checkpointing=true");
+  }
+  for (const shard::Sharding s : {shard::Sharding::zero1, shard::Sharding::shard_grad_op, shard::Sharding::full_shard}) {
+    if (s != o.engine.strategy && state(s, world) + mine_act <= available) {
+      fixes.push_back("parallel.sharding=" + std::string(shard::to_string(s)));
+      break;
+    }
+  }
+  // Activations are linear in the micro-batch: the largest that fits.
+  const double per_sequence = activations(1, o.activation_checkpointing);
+  const auto fitting_batch = static_cast<std::int64_t>(
+      std::min(static_cast<double>(o.micro_batch - 1), std::floor((available - mine_state) / per_sequence)));
+  if (fitting_batch > 0) {
+    fixes.push_back("train.micro_batch=" + std::to_string(fitting_batch) + " (with train.grad_accum to keep the batch)");
+  }
+  std::string advice;
+  for (const std::string& f : fixes) advice += (advice.empty() ? "set " : ", or ") + f;
+  if (state(shard::Sharding::full_shard, world) > available) {
+    advice += std::string(advice.empty() ? "" : "; ") + "run on more ranks (full_shard over " + std::to_string(world) +
+              " rank(s) still holds " + gib(state(shard::Sharding::full_shard, world)) + " of model state per rank)";
+  }
+  throw_config("memory: this rank needs at least " + gib(mine_state + mine_act) + " (model state " + gib(mine_state) +
+               " with " + std::string(shard::to_string(o.engine.strategy)) + " over " +
+               std::to_string(mesh.shard().size()) + " rank(s), activations " + gib(mine_act) + " for micro_batch " +
+               std::to_string(o.micro_batch) + " x seq_len " + std::to_string(o.seq_len) + ") but has " +
+               gib(available) + " (" + host.source + " of host " + host_name() + " / " + std::to_string(sharing) +
+               " rank(s) on it): " + (advice.empty() ? "" : advice + "; ") +
+               "`hsdp-plan --config <deck>` shows what fits");
+}
+
 // The last step whose loss was finite (step 0: none in this segment).
 struct FiniteLoss {
   std::int64_t step = 0;
@@ -189,6 +261,11 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSig
 
   std::unique_ptr<Backend> backend_holder;
   startup_op.emplace("building the model");
+  const int sharing = ranks_on_host(world.raw());
+  comm::agree(world.raw(), [&] {
+    // The CPU engine's formulas; the CUDA backend's memory is its own (data-parallel only).
+    if (o.device_type == device::DeviceType::cpu) check_memory_fits(o, *layout, mesh, sharing);
+  });
   comm::agree(world.raw(), [&] {
     if (o.device_type == device::DeviceType::cuda) {
       check_cuda_options(o);

@@ -72,38 +72,6 @@ StepTime step_time(const PlanModel& model, const Workload& work, const Cluster& 
   return t;
 }
 
-std::int64_t transient_bytes(const UnitSizes& units, const shard::EngineOptions& o, int shard_size) {
-  std::int64_t padded_total = 0, shard_total = 0, largest = 0, hpz_units = 0;
-  const int n_units = static_cast<int>(units.numel.size());
-  for (int u = 0; u < n_units; ++u) {
-    const auto geo = shard::UnitGeometry::make(units.numel[static_cast<std::size_t>(u)], shard_size, 0);
-    const auto pp = static_cast<std::int64_t>(geo.padded_numel);
-    padded_total += pp;
-    shard_total += static_cast<std::int64_t>(geo.shard_numel);
-    largest = std::max(largest, pp);
-    const bool block = u >= 1 && u < n_units - 1;
-    if (block || (u == 0 && units.tied_head)) hpz_units += pp;
-  }
-  const auto bp = static_cast<std::int64_t>(size_of(o.param_dtype));
-  const auto br = static_cast<std::int64_t>(size_of(o.reduce_dtype));
-  const shard::Strategy& st = shard::strategy(o.strategy);
-  const bool replicated = st.params_whole;
-  const bool keeps_gathered = !st.params_whole && !st.free_after_forward;
-  std::int64_t bytes = 0;
-  if (keeps_gathered)
-    bytes += 4 * padded_total;
-  else if (!replicated)
-    bytes += 3 * 4 * largest;
-  if (!replicated) {
-    bytes += (o.grad_accum > 1 && !st.reduce_every_micro_batch) ? 4 * padded_total : 3 * 4 * largest;
-    if (bp != 4) bytes += bp * largest;
-  }
-  if (br != 4) bytes += br * (replicated ? padded_total : 3 * largest);
-  if (st.shard_scope != comm::ShardScope::self) bytes += br * shard_total;
-  if (o.zeropp.hpz_partition_size > 0) bytes += bp * hpz_units / o.zeropp.hpz_partition_size;
-  return bytes;
-}
-
 // 2-byte parameters (whole unless freed after forward), 2-byte gradients (whole or sharded), 12 bytes of fp32
 // master and moments (sharded): DDP 16P, ZeRO-1 4P + 12P/n, ZeRO-2 2P + 14P/n, ZeRO-3 16P/n.
 double zero_paper_state_bytes(double p, Sharding strategy, int shard_size) {

@@ -22,8 +22,7 @@ PlanModel gpt_model(const model::GptConfig& config, std::string name) {
   m.gpt = config;
   for (const auto& u : layout.units()) m.unit_numel.push_back(u.numel);
   m.tied_head = true;
-  m.activation = {config.n_layer, config.n_embd, config.n_head, 4 * std::int64_t{config.n_embd},
-                  config.padded_vocab_size};
+  m.activation = model::activation_shape(config);
   return m;
 }
 
@@ -63,19 +62,6 @@ LlamaShape llama_shape(const std::string& name) {
   if (name == "llama-13b") return {40, 5120, 40, 5120, 13824, 32000};
   if (name == "llama-70b") return {80, 8192, 64, 1024, 28672, 32000};
   throw_config("--model: unknown model '" + name + "' (allowed: " + kModelChoices() + ")");
-}
-
-std::int64_t activation_bytes_per_token(const ActivationShape& a, std::int64_t seq_len, bool checkpointing) {
-  const std::int64_t sets = checkpointing ? 1 : a.n_layer;
-  const std::int64_t c = a.n_embd, f = a.ffn, h = a.n_head;
-  const std::int64_t floats =
-      (a.n_layer + 1) * c + sets * (7 * c + 2 * f + 4 + h * seq_len) + 8 * c + 2 * f + 3 + a.padded_vocab + h;
-  return 4 * floats + 8;
-}
-
-std::int64_t activation_bytes(const ActivationShape& shape, std::int64_t micro_batch, std::int64_t seq_len,
-                              bool checkpointing) {
-  return micro_batch * seq_len * activation_bytes_per_token(shape, seq_len, checkpointing);
 }
 
 }  // namespace hsdp::plan

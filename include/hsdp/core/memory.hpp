@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace hsdp {
@@ -35,5 +36,14 @@ class MemoryAccountant {
   std::array<std::int64_t, kMemCategoryCount> peak_{};
   std::int64_t peak_total_ = 0;
 };
+
+// Memory this process may still allocate on its host: /proc/meminfo's MemAvailable, lowered to the cgroup's limit
+// minus its usage where one is set (cgroup v2 memory.max, or v1 memory.limit_in_bytes). 0 if neither is readable.
+// `source` says which bound it is ("MemAvailable" or "cgroup limit").
+struct HostMemory {
+  std::uint64_t available = 0;
+  std::string source;
+};
+HostMemory host_memory_available();
 
 }  // namespace hsdp

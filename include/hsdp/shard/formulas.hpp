@@ -96,4 +96,19 @@ std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int sh
 std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strategy, int shard_size,
                                DType param_dtype);
 
+
+// Bytes a step holds beyond model state and activations: an estimate of hsdp's allocations (fp32 compute), meant
+// to be on the safe side (on the 2x2 test model it is 1.1x to 2x what hsdp-train's peak shows; the e2e test of
+// tests/plan prints both). What it counts:
+//   gathered weights   fp32: shard_grad_op/hybrid_shard_zero2 keep every unit gathered from forward to backward
+//                      (4 Pp); full_shard/hybrid_shard at most 3 units at once (the unit, the prefetched one, and the
+//                      tied embedding at the head): 3 x 4 x largest unit;
+//   full gradients     fp32, sharded strategies: 3 units (the one computing, two whose reductions are in flight);
+//                      with grad_accum > 1 and not hybrid every unit's (4 Pp), kept across micro-batches;
+//   staging            param-dtype receive buffer of one gather (when not fp32); reduce-dtype copies of gradients in
+//                      flight (no_shard, zero1: all of them; others: 3 units); the reduce-scatter receive buffers of
+//                      every unit (reduce bytes x sum of shards: hsdp completes them at the latest before AdamW);
+//   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k.
+std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& options, int shard_size);
+
 }  // namespace hsdp::shard
