@@ -212,23 +212,6 @@ std::string read_string_attribute(hid_t object, const std::string& name, const s
   return std::string(buffer.data(), ::strnlen(buffer.data(), size));
 }
 
-namespace {
-herr_t collect_dataset(hid_t group, const char* name, const H5L_info_t* /*info*/, void* out) {
-  H5O_info_t info{};
-  if (H5Oget_info_by_name2(group, name, &info, H5O_INFO_BASIC, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET) {
-    static_cast<std::vector<std::string>*>(out)->push_back(std::string("/") + name);
-  }
-  return 0;
-}
-}  // namespace
-
-std::vector<std::string> list_datasets(hid_t file) {
-  std::vector<std::string> names;
-  check_status(H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names), "listing datasets");
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string text = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);

@@ -82,8 +82,6 @@ std::uint64_t read_uint_attribute(hid_t object, const std::string& name, const s
 double read_real_attribute(hid_t object, const std::string& name, const std::string& where);
 std::string read_string_attribute(hid_t object, const std::string& name, const std::string& where);
 
-// Full paths of every dataset in the file, sorted.
-std::vector<std::string> list_datasets(hid_t file);
 // Shape as "[a, b]".
 std::string shape_text(const std::vector<std::int64_t>& shape);
 

@@ -8,6 +8,7 @@
 #include "h5.hpp"
 #include "hsdp/core/error.hpp"
 #include "meta.hpp"
+#include "plan.hpp"
 
 namespace hsdp::ckpt {
 namespace {
@@ -41,7 +42,11 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
       info.hsdp_version = h5::read_string_attribute(m.get(), "hsdp_version", "checkpoint '" + path + "' /meta");
     }
   }
-  for (const std::string& name : h5::list_datasets(file.get())) {
+  // The datasets the model of /meta has (never a walk over the file's links, which a damaged file can turn into
+  // heap corruption inside HDF5: tests/fuzz).
+  const model::ModelLayout layout(info.config);
+  for (const std::string& name : plan::dataset_paths(layout)) {
+    if (!h5::link_exists(file.get(), name)) continue;
     h5::Handle d = h5::dataset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), "checkpoint '" + path + "': " + name);
     DatasetInfo ds;
     ds.path = name;

@@ -44,6 +44,14 @@ std::string dataset_path(Tensor tensor, const std::string& param_name) {
   return {};
 }
 
+std::vector<std::string> dataset_paths(const model::ModelLayout& layout) {
+  std::vector<std::string> paths;
+  for (const Tensor t : kTensors) {
+    for (const model::ParamInfo& p : layout.params()) paths.push_back(dataset_path(t, p.name));
+  }
+  return paths;
+}
+
 float* tensor_data(const UnitShard& shard, Tensor tensor) {
   switch (tensor) {
     case Tensor::params:

@@ -32,14 +32,6 @@ std::string hex(std::uint64_t value) {
   return text;
 }
 
-std::vector<std::string> expected_datasets(const model::ModelLayout& layout) {
-  std::vector<std::string> paths;
-  for (const plan::Tensor t : plan::kTensors) {
-    for (const model::ParamInfo& p : layout.params()) paths.push_back(plan::dataset_path(t, p.name));
-  }
-  return paths;
-}
-
 h5::Handle open_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout) {
   const fs::path parent = fs::path(path).parent_path();
   h5::Handle fapl = h5::mpio_file_access(world, parent.empty() ? "." : parent.string());
@@ -53,7 +45,7 @@ h5::Handle open_file(MPI_Comm world, const std::string& path, const model::Model
     if (id < 0) {
       const std::string detail = h5::last_error();
       H5Eclear2(H5E_DEFAULT);
-      throw_checkpoint(describe_open_failure(path, expected_datasets(layout), detail));
+      throw_checkpoint(describe_open_failure(path, plan::dataset_paths(layout), detail));
     }
     file = h5::Handle(id, H5Fclose);
   });
