@@ -49,7 +49,9 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return text + "]";
 }
 
-std::string file_in(const std::string& dir, const char* name) { return (std::filesystem::path(dir) / name).string(); }
+std::string file_in(const std::string& dir, const char* name) {
+  return (std::filesystem::path(dir) / name).string();
+}
 
 // config.json's keys, read by name (GPT2Config's defaults apply to absent keys).
 class ConfigReader {
@@ -127,7 +129,8 @@ model::GptConfig read_config(const ConfigReader& in) {
   c.block_size = in.integer("n_positions");
   c.vocab_size = in.integer("vocab_size");
   if (const std::optional<std::string> inner = in.text("n_inner"); inner && *inner != std::to_string(4 * c.n_embd)) {
-    fail(in.path(), "'n_inner' is " + *inner + "; hsdp's MLP is 4 * n_embd = " + std::to_string(4 * c.n_embd) + " wide");
+    fail(in.path(),
+         "'n_inner' is " + *inner + "; hsdp's MLP is 4 * n_embd = " + std::to_string(4 * c.n_embd) + " wide");
   }
   return c;
 }
@@ -210,7 +213,8 @@ HfModel read_hf(const std::string& dir, int padded_vocab_size) {
   const std::string config_path = file_in(dir, kHfConfigFile);
   const std::string weights_path = file_in(dir, kHfWeightsFile);
   for (const std::string& path : {config_path, weights_path}) {
-    if (!std::filesystem::exists(path)) fail(path, "missing (a Hugging Face GPT-2 directory holds config.json and model.safetensors)");
+    if (!std::filesystem::exists(path))
+      fail(path, "missing (a Hugging Face GPT-2 directory holds config.json and model.safetensors)");
   }
   HfModel m;
   m.config = read_config(ConfigReader(config_path));
@@ -238,8 +242,8 @@ HfModel read_hf(const std::string& dir, int padded_vocab_size) {
     const model::ParamInfo* p = layout.find_param(name);
     if (p == nullptr) fail(weights_path, "tensor '" + stored_name + "' is not a parameter of hsdp's GPT-2");
     if (entry.shape != hf_shape(*p)) {
-      fail(weights_path, "tensor '" + stored_name + "' has shape " + shape_text(entry.shape) + "; config.json's model needs " +
-                             shape_text(hf_shape(*p)));
+      fail(weights_path, "tensor '" + stored_name + "' has shape " + shape_text(entry.shape) +
+                             "; config.json's model needs " + shape_text(hf_shape(*p)));
     }
     const std::vector<float> values = weights.floats(stored_name);
     float* dest = m.unit_params[static_cast<std::size_t>(p->unit)].data() + p->offset;

@@ -67,8 +67,8 @@ std::span<const T> KvDecoder<T>::step(std::int32_t token, std::span<const T* con
     throw_data("token id " + std::to_string(token) + " is outside the vocabulary [0, " + std::to_string(V_) + ")");
   }
   if (position_ >= capacity()) {
-    throw_config("the key/value cache is full: position " + std::to_string(position_) + " is beyond model.block_size (" +
-                 std::to_string(capacity()) + ")");
+    throw_config("the key/value cache is full: position " + std::to_string(position_) +
+                 " is beyond model.block_size (" + std::to_string(capacity()) + ")");
   }
   const T* emb = params[ModelLayout::embedding_unit()];
   const EmbeddingOffsets& e = layout_.embedding_offsets();

@@ -35,7 +35,8 @@ template <typename T>
 void random_params(const ModelLayout& layout, UnitBuffers<T>& params) {
   for (const ParamInfo& p : layout.params()) {
     const bool is_ln_weight = p.name.find("ln_") != std::string::npos && p.name.ends_with(".weight");
-    const auto values = testing::random_values(p.logical_numel(), stream_seed(5, p.name), 0.3, is_ln_weight ? 1.0 : 0.0);
+    const auto values =
+        testing::random_values(p.logical_numel(), stream_seed(5, p.name), 0.3, is_ln_weight ? 1.0 : 0.0);
     std::transform(values.begin(), values.end(), params.param(p).begin(), [](double v) { return static_cast<T>(v); });
   }
 }

@@ -67,8 +67,8 @@ std::string checkpoint_file(const std::string& given) {
   if (std::filesystem::is_directory(given, ec)) {
     const std::optional<std::string> latest = ckpt::resolve_resume(MPI_COMM_SELF, given, "auto");
     if (!latest) {
-      throw Error(ErrorKind::checkpoint, "checkpoint directory '" + given +
-                                             "' has no 'latest' file: name a step_<N>.h5 file in it instead");
+      throw Error(ErrorKind::checkpoint,
+                  "checkpoint directory '" + given + "' has no 'latest' file: name a step_<N>.h5 file in it instead");
     }
     return *latest;
   }
@@ -81,8 +81,8 @@ std::string checkpoint_file(const std::string& given) {
 std::vector<std::int32_t> read_prompt(const po::variables_map& vm, const model::GptConfig& config) {
   const bool text = vm.count("prompt") > 0, ids = vm.count("prompt-ids") > 0;
   if (text == ids) throw_config("give the prompt once: --prompt TEXT or --prompt-ids 1,2,3");
-  std::vector<std::int32_t> prompt = text ? encode_text(vm["prompt"].as<std::string>())
-                                          : parse_token_ids(vm["prompt-ids"].as<std::string>());
+  std::vector<std::int32_t> prompt =
+      text ? encode_text(vm["prompt"].as<std::string>()) : parse_token_ids(vm["prompt-ids"].as<std::string>());
   const char* option = text ? "--prompt" : "--prompt-ids";
   if (prompt.empty()) throw_config(std::string(option) + " is empty: the model needs at least one token to continue");
   if (prompt.size() > static_cast<std::size_t>(config.block_size)) {

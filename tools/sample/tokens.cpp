@@ -20,8 +20,7 @@ std::vector<std::int32_t> parse_token_ids(std::string_view text) {
     std::size_t after = static_cast<std::size_t>(stop - text.data());
     while (after < end && text[after] == ' ') ++after;
     if (ec != std::errc() || after != end || id < 0 || id > INT32_MAX) {
-      throw_config("--prompt-ids must be token ids separated by commas (e.g. 12,7,0), got '" + std::string(text) +
-                   "'");
+      throw_config("--prompt-ids must be token ids separated by commas (e.g. 12,7,0), got '" + std::string(text) + "'");
     }
     ids.push_back(static_cast<std::int32_t>(id));
     at = end + 1;
