@@ -34,3 +34,7 @@ echo
 echo "== hsdp-ckpt: the final checkpoint, written collectively by the 4 ranks"
 "$build/bin/hsdp-ckpt" inspect runs/quickstart/checkpoints/step_300.h5 --summary
 "$build/bin/hsdp-ckpt" verify runs/quickstart/checkpoints/step_300.h5
+
+echo
+echo "== hsdp-sample: 32 tokens the trained model writes after the ids 1,2,3 (greedy; the source's ids are not text)"
+"$build/bin/hsdp-sample" runs/quickstart/checkpoints --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --output ids

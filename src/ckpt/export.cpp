@@ -9,10 +9,17 @@
 #include <memory>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/core/json.hpp"
+#include "model_file.hpp"
+#include "safetensors.hpp"
 
 namespace hsdp::ckpt {
 namespace {
+
+using model_file::fail;
+using model_file::FilePtr;
+using model_file::open_file;
+using model_file::write_atomically;
+using model_file::write_bytes;
 
 static_assert(std::endian::native == std::endian::little, "model files are little-endian; so is this host");
 
@@ -20,39 +27,6 @@ constexpr std::size_t kLlmcHeaderInts = 256;
 constexpr const char* kBlockTensors[] = {
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
     "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw Error(ErrorKind::checkpoint, "'" + path + "': " + what);
-}
-
-using FilePtr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
-
-FilePtr open_file(const std::string& path, const char* mode) {
-  FilePtr f(std::fopen(path.c_str(), mode), std::fclose);
-  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  return f;
-}
-
-void write_bytes(std::FILE* f, const void* data, std::size_t bytes, const std::string& path) {
-  if (bytes > 0 && std::fwrite(data, 1, bytes, f) != bytes)
-    fail(path, std::string("write failed: ") + std::strerror(errno));
-}
-
-// Writes through `path.tmp`, renamed over `path` once complete.
-template <typename Body>
-void write_atomically(const std::string& path, Body&& body) {
-  const std::string tmp = path + ".tmp";
-  {
-    FilePtr f = open_file(tmp, "wb");
-    body(f.get(), tmp);
-    if (std::fflush(f.get()) != 0) fail(tmp, std::string("write failed: ") + std::strerror(errno));
-    std::FILE* raw = f.release();
-    if (std::fclose(raw) != 0) fail(tmp, std::string("close failed: ") + std::strerror(errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(path, "cannot rename from " + tmp + ": " + ec.message());
-}
 
 const float* param_data(const std::vector<Buffer<float>>& units, const model::ParamInfo& p) {
   return units[static_cast<std::size_t>(p.unit)].data() + p.offset;
@@ -72,51 +46,19 @@ std::vector<const model::ParamInfo*> llmc_order(const model::ModelLayout& layout
   return order;
 }
 
-std::string shape_json(const std::vector<std::int64_t>& shape) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 }  // namespace
 
 void write_safetensors(const std::string& path, const model::ModelLayout& layout,
                        const std::vector<Buffer<float>>& unit_params, const SafetensorsOptions& options) {
-  struct Entry {
-    std::string name;
-    const model::ParamInfo* param;
-  };
-  std::vector<Entry> entries;
-  for (const model::ParamInfo& p : layout.params()) entries.push_back({p.name, &p});
-  if (options.tied_lm_head) entries.push_back({"lm_head.weight", &layout.param("transformer.wte.weight")});
-
-  JsonLine header;
-  if (!options.metadata.empty()) {
-    JsonLine meta;
-    for (const auto& [key, value] : options.metadata) meta.add(key, value);
-    header.add_raw("__metadata__", meta.str());
+  std::vector<safetensors::TensorView> tensors;
+  for (const model::ParamInfo& p : layout.params()) {
+    tensors.push_back({p.name, p.logical_shape, param_data(unit_params, p)});
   }
-  std::uint64_t offset = 0;
-  for (const Entry& e : entries) {
-    const std::uint64_t bytes = e.param->logical_numel() * sizeof(float);
-    JsonLine tensor;
-    tensor.add("dtype", "F32");
-    tensor.add_raw("shape", shape_json(e.param->logical_shape));
-    tensor.add_raw("data_offsets", "[" + std::to_string(offset) + "," + std::to_string(offset + bytes) + "]");
-    header.add_raw(e.name, tensor.str());
-    offset += bytes;
+  if (options.tied_lm_head) {
+    const model::ParamInfo& wte = layout.param("transformer.wte.weight");
+    tensors.push_back({"lm_head.weight", wte.logical_shape, param_data(unit_params, wte)});
   }
-  std::string text = header.str();
-  text.resize((text.size() + 7) / 8 * 8, ' ');  // the tensor data start 8-byte aligned
-
-  write_atomically(path, [&](std::FILE* f, const std::string& tmp) {
-    const std::uint64_t length = text.size();
-    write_bytes(f, &length, sizeof length, tmp);
-    write_bytes(f, text.data(), text.size(), tmp);
-    for (const Entry& e : entries) {
-      write_bytes(f, param_data(unit_params, *e.param), e.param->logical_numel() * sizeof(float), tmp);
-    }
-  });
+  safetensors::write_file(path, tensors, options.metadata);
 }
 
 void write_llmc(const std::string& path, const model::ModelLayout& layout,

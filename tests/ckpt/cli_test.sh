@@ -33,7 +33,7 @@ expect 2 "unknown command 'frobnicate'" "$bin" frobnicate
 expect 2 "'--file' is required|the option '--file' is required" "$bin" inspect
 expect 2 "unrecognised option '--bogus'" "$bin" verify --bogus
 expect 2 "'--output' is required" "$bin" export "$dir/x.h5" --format llmc
-expect 2 "--format must be safetensors or llmc, got 'onnx'" "$bin" export "$dir/x.h5" --format onnx --output "$dir/o"
+expect 2 "--format must be safetensors, llmc or hf, got 'onnx'" "$bin" export "$dir/x.h5" --format onnx --output "$dir/o"
 expect 2 "checkpoint '.*absent.h5' cannot be opened|does not exist" "$bin" inspect "$dir/absent.h5"
 
 # llm.c -> checkpoint -> llm.c: the same bytes.

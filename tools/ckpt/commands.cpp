@@ -12,6 +12,7 @@
 
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/ckpt/export.hpp"
+#include "hsdp/ckpt/hf.hpp"
 #include "hsdp/ckpt/inspect.hpp"
 #include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
@@ -161,12 +162,13 @@ int run_export(const std::vector<std::string>& args) {
   // clang-format off
   options.add_options()
       ("file", po::value<std::string>()->required(), "checkpoint to read; may be given bare")
-      ("format", po::value<std::string>()->required(), "safetensors or llmc")
-      ("output", po::value<std::string>()->required(), "file to write (as OUTPUT.tmp, then renamed)")
+      ("format", po::value<std::string>()->required(), "safetensors, llmc or hf")
+      ("output", po::value<std::string>()->required(),
+       "file to write (as OUTPUT.tmp, then renamed); hf: the directory to write (made if missing)")
       ("no-lm-head", po::bool_switch(), "safetensors: do not add lm_head.weight (a copy of the tied wte)");
   // clang-format on
   const auto vm = tool::parse_options(args, options, one_positional("file"),
-                        "usage: hsdp-ckpt export FILE --format safetensors|llmc --output OUT\n\n"
+                        "usage: hsdp-ckpt export FILE --format safetensors|llmc|hf --output OUT\n\n"
                         "Writes the model weights (fp32; no optimizer state) for other programs:\n"
                         "  safetensors  nanoGPT state_dict names and shapes (transformer.wte.weight is\n"
                         "               [vocab_size, C]), plus lm_head.weight as a copy of wte, so that nanoGPT's\n"
@@ -176,11 +178,17 @@ int run_export(const std::vector<std::string>& args) {
                         "               rebuilt or tied by nanoGPT). Build nanoGPT with the checkpoint's vocab_size.\n"
                         "  llmc         llm.c's GPT-2 model file (train_gpt2.c, version 3, fp32): 256-int32 header\n"
                         "               {20240326, 3, maxT, V, L, NH, C, Vp}, then the tensors in llm.c's order with\n"
-                        "               wte padded to Vp rows of zeros.\n");
+                        "               wte padded to Vp rows of zeros.\n"
+                        "  hf           a Hugging Face transformers GPT-2 directory: OUT/config.json (GPT2Config:\n"
+                        "               vocab_size not padded, n_positions = n_ctx = block_size, gelu_new,\n"
+                        "               layer_norm_epsilon 1e-05, tie_word_embeddings) and OUT/model.safetensors\n"
+                        "               (GPT2LMHeadModel names; Conv1D weights [in, out], the transpose of nanoGPT's;\n"
+                        "               no lm_head.weight: tied to wte), so GPT2LMHeadModel.from_pretrained(OUT)\n"
+                        "               loads it. The same weights always give the same bytes.\n");
   if (!vm) return kExitOk;
   const std::string format = (*vm)["format"].as<std::string>();
-  if (format != "safetensors" && format != "llmc") {
-    throw Error(ErrorKind::config, "--format must be safetensors or llmc, got '" + format + "'");
+  if (format != "safetensors" && format != "llmc" && format != "hf") {
+    throw Error(ErrorKind::config, "--format must be safetensors, llmc or hf, got '" + format + "'");
   }
   const std::string path = (*vm)["file"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
@@ -195,8 +203,10 @@ int run_export(const std::vector<std::string>& args) {
                    {"tokens", std::to_string(full.state.tokens)},
                    {"hsdp_version", HSDP_VERSION}};
     ckpt::write_safetensors(output, layout, full.params, st);
-  } else {
+  } else if (format == "llmc") {
     ckpt::write_llmc(output, layout, full.params);
+  } else {
+    ckpt::write_hf(output, layout, full.params);
   }
   std::cout << "wrote " << output << " (" << format << "): " << layout.logical_numel() << " parameters of step "
             << full.state.step << "\n";
@@ -207,33 +217,58 @@ int run_import(const std::vector<std::string>& args) {
   po::options_description options("options", kHelpWidth);
   // clang-format off
   options.add_options()
-      ("input", po::value<std::string>()->required(), "model file to read; may be given bare")
-      ("format", po::value<std::string>()->required(), "llmc (llm.c's fp32 GPT-2 model file, version 3)")
-      ("output", po::value<std::string>()->required(), "checkpoint to write, e.g. run/step_0.h5");
+      ("input", po::value<std::string>()->required(), "model file (llmc) or directory (hf) to read; may be given bare")
+      ("format", po::value<std::string>()->required(),
+       "llmc (llm.c's fp32 GPT-2 model file, version 3) or hf (a Hugging Face GPT-2 directory)")
+      ("output", po::value<std::string>()->required(), "checkpoint to write, e.g. run/step_0.h5")
+      ("padded-vocab-size", po::value<int>()->default_value(0),
+       "hf: rows of wte hsdp stores (>= vocab_size; the extra rows are zero); 0: the value hsdp-ckpt export wrote\n"
+       "into model.safetensors, else vocab_size rounded up to a multiple of 128 (hsdp-train's default)");
   // clang-format on
   const auto vm = tool::parse_options(args, options, one_positional("input"),
-                        "usage: hsdp-ckpt import --format llmc gpt2.bin --output step_0.h5\n\n"
-                        "Makes a step-0 checkpoint from llm.c's model file: the weights, zero Adam state, and a\n"
+                        "usage: hsdp-ckpt import --format llmc gpt2.bin --output step_0.h5\n"
+                        "       hsdp-ckpt import --format hf DIR --output step_0.h5\n\n"
+                        "Makes a step-0 checkpoint from another program's model: the weights, zero Adam state, and a\n"
                         "deck ([model] section) with the model's shape, so hsdp-train can resume from it with a\n"
                         "deck of the same model shape. `latest` is not written: name the file when resuming, or\n"
-                        "import into a run directory and write its name into <dir>/latest yourself. llm.c's padded\n"
-                        "vocabulary rows are not kept (a warning says if they were not zero).\n");
+                        "import into a run directory and write its name into <dir>/latest yourself.\n"
+                        "  llmc  llm.c's model file; its padded vocabulary rows are not kept (a warning says if they\n"
+                        "        were not zero).\n"
+                        "  hf    DIR/config.json and DIR/model.safetensors of a GPT-2 (hsdp-ckpt export --format hf, or\n"
+                        "        transformers' save_pretrained: names with or without 'transformer.', F32). The model\n"
+                        "        must be one hsdp runs: gelu_new, layer_norm_epsilon 1e-05, n_inner 4 * n_embd, a\n"
+                        "        tied head (lm_head.weight, if present, must equal wte); exit 2 naming the key if not.\n"
+                        "        Conv1D weights are transposed back and wte is padded with zero rows: an hsdp\n"
+                        "        checkpoint exported to hf and imported holds the same weights bit for bit.\n");
   if (!vm) return kExitOk;
   const std::string format = (*vm)["format"].as<std::string>();
-  if (format != "llmc") throw Error(ErrorKind::config, "--format must be llmc, got '" + format + "'");
+  if (format != "llmc" && format != "hf") {
+    throw Error(ErrorKind::config, "--format must be llmc or hf, got '" + format + "'");
+  }
   const std::string input = (*vm)["input"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
-  ckpt::LlmcModel imported = ckpt::read_llmc(input);
-  if (imported.nonzero_padding > 0) {
-    std::cerr << "hsdp-ckpt import: warning: " << imported.nonzero_padding
-              << " values in the padded vocabulary rows of '" << input << "' are not zero and are dropped\n";
+  ckpt::FullCheckpoint full;
+  std::string source;
+  if (format == "llmc") {
+    ckpt::LlmcModel imported = ckpt::read_llmc(input);
+    if (imported.nonzero_padding > 0) {
+      std::cerr << "hsdp-ckpt import: warning: " << imported.nonzero_padding
+                << " values in the padded vocabulary rows of '" << input << "' are not zero and are dropped\n";
+    }
+    full = ckpt::empty_checkpoint(imported.config);
+    full.params = std::move(imported.unit_params);
+    source = "llm.c model file, version " + std::to_string(ckpt::kLlmcVersion);
+  } else {
+    const int padded = (*vm)["padded-vocab-size"].as<int>();
+    if (padded < 0) throw Error(ErrorKind::config, "--padded-vocab-size must be >= 0, got " + std::to_string(padded));
+    ckpt::HfModel imported = ckpt::read_hf(input, padded);
+    full = ckpt::empty_checkpoint(imported.config);
+    full.params = std::move(imported.unit_params);
+    source = "Hugging Face GPT-2 directory";
   }
-  ckpt::FullCheckpoint full = ckpt::empty_checkpoint(imported.config);
-  full.params = std::move(imported.unit_params);
-  const model::GptConfig& c = imported.config;
+  const model::GptConfig& c = full.config;
   std::ostringstream deck;
-  deck << "# Imported from '" << input << "' (llm.c model file, version " << ckpt::kLlmcVersion
-       << ") by hsdp-ckpt import.\n"
+  deck << "# Imported from '" << input << "' (" << source << ") by hsdp-ckpt import.\n"
        << "[model]\n"
        << "n_layer = " << c.n_layer << "\nn_head = " << c.n_head << "\nn_embd = " << c.n_embd
        << "\nblock_size = " << c.block_size << "\nvocab_size = " << c.vocab_size

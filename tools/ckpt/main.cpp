@@ -24,8 +24,13 @@ commands:
                                      the weights with nanoGPT names (plus lm_head.weight = wte), F32
   export FILE --format llmc --output gpt2.bin
                                      llm.c's fp32 GPT-2 model file (version 3)
+  export FILE --format hf --output DIR
+                                     a Hugging Face GPT-2 directory: config.json and model.safetensors
+                                     (GPT2LMHeadModel.from_pretrained(DIR) loads it)
   import --format llmc gpt2.bin --output step_0.h5
                                      a step-0 checkpoint from llm.c's model file (zero Adam state)
+  import --format hf DIR --output step_0.h5
+                                     a step-0 checkpoint from a Hugging Face GPT-2 directory
 
 `hsdp-ckpt <command> --help` explains every option of a command.
 
@@ -33,7 +38,9 @@ examples:
   hsdp-ckpt inspect runs/gpt2/step_2000.h5 --summary
   hsdp-ckpt verify runs/gpt2/step_2000.h5
   hsdp-ckpt export runs/gpt2/step_2000.h5 --format safetensors --output gpt2.safetensors
+  hsdp-ckpt export runs/gpt2/step_2000.h5 --format hf --output gpt2-hf
   hsdp-ckpt import --format llmc gpt2_124M.bin --output runs/ft/step_0.h5
+  hsdp-ckpt import --format hf gpt2-hf --output runs/ft/step_0.h5
 
 exit codes: 0 ok, 1 internal error, 2 bad options or a bad checkpoint or model file (one line says which).
 )";

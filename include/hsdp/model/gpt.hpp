@@ -55,6 +55,9 @@ class Gpt {
 
   // Per-position losses of the last forward_head/evaluate ([B * T]).
   std::span<const T> losses() const { return losses_.span(); }
+  // The logits [B * T, padded_vocab_size] of the last evaluate(), row n = position n (columns from vocab_size on
+  // are not written). forward() turns them into probabilities and backward() into d-logits in place.
+  std::span<const T> logits() const { return logits_.span(); }
   // Bytes of activations and scratch this object holds.
   std::size_t activation_bytes() const;
 

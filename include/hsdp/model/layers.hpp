@@ -46,6 +46,11 @@ void lm_head_backward(T* dinp, T* dwte, const T* dlogits, const T* inp, const T*
 // att [B, NH, T, T] keeps the softmax probabilities (zero above the diagonal); out [B, T, C].
 template <typename T>
 void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH);
+// The attention of one new position t (a single sequence) over a key/value cache kv [t + 1, 2C] (row j: k_j | v_j,
+// head h at channels h*hs..(h+1)*hs of each): out [C] and att_row [NH, t + 1] are the row t of attention_forward
+// over the same keys and values, computed by the same code. q [C] is the new position's query.
+template <typename T>
+void attention_decode_forward(T* out, T* att_row, const T* q, const T* kv, int t, int C, int NH);
 // scratch: B * NH * T elements.
 template <typename T>
 void attention_backward(T* dqkv, T* scratch, const T* dout, const T* qkv, const T* att, int B, int T_, int C,

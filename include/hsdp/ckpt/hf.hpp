@@ -1,0 +1,43 @@
+#pragma once
+// A Hugging Face transformers GPT-2 directory, from (and to) hsdp's unit buffers:
+//   DIR/config.json        GPT2Config: model_type gpt2, architectures [GPT2LMHeadModel], vocab_size (not padded),
+//                          n_positions = n_ctx = block_size, n_embd, n_layer, n_head, activation_function gelu_new
+//                          (hsdp's tanh GELU), layer_norm_epsilon 1e-5, tie_word_embeddings true, dropouts 0
+//                          (hsdp trains without dropout)
+//   DIR/model.safetensors  GPT2LMHeadModel's state_dict names (transformer.wte.weight, transformer.h.<i>.attn.c_attn.
+//                          weight, ...), F32, metadata {"format": "pt", "hsdp_padded_vocab_size": "<Vp>"}
+// so that GPT2LMHeadModel.from_pretrained(DIR) loads it. Differences from the nanoGPT export: GPT-2's Conv1D layers
+// (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) store their weight as [in, out], the transpose of hsdp's Linear
+// [out, in]; wte is [vocab_size, C] (padded rows cut); lm_head.weight is not written (tied to wte, which
+// transformers re-ties on load). The files depend on the weights and the shape only, so exporting the same weights
+// again gives the same bytes.
+#include <string>
+#include <vector>
+
+#include "hsdp/core/buffer.hpp"
+#include "hsdp/model/layout.hpp"
+
+namespace hsdp::ckpt {
+
+inline constexpr const char* kHfConfigFile = "config.json";
+inline constexpr const char* kHfWeightsFile = "model.safetensors";
+
+// config.json for `config` (keys sorted, as transformers writes them).
+std::string hf_config_json(const model::GptConfig& config);
+
+// Creates `dir` if missing and writes both files (each through .tmp and a rename); a checkpoint Error names the file.
+void write_hf(const std::string& dir, const model::ModelLayout& layout, const std::vector<Buffer<float>>& unit_params);
+
+struct HfModel {
+  model::GptConfig config;
+  std::vector<Buffer<float>> unit_params;  // one per unit of ModelLayout(config); padded wte rows zero
+};
+// Reads a GPT-2 directory written by write_hf or by transformers' save_pretrained (names with or without the
+// "transformer." prefix; the attention-mask buffers attn.bias / attn.masked_bias of older files are skipped;
+// lm_head.weight, if present, must equal wte). padded_vocab_size: 0 takes the file's hsdp_padded_vocab_size, else
+// vocab_size rounded up to a multiple of 128 (hsdp-train's default). A checkpoint Error names the file and the key
+// or tensor when the directory is not a GPT-2 hsdp can run (another activation, epsilon, n_inner, untied head,
+// a missing, extra or misshapen tensor, a dtype other than F32).
+HfModel read_hf(const std::string& dir, int padded_vocab_size = 0);
+
+}  // namespace hsdp::ckpt
