@@ -4,13 +4,17 @@
 //   - hsdp-ckpt inspect: inspect_checkpoint;
 //   - hsdp-train's resume: load_checkpoint into the fuzz model's layout (below), whole units on one rank.
 // When HSDP_FUZZ_CHECKPOINT_REFERENCE names the unmutated checkpoint, every load that is accepted must give its
-// tensors bit for bit (damage the checksums miss is a failure).
+// tensors bit for bit (damage the checksums miss is a failure). After each reader, no HDF5 file or object may be left
+// open: a leaked handle keeps the file's metadata cached, and a later open of the same file (a retry, a fallback
+// to another checkpoint in the same process) would read through it.
+#include <hdf5.h>
 #include <mpi.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "harness.hpp"
 #include "hsdp/ckpt/checkpoint.hpp"
@@ -78,6 +82,29 @@ void resume(const std::string& path) {
   check_against_reference(mine, "load_checkpoint");
 }
 
+// Runs one reader, then checks that it left no HDF5 identifier open (and closes what it left, so that the next input
+// starts clean).
+hsdp::fuzz::Outcome run_reader(const std::function<void()>& reader, const char* name) {
+  hsdp::fuzz::Outcome outcome = hsdp::fuzz::run_classified(reader);
+  const ssize_t left_open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
+  if (left_open > 0) {
+    std::vector<hid_t> ids(static_cast<std::size_t>(left_open));
+    H5Fget_obj_ids(H5F_OBJ_ALL, H5F_OBJ_ALL, ids.size(), ids.data());
+    for (const hid_t id : ids) {
+      if (H5Iget_type(id) == H5I_FILE) {
+        H5Fclose(id);
+      } else {
+        H5Oclose(id);
+      }
+    }
+    outcome = hsdp::fuzz::worse(outcome, {hsdp::fuzz::Verdict::failure, "property:hdf5_objects_left_open",
+                                          std::string(name) + " left " + std::to_string(left_open) +
+                                              " HDF5 file(s) or object(s) open after: " + outcome.category + ": " +
+                                              outcome.detail});
+  }
+  return outcome;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -96,8 +123,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = hsdp::fuzz::scratch_dir() + "/step_1.h5";
   hsdp::fuzz::write_file(path, {data, size});
-  hsdp::fuzz::Outcome outcome = hsdp::fuzz::run_classified([&] { verify(path); });
-  outcome = hsdp::fuzz::worse(outcome, hsdp::fuzz::run_classified([&] { hsdp::ckpt::inspect_checkpoint(path); }));
-  outcome = hsdp::fuzz::worse(outcome, hsdp::fuzz::run_classified([&] { resume(path); }));
+  hsdp::fuzz::Outcome outcome = run_reader([&] { verify(path); }, "read_full_checkpoint + inspect_checkpoint");
+  outcome = hsdp::fuzz::worse(outcome, run_reader([&] { hsdp::ckpt::inspect_checkpoint(path); }, "inspect_checkpoint"));
+  outcome = hsdp::fuzz::worse(outcome, run_reader([&] { resume(path); }, "load_checkpoint"));
   return hsdp::fuzz::finish(outcome);
 }

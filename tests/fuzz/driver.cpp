@@ -2,11 +2,11 @@
 // of them generated from a fixed seed, and prints the counts by category as one JSON line.
 //
 //   fuzz_<harness> [--runs N] [--seed S] [--time-limit-s T] [--max-size BYTES] [--dict FILE]... [--artifacts DIR]
-//                  [--only I] [--replay] [--print-failures N (10)] [--verbose] SEED_FILE_OR_DIR...
+//                  [--only I[,J...]] [--replay] [--print-failures N (10)] [--verbose] [--save-inputs] SEED_FILE_OR_DIR...
 //
 // Exit 0 when every seed is accepted unmutated, no input is a failure (see harness.hpp), none takes longer than the
 // time limit, and the seed files are byte-identical afterwards. A failure prints its input number, its mutations and
-// the input itself (C-escaped up to 2 KiB; always saved as DIR/<harness>-failure-<I>); `--only I` runs input I alone
+// the input itself (C-escaped up to 2 KiB; always saved as DIR/<harness>-failure-<I>); `--only I` runs input I alone (I,J,...: those in order)
 // (the same bytes: input I depends only on the seed, I and the seed files), `--replay` runs the files given as they
 // are. A crash or a hang (SIGALRM after the time limit) saves the input, says so on stderr and ends the process (by
 // the signal, or exit 124 for a hang).
@@ -44,10 +44,11 @@ struct Options {
   std::size_t max_size = 1 << 22;
   std::vector<std::string> dictionaries;
   std::string artifacts = ".";
-  long long only = -1;
+  std::vector<std::size_t> only;  // input numbers to run (all when empty)
   bool replay = false;
   std::size_t print_failures = 10;
   bool verbose = false;  // one line per input: its verdict and message
+  bool save_inputs = false;  // every input to DIR/<harness>-input-<I> (to replay a sequence)
   std::vector<std::string> inputs;
 };
 
@@ -195,9 +196,13 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--max-size") o.max_size = std::stoul(value());
     else if (a == "--dict") o.dictionaries.push_back(value());
     else if (a == "--artifacts") o.artifacts = value();
-    else if (a == "--only") o.only = std::stoll(value());
+    else if (a == "--only") {
+      std::stringstream list(value());
+      for (std::string n; std::getline(list, n, ',');) o.only.push_back(std::stoul(n));
+    }
     else if (a == "--replay") o.replay = true;
     else if (a == "--verbose") o.verbose = true;
+    else if (a == "--save-inputs") o.save_inputs = true;
     else if (a == "--print-failures") o.print_failures = std::stoul(value());
     else if (a.rfind("--", 0) == 0) throw std::runtime_error("unknown option " + a);
     else o.inputs.push_back(a);
@@ -285,14 +290,18 @@ int main(int argc, char** argv) {
   if (o.replay) {
     for (std::size_t s = 0; s < seeds.size(); ++s) run(seeds[s], "file " + files[s], prefix + "replay", false);
   } else {
-    if (o.only < 0) {
+    if (o.only.empty()) {
       for (std::size_t s = 0; s < seeds.size(); ++s) run(seeds[s], "seed " + files[s], prefix + "seed", true);
     }
     for (std::size_t i = 0; i < o.runs; ++i) {
-      if (o.only >= 0 && static_cast<std::size_t>(o.only) != i) continue;
+      if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), i) == o.only.end()) continue;
       hsdp::fuzz::Rng rng(o.seed * 0x9e3779b97f4a7c15ULL + i);
       const std::size_t s = i % seeds.size();
       const hsdp::fuzz::Mutant m = hsdp::fuzz::mutate(seeds[s], seeds, dictionary, o.max_size, rng);
+      if (o.save_inputs) {
+        std::ofstream(o.artifacts + "/" + o.harness + "-input-" + std::to_string(i), std::ios::binary)
+            .write(reinterpret_cast<const char*>(m.bytes.data()), static_cast<std::streamsize>(m.bytes.size()));
+      }
       run(m.bytes, "input " + std::to_string(i) + " (seed " + fs::path(files[s]).filename().string() + "; " + m.recipe +
                        "; reproduce: --seed " + std::to_string(o.seed) + " --only " + std::to_string(i) + ")",
           prefix + std::to_string(i), false);
