@@ -272,8 +272,19 @@ def make_cases(fx, a):
                                       expect=DIVERGENCE_EXIT)], 1)
     new("signal", lambda d, r: [Case("", "signal", a.train, common(d, "100000") + ["--train.eval_every=0"],
                                      expect=3, stop_after_s=3)], 1)
+    # A checkpoint rewritten with chunked, compressed datasets (h5repack): hsdp reads contiguous datasets only.
+    def chunked(case_dir, rng, extra=()):
+        path = os.path.join(case_dir, "step_2.h5")
+        subprocess.run(["h5repack", "-l", "CHUNK=16", "-f", "GZIP=1", fx.good_step, path], check=True)
+        return [Case("", "chunked_checkpoint", a.train, common(case_dir, "3") + ["--checkpoint.resume=" + path] +
+                     list(extra))]
+    have_h5repack = shutil.which("h5repack") is not None
+    if have_h5repack:
+        new("chunked_checkpoint", chunked, 1)
     a.mpi_phase = True
     mpi_words = ["--topology.ranks_per_node=2"]
+    if have_h5repack:
+        new("chunked_checkpoint", lambda d, r: chunked(d, r, mpi_words), 1, mpi=True)
     wrap = lambda make: lambda d, r: [Case(c.name, c.kind, c.program, c.words + mpi_words, expect=c.expect,
                                            stop_after_s=c.stop_after_s) for c in make(d, r)]
     new("command_line", wrap(cmdline), a.mpi_runs * 4 // 10, mpi=True)
