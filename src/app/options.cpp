@@ -113,6 +113,40 @@ void set_last_values(const po::variables_map& vm, ConfigDeck& deck) {
   throw_config(origin + e.what());
 }
 
+// A message with its control characters escaped (\n, \x01): a newline in a command-line word that a message quotes
+// must not break the one line hsdp-train prints for a bad deck.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      constexpr const char* kHex = "0123456789abcdef";
+      out += {'\\', 'x', kHex[c >> 4], kHex[c & 15]};
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void rethrow_one_line(const Error& e) {
+  throw Error(e.kind(), printable(e.what()));
+}
+
+// Characters a deck line cannot hold in a value: Boost ends the value at '#' (a comment) and at the line's end, and
+// trims spaces and tabs around it (so does ConfigDeck::set); a tab inside a value is kept.
+bool deck_can_hold(const std::string& value) {
+  return std::none_of(value.begin(), value.end(),
+                      [](unsigned char c) { return c == '#' || (c < 0x20 && c != '\t') || c == 0x7f; });
+}
+
+std::string trimmed(const std::string& value) {
+  const std::size_t first = value.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return value.substr(first, value.find_last_not_of(" \t") - first + 1);
+}
+
 }  // namespace
 
 const OptionSpec* find_option(const std::string& key) {
@@ -140,6 +174,10 @@ std::string closest_key(const std::string& key) {
 
 void validate_value(const OptionSpec& spec, const std::string& value) {
   const std::string where = spec.key + ": ";
+  if (!deck_can_hold(value)) {
+    throw_config(where + "'" + value + "' cannot be written in a deck (--print-config, the deck saved in checkpoints): "
+                 "no '#' or control characters");
+  }
   switch (spec.kind) {
     case OptionKind::text:
     case OptionKind::path: return;
@@ -180,7 +218,8 @@ ConfigDeck ConfigDeck::defaults() {
   return deck;
 }
 
-ConfigDeck ConfigDeck::from_text(const std::string& ini_text, const std::string& origin) {
+// parse, from_text and set end with rethrow_one_line (function try blocks): every message stays one line.
+ConfigDeck ConfigDeck::from_text(const std::string& ini_text, const std::string& origin) try {
   ConfigDeck deck = defaults();
   po::variables_map vm;
   try {
@@ -191,9 +230,11 @@ ConfigDeck ConfigDeck::from_text(const std::string& ini_text, const std::string&
   }
   set_last_values(vm, deck);
   return deck;
+} catch (const Error& e) {
+  rethrow_one_line(e);
 }
 
-ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli) {
+ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli) try {
   po::options_description flags("program");
   flags.add_options()("help,h", "")("version", "")("print-config", "")("print-mesh", "")(
       "config,c", po::value<std::string>(), "");
@@ -247,6 +288,8 @@ ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli
   // Command-line values override the deck.
   set_last_values(vm, deck);
   return deck;
+} catch (const Error& e) {
+  rethrow_one_line(e);
 }
 
 const std::string& ConfigDeck::get(const std::string& key) const {
@@ -265,11 +308,14 @@ bool ConfigDeck::get_bool(const std::string& key) const {
   return out;
 }
 
-void ConfigDeck::set(const std::string& key, const std::string& value) {
+void ConfigDeck::set(const std::string& key, const std::string& raw_value) try {
   const OptionSpec* spec = find_option(key);
   if (spec == nullptr) throw_config(unknown_key_message(key));
+  const std::string value = trimmed(raw_value);  // as a deck line's value is
   validate_value(*spec, value);
   values_[key] = value;
+} catch (const Error& e) {
+  rethrow_one_line(e);
 }
 
 std::string ConfigDeck::to_ini(bool with_comments) const {

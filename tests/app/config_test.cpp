@@ -119,6 +119,31 @@ TEST(ConfigDeck, PrintedDeckParsesBackToTheSameValues) {
   for (const auto& spec : option_table()) EXPECT_EQ(again.get(spec.key), deck.get(spec.key)) << spec.key;
 }
 
+// Found by the fuzz suite (tests/fuzz): hsdp-train prints a config error as one line.
+TEST(ConfigDeck, ErrorsStayOneLine_WhenACommandLineWordHoldsANewline) {
+  for (const std::string& word : {std::string("--train.steps=3\n4"), std::string("--train.stps\n=3"),
+                                  std::string("train.steps=3\n"), std::string("--parallel.sharding=a\x01b")}) {
+    const std::string message = error_of({word});
+    EXPECT_FALSE(message.empty()) << word;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_EQ(message.find('\x01'), std::string::npos) << message;
+  }
+  EXPECT_NE(error_of({"--train.steps=3\n4"}).find("'3\\n4'"), std::string::npos);
+}
+
+// Found by the fuzz suite: a value the printed deck cannot hold would come back as another value (or other keys).
+TEST(ConfigDeck, ValuesADeckCannotHold_AreRefused_AndSpacesAroundAValueAreDropped) {
+  EXPECT_NE(error_of({"--log.dir=runs/a#1"}).find("log.dir: 'runs/a#1' cannot be written in a deck"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--checkpoint.resume=x\n[model]\nn_layer = 2"}).find("checkpoint.resume: "), std::string::npos);
+  CommandLine cli;
+  const ConfigDeck deck = parse({"--log.dir= runs/with inner space\t", "--train.steps= 3"}, cli);
+  EXPECT_EQ(deck.get("log.dir"), "runs/with inner space");
+  EXPECT_EQ(deck.get("train.steps"), "3");
+  const ConfigDeck reread = ConfigDeck::from_text(deck.to_ini(), "printed");
+  EXPECT_EQ(reread.get("log.dir"), "runs/with inner space");
+}
+
 TEST(ConfigDeck, EveryDefaultIsValidAndEveryKeyIsInASection) {
   for (const auto& spec : option_table()) {
     EXPECT_NO_THROW(validate_value(spec, spec.default_value)) << spec.key;

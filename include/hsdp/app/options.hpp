@@ -47,7 +47,8 @@ class ConfigDeck {
   long long get_int(const std::string& key) const;
   double get_real(const std::string& key) const;
   bool get_bool(const std::string& key) const;
-  void set(const std::string& key, const std::string& value);  // validated like a deck value
+  // Validated like a deck value, and like one without the spaces and tabs around it.
+  void set(const std::string& key, const std::string& value);
 
   // The resolved deck as INI text, every key, in table order, with its help as a comment.
   std::string to_ini(bool with_comments = true) const;
@@ -59,7 +60,8 @@ class ConfigDeck {
 // `hsdp-train --help`: usage, program flags, exit codes, and every deck key with default and help.
 std::string help_text(const std::string& program);
 
-// Validates `value` for `spec`; throws a config Error naming the key and what is allowed.
+// Validates `value` for `spec`; throws a config Error naming the key and what is allowed. A value a deck line cannot
+// hold ('#', control characters but tab) is refused for every key.
 void validate_value(const OptionSpec& spec, const std::string& value);
 const OptionSpec* find_option(const std::string& key);
 // The known key closest to `key` (edit distance), for "did you mean" hints; empty if nothing is close.
