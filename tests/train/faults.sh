@@ -5,8 +5,10 @@
 #   faults.sh fail  TRAIN DECK DATA RUN MPIEXEC...   an error on rank 2 at start-up, data, resume, step, eval,
 #                                                    checkpoint and shutdown ends all ranks with exit 2 within
 #                                                    seconds (well before any watchdog), the error said exactly once
+#   faults.sh good ...                               the fixture: a checkpoint at step 2 (4 ranks) in RUN/good
 #   faults.sh stall ...                              rank 1 stopped (SIGSTOP) at start-up, in a resume read, in a
-#                                                    checkpoint write, in a step and at shutdown: exit 4 within
+#                                                    checkpoint write and at shutdown (a step's collectives: the
+#                                                    comm_watchdog tests): exit 4 within
 #                                                    timeout + 10 s, with one diagnosis naming the phase
 #   faults.sh signal ...                             SIGUSR1 to every rank during start-up: exit 3 before the first
 #                                                    step, no checkpoint written (fresh and resumed runs)
@@ -20,18 +22,24 @@
 #                                                    (on_error=stop) or the run goes on (on_error=continue)
 #                                                    (skipped, exit 77, where mounting a tmpfs is not allowed)
 #
-# In every check the good checkpoint (its file and `latest`) stays byte-identical.
+# Every check works on its own copy of the fixture, whose file and `latest` must stay byte-identical.
 set -euo pipefail
 check=$1 train=$2 deck=$3 data=$4 run=$5
 shift 5
 mpiexec=("$@")
-run=$run/$check
-rm -rf "$run" && mkdir -p "$run"
 common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json"
         --log.every=100 --device.threads=1 --topology.ranks_per_node=2 --train.eval_tokens=1024)
-good=$run/good
-"${mpiexec[@]}" "$train" "${common[@]}" --train.steps=2 --train.eval_every=0 --log.dir="$run/log0" \
-  --checkpoint.dir="$good" >/dev/null
+if [[ $check == good ]]; then  # the fixture every check starts from: a checkpoint at step 2 written by 4 ranks
+  rm -rf "$run/good" && mkdir -p "$run"
+  "${mpiexec[@]}" "$train" "${common[@]}" --train.steps=2 --train.eval_every=0 --log.dir="$run/log0" \
+    --checkpoint.dir="$run/good" >/dev/null
+  exit 0
+fi
+[[ -f $run/good/latest ]] || { echo "no good checkpoint in $run/good: run 'faults.sh good' first"; exit 1; }
+good=$run/$check/good
+run=$run/$check
+rm -rf "$run" && mkdir -p "$run"
+cp -r "$run/../good" "$good"
 fingerprint() { (cd "$good" && sha256sum step_2.h5 latest); }
 before=$(fingerprint)
 
@@ -77,7 +85,7 @@ case $check in
     ;;
   stall)
     timeout_s=5
-    for point in startup resume checkpoint step shutdown; do
+    for point in startup resume checkpoint shutdown; do
       launch "$point" 60 "HSDP_FAULT=stop:$point@1" -- --train.steps=4 --train.eval_every=0 \
         --checkpoint.dir="$good" --checkpoint.resume=auto --comm.timeout_s=$timeout_s --checkpoint.timeout_s=$timeout_s
       [[ $code -eq 4 ]] || { cat "$run/$point.err"; fail "$point: exit $code, expected 4"; }
@@ -87,7 +95,6 @@ case $check in
         startup) phase="start-up" ;;
         resume) phase="resume" ;;
         checkpoint) phase="checkpoint save of step 4" ;;
-        step) phase="rank 1 of group" ;;
         shutdown) phase="during shutdown" ;;
       esac
       grep -qF "$phase" <<<"$diagnosis" || { cat "$run/$point.err"; fail "$point: the diagnosis does not name '$phase'"; }
