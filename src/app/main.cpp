@@ -123,7 +123,7 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
     parse_error = e;
   }
   const double startup_limit_s = parse_error ? kStartupDefaultLimitS : deck.get_real("comm.timeout_s");
-  std::optional<hsdp::StallPhase> startup(std::in_place, "start-up", startup_limit_s);
+  std::optional<hsdp::StallPhase> startup(std::in_place, "start-up", startup_limit_s, "comm.timeout_s");
   hsdp::fault_point("startup", rank);
   {
     const hsdp::StallGuard op("agreeing on the deck");
@@ -204,10 +204,7 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
 // so the job ends with one diagnosis unless rank 0 is the rank that stalled.
 void on_stall(const hsdp::Logger& log, const hsdp::StallReport& r) {
   if (!log.is_root()) std::this_thread::sleep_for(std::chrono::seconds(3));
-  const std::string limit_key = r.phase.rfind("checkpoint", 0) == 0 || r.phase.rfind("resume", 0) == 0
-                                    ? "checkpoint.timeout_s"
-                                    : "comm.timeout_s";
-  log.any_rank("watchdog: ", r.phase, ": ", r.operation, " did not finish within ", r.limit_s, " s (", limit_key,
+  log.any_rank("watchdog: ", r.phase, ": ", r.operation, " did not finish within ", r.limit_s, " s (", r.limit_key,
                "): another rank is stopped or frozen, or the file system does not answer; aborting the job (exit ",
                hsdp::kExitComm, ")");
   hsdp::comm::MpiEnvironment::abort_job(hsdp::kExitComm);

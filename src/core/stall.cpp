@@ -20,16 +20,16 @@ using Clock = std::chrono::steady_clock;
 
 void default_handler(const StallReport& r) {
   std::cerr << "hsdp: stall watch: " << r.phase << ": " << r.operation << " did not finish within " << r.limit_s
-            << " s; exiting (exit " << kExitComm << ")" << std::endl;
+            << " s (" << r.limit_key << "); exiting (exit " << kExitComm << ")" << std::endl;
   std::_Exit(kExitComm);
 }
 
 // The phases and the open operation, and the thread that watches the operation's deadline.
 class Monitor {
  public:
-  void push_phase(std::string name, double limit_s) {
+  void push_phase(std::string name, double limit_s, std::string limit_key) {
     const std::lock_guard lock(mutex_);
-    phases_.push_back({std::move(name), limit_s});
+    phases_.push_back({std::move(name), limit_s, std::move(limit_key)});
   }
   void pop_phase() {
     const std::lock_guard lock(mutex_);
@@ -69,6 +69,7 @@ class Monitor {
   struct Phase {
     std::string name;
     double limit_s;
+    std::string limit_key;
   };
   struct Operation {
     std::string name;
@@ -97,7 +98,7 @@ class Monitor {
       if (changed) continue;
       if (stop.stop_requested()) return;
       const StallReport report{phases_.empty() ? "" : phases_.back().name, operations_.back().name,
-                               operations_.back().limit_s};
+                               operations_.back().limit_s, phases_.empty() ? "" : phases_.back().limit_key};
       const StallHandler handler = handler_ ? handler_ : StallHandler(default_handler);
       lock.unlock();
       handler(report);  // does not return
@@ -122,7 +123,9 @@ Monitor& monitor() {
 
 void set_stall_handler(StallHandler handler) { monitor().set_handler(handler); }
 
-StallPhase::StallPhase(std::string name, double limit_s) { monitor().push_phase(std::move(name), limit_s); }
+StallPhase::StallPhase(std::string name, double limit_s, std::string limit_key) {
+  monitor().push_phase(std::move(name), limit_s, std::move(limit_key));
+}
 StallPhase::~StallPhase() { monitor().pop_phase(); }
 
 StallGuard::StallGuard(std::string operation) { monitor().push_operation(std::move(operation)); }

@@ -65,7 +65,7 @@ ckpt::TrainState Checkpointer::load(const std::string& path) {
 }
 
 std::optional<ckpt::TrainState> Checkpointer::resume() {
-  const StallPhase phase("resume", options_.checkpoint_timeout_s);
+  const StallPhase phase("resume", options_.checkpoint_timeout_s, "checkpoint.timeout_s");
   const MPI_Comm world = mesh_.world().raw();
   if (enabled() && !options_.eval_only) {
     // A checkpoint.dir that cannot hold checkpoints (a file, /dev/null, no permission) is found now, not after the
@@ -181,7 +181,8 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
 }
 
 bool Checkpointer::save(ckpt::TrainState state) {
-  const StallPhase phase("checkpoint save of step " + std::to_string(state.step), options_.checkpoint_timeout_s);
+  const StallPhase phase("checkpoint save of step " + std::to_string(state.step), options_.checkpoint_timeout_s,
+                         "checkpoint.timeout_s");
   const comm::Topology& topo = mesh_.topology();
   state.deck_text = options_.deck_text;
   state.strategy = shard::to_string(options_.engine.strategy);

@@ -241,7 +241,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSig
   std::unique_ptr<MetricsLog> metrics;
   double entropy_rate = -1;
   const int rank = world.rank();
-  std::optional<StallPhase> startup(std::in_place, "start-up", o.comm.timeout_s);
+  std::optional<StallPhase> startup(std::in_place, "start-up", o.comm.timeout_s, "comm.timeout_s");
   std::optional<StallGuard> startup_op(std::in_place, "opening the data");
   comm::agree(world.raw(), [&] {
     fault_point("data", rank);
@@ -455,7 +455,7 @@ TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSig
   }
   {
     // Every rank arrives before MPI_Finalize, under the collective watchdog, which names a rank that does not.
-    const StallPhase phase("shutdown", o.comm.timeout_s);
+    const StallPhase phase("shutdown", o.comm.timeout_s, "comm.timeout_s");
     fault_point("shutdown", rank);
     world.barrier();
   }

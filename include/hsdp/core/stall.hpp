@@ -5,7 +5,7 @@
 // thread (started on first use) does: when a watched operation outlives its phase's limit it calls the stall
 // handler, which ends the job.
 //
-//   StallPhase phase("checkpoint save of step 40", options.checkpoint_timeout_s);  // names the phase, sets the limit
+//   StallPhase phase("checkpoint save of step 40", o.checkpoint_timeout_s, "checkpoint.timeout_s");  // sets the limit
 //   StallGuard op("writing the tensor data");                                      // watched until it ends
 //
 // Phases nest (the innermost counts; a limit <= 0 leaves its operations unwatched); operations outside any phase
@@ -19,6 +19,7 @@ struct StallReport {
   std::string phase;
   std::string operation;
   double limit_s = 0;
+  std::string limit_key;  // the deck key that set the limit, e.g. "checkpoint.timeout_s"
 };
 
 // Runs on the watch thread and must not return (it ends the process: MPI_Abort). Until one is set, a stall
@@ -28,7 +29,8 @@ void set_stall_handler(StallHandler handler);
 
 class StallPhase {
  public:
-  StallPhase(std::string name, double limit_s);
+  // `limit_key` names the setting the limit comes from (in the report); a limit <= 0 leaves the phase unwatched.
+  StallPhase(std::string name, double limit_s, std::string limit_key = "");
   ~StallPhase();
   StallPhase(const StallPhase&) = delete;
   StallPhase& operator=(const StallPhase&) = delete;
