@@ -29,12 +29,17 @@ fi
 for ((step = start + 1; step <= steps; step++)); do
   sleep 0.1
   if ((rank == 0)); then
-    loss=$(awk -v s="$step" 'BEGIN { printf "%.6f", 4 / (1 + 0.1 * s) }')
+    # 4 / (1 + 0.1 step) to 6 decimals, rounded, in the shell itself: srun signals every process of the step, and a
+    # child (awk) that the signal killed left the loss empty.
+    micro=$(((80000000 / (10 + step) + 1) / 2))
+    printf -v loss '%d.%06d' $((micro / 1000000)) $((micro % 1000000))
     echo "{\"step\":$step,\"loss\":$loss,\"grad_norm\":1.0,\"lr\":0.001}" >>"$log_dir/metrics.jsonl"
     echo "step $step/$steps | loss $loss"
   fi
   if [[ -n $stop ]]; then
-    # The checkpoint: written under a temporary name, then renamed (atomic), as hsdp's are.
+    # The checkpoint: written under a temporary name, then renamed (atomic), as hsdp's are. Further stop signals are
+    # ignored from here on (and so by mv: an ignored signal stays ignored in children).
+    trap '' USR1 TERM
     if ((rank == 0)); then
       echo "$step" >"$ckpt_dir/latest.tmp" && mv "$ckpt_dir/latest.tmp" "$ckpt_dir/latest"
       echo "stub_train: checkpoint at step $step; exit 3"
