@@ -215,7 +215,16 @@ MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name, const std::vect
     node_of_rank_.push_back(node_of_world_rank_[static_cast<std::size_t>(w)]);
   }
   if (size_ > 1) {
-    if (side_channel_ == nullptr) side_channel_ = std::make_shared<SequenceBoard>(comm_.get(), world_ranks);
+    if (side_channel_ == nullptr) {
+      side_channel_ = std::make_shared<SequenceBoard>(comm_.get(), world_ranks);
+      if (!side_channel_->unavailable().empty()) {
+        logger_.info("comm: the watchdog's side channel is not available on this MPI transport (",
+                     side_channel_->unavailable(),
+                     "; Open MPI's ob1 with the tcp BTL has no one-sided communication): training goes on, and a "
+                     "stalled collective is reported by group and number without naming the ranks behind it (with "
+                     "UCX, `--mca pml ucx --mca osc ucx`, they are named)");
+      }
+    }
     seat_ = side_channel_->take_seat(comm_.get());
   }
 }

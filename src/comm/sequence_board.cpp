@@ -18,13 +18,16 @@
 namespace hsdp::comm {
 namespace {
 
-void check(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
+std::string error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, text, &length);
-  throw Error(ErrorKind::comm, std::string("watchdog side channel: ") + what +
-                                   " failed: " + std::string(text, static_cast<std::size_t>(length)));
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  throw Error(ErrorKind::comm, std::string("watchdog side channel: ") + what + " failed: " + error_text(code));
 }
 
 constexpr int kMaskWords = SequenceBoard::kSlots / 64;
@@ -41,13 +44,38 @@ SequenceBoard::SequenceBoard(MPI_Comm root, std::vector<int> world_ranks) : worl
   check(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(dup, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_group(dup, &group_), "MPI_Comm_group");
+  // Every member's host name, by message passing (works on every transport): the watchdog names the host of a
+  // member that does not answer, and the board is still useful for that when it has no window.
+  std::array<char, sizeof(Page::host)> mine{};
+  const std::string host = host_name();
+  std::memcpy(mine.data(), host.data(), std::min(host.size(), mine.size() - 1));
+  std::vector<char> all(mine.size() * world_ranks_.size());
+  check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
+                      static_cast<int>(mine.size()), MPI_CHAR, dup),
+        "MPI_Allgather (host names)");
+  for (std::size_t r = 0; r < world_ranks_.size(); ++r) {
+    const char* name = all.data() + r * mine.size();
+    hosts_.emplace_back(name, strnlen(name, mine.size()));
+  }
+
+  // One-sided communication is not on every transport (Open MPI's ob1 with the tcp BTL has none): the board then
+  // has no window, every rank alike (agreed), and the job goes on; the watchdog names no one behind a stall.
   void* base = nullptr;
-  check(MPI_Win_allocate(sizeof(Page), 1, MPI_INFO_NULL, dup, &base, &window_), "MPI_Win_allocate");
+  const int code = MPI_Win_allocate(sizeof(Page), 1, MPI_INFO_NULL, dup, &base, &window_);
+  const int made = code == MPI_SUCCESS ? 1 : 0;
+  int all_made = 0;
+  check(MPI_Allreduce(&made, &all_made, 1, MPI_INT, MPI_MIN, dup), "MPI_Allreduce (window made)");
+  if (all_made == 0) {
+    // A window some rank did make is left to MPI_Finalize: freeing it is collective over ranks that have none.
+    window_ = MPI_WIN_NULL;
+    unavailable_ = code == MPI_SUCCESS ? std::string("MPI_Win_allocate failed on another rank")
+                                       : "MPI_Win_allocate failed: " + error_text(code);
+    return;
+  }
   check(MPI_Win_set_errhandler(window_, MPI_ERRORS_RETURN), "MPI_Win_set_errhandler");
   mine_ = static_cast<Page*>(base);
   std::memset(mine_, 0, sizeof(Page));
-  const std::string host = host_name();
-  std::memcpy(mine_->host, host.data(), std::min(host.size(), sizeof mine_->host - 1));
+  std::memcpy(mine_->host, mine.data(), sizeof mine_->host);
   check(MPI_Win_lock_all(MPI_MODE_NOCHECK, window_), "MPI_Win_lock_all");
 }
 
@@ -60,6 +88,7 @@ SequenceBoard::~SequenceBoard() {
 }
 
 std::shared_ptr<BoardSeat> SequenceBoard::take_seat(MPI_Comm group) {
+  if (window_ == MPI_WIN_NULL) return nullptr;  // every rank alike: no collective skipped by some
   // The slots any member uses: a slot free in the union is free on every member's page.
   std::array<std::uint64_t, kMaskWords> mine{};
   for (int s = 0; s < kSlots; ++s) {
@@ -160,7 +189,10 @@ std::vector<MemberSequence> BoardSeat::read(double limit_s) const {
     m.rank = static_cast<int>(i);
     m.world_rank = board.world_ranks_[static_cast<std::size_t>(root_ranks_[i])];
     m.answered = arrived[i] == 2;
-    if (!m.answered) continue;
+    if (!m.answered) {
+      m.host = board.hosts_[static_cast<std::size_t>(root_ranks_[i])];  // known since the board was made
+      continue;
+    }
     m.sequence = fetched_[i].sequence;
     m.host.assign(fetched_[i].host, strnlen(fetched_[i].host, sizeof fetched_[i].host));
   }

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -87,8 +88,17 @@ std::string laggards_text(std::span<const MemberSequence> members, std::uint64_t
     text += ")";
   }
   if (!silent.empty()) {
+    std::vector<std::string> hosts;
+    for (const MemberSequence* m : silent) {
+      if (!m->host.empty() && std::find(hosts.begin(), hosts.end(), m->host) == hosts.end()) hosts.push_back(m->host);
+    }
+    std::string on_hosts;
+    for (std::size_t i = 0; i < hosts.size() && i < kDetailedRanks; ++i) on_hosts += (i == 0 ? "" : ", ") + hosts[i];
+    if (hosts.size() > kDetailedRanks) on_hosts += Logger::concat(" and ", hosts.size() - kDetailedRanks, " more");
     text += Logger::concat(text.empty() ? "" : "; ", rank_list(silent), of_group,
-                           "did not answer on the side channel within ", limit_s, " s");
+                           "did not answer on the side channel within ", limit_s, " s",
+                           on_hosts.empty() ? "" : " (" + std::string(hosts.size() == 1 ? "host " : "hosts ") + on_hosts +
+                                                       ": stopped or unreachable)");
   } else if (behind.empty()) {
     text = "every rank" + of_group +
            "has reached it (the collective itself is stuck: collectives issued in a different order on some "

@@ -8,8 +8,9 @@
 namespace hsdp::comm {
 namespace {
 
+// Two ranks a host: n0, n1, ... A silent member keeps the host the board learnt when it was made.
 MemberSequence member(int rank, std::uint64_t sequence, bool answered = true) {
-  return MemberSequence{rank, 10 + rank, answered ? "n" + std::to_string(rank / 2) : "", sequence, answered};
+  return MemberSequence{rank, 10 + rank, "n" + std::to_string(rank / 2), answered ? sequence : 0, answered};
 }
 
 TEST(Laggards, NamesExactlyTheRanksBehindTheSequence_WithWhereTheyAre) {
@@ -29,7 +30,16 @@ TEST(Laggards, SilentRanks_AreNamedApartFromTheOnesBehind) {
   const std::vector<MemberSequence> members{member(0, 4), member(1, 3), member(2, 0, false), member(3, 0, false)};
   EXPECT_EQ(laggards_text(members, 4, "node", 5.0),
             "rank 1 of group 'node' has not reached it (world rank 11 on host n0, last issued #3); "
-            "ranks 2, 3 of group 'node' did not answer on the side channel within 5 s");
+            "ranks 2, 3 of group 'node' did not answer on the side channel within 5 s (host n1: stopped or "
+            "unreachable)");
+}
+
+TEST(Laggards, SilentRanksOnSeveralHosts_NameEachHostOnce) {
+  const std::vector<MemberSequence> members{member(0, 4), member(1, 0, false), member(2, 0, false),
+                                            member(3, 0, false)};
+  EXPECT_EQ(laggards_text(members, 4, "world", 5.0),
+            "ranks 1, 2, 3 of group 'world' did not answer on the side channel within 5 s (hosts n0, n1: stopped "
+            "or unreachable)");
 }
 
 TEST(Laggards, NoneBehind_SaysTheCollectiveItselfIsStuck) {

@@ -27,7 +27,7 @@ namespace hsdp::comm {
 struct MemberSequence {
   int rank = 0;  // in the group
   int world_rank = 0;
-  std::string host;  // "" when it did not answer
+  std::string host;  // as it answered, or as it was when the board was made
   std::uint64_t sequence = 0;
   bool answered = false;
 };
@@ -38,9 +38,12 @@ class SequenceBoard : public std::enable_shared_from_this<SequenceBoard> {
  public:
   static constexpr int kSlots = 256;  // groups a rank may belong to at once
 
-  // Collective over `root`; world_ranks[i] is the world rank of root's rank i. Throws a comm Error if MPI cannot
-  // make the window.
+  // Collective over `root`; world_ranks[i] is the world rank of root's rank i. Where MPI cannot make the window on
+  // some rank (a transport without one-sided communication), the board is unavailable on every rank: take_seat()
+  // gives no seats and unavailable() says why. Throws a comm Error only if MPI fails otherwise.
   SequenceBoard(MPI_Comm root, std::vector<int> world_ranks);
+  // Why the board has no window ("" when it has one).
+  const std::string& unavailable() const { return unavailable_; }
   // MPI_Win_free is collective over the root: it is skipped (the window leaks until MPI_Finalize) while an
   // exception unwinds, because then this rank may be the only one tearing down, on its way to abort the job.
   ~SequenceBoard();
@@ -48,7 +51,7 @@ class SequenceBoard : public std::enable_shared_from_this<SequenceBoard> {
   SequenceBoard& operator=(const SequenceBoard&) = delete;
 
   // Collective over `group`, whose members all belong to the root: claims the lowest slot free on every member's
-  // page. Null when none is (the watchdog then names no one for this group).
+  // page. Null when none is, or the board is unavailable (the watchdog then names no one for this group).
   std::shared_ptr<BoardSeat> take_seat(MPI_Comm group);
 
  private:
@@ -65,6 +68,8 @@ class SequenceBoard : public std::enable_shared_from_this<SequenceBoard> {
   MPI_Win window_ = MPI_WIN_NULL;
   Page* mine_ = nullptr;
   std::bitset<kSlots> taken_;  // this rank's slots in use
+  std::vector<std::string> hosts_;  // by root rank
+  std::string unavailable_;
 };
 
 class BoardSeat {
