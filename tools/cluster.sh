@@ -12,8 +12,9 @@
 #   tools/cluster.sh hostfile [SLOTS]     an Open MPI hostfile, SLOTS (default 2) per host
 #   tools/cluster.sh link HOST up|down    cut or restore HOST's link to the bridge
 #   tools/cluster.sh rate HOST MBIT|off   cap HOST's link both ways with tc tbf (netem is not in every kernel)
-#   tools/cluster.sh pids HOST            the processes running on HOST
-#   tools/cluster.sh mpirun ARGS...       mpirun on the first host, across all of them (the rsh agent is this script)
+#   tools/cluster.sh pids HOST            the processes running on HOST (but the one holding its namespaces)
+#   tools/cluster.sh mpirun ARGS...       mpirun on the first host, across all of them (the rsh agent is this
+#                                         script; a host silent for HSDP_LOST_HOST_S, default 30, ends the job: exit 4)
 #   tools/cluster.sh check                exit 0 if a cluster can be made here, else print why and exit 77
 #
 # Environment: HSDP_CLUSTER (default hsdp) names the cluster: namespaces, bridge and veths start with it, so two
@@ -172,7 +173,8 @@ cmd_up() {
 
 cmd_link() {
   local host=$1 what=${2:-}
-  local dev=${cluster}-v$(host_index "$host")
+  local dev
+  dev=${cluster}-v$(host_index "$host")
   case $what in
   up | down) ip link set "$dev" "$what" ;;
   *) die "link: say up or down, not '$what'" ;;
@@ -200,16 +202,35 @@ cmd_hostfile() {
   awk -v s="$slots" '{print $1 " slots=" s}' "$state/hosts.list"
 }
 
+# mpirun on the first host. Open MPI's daemons find a lost host only by TCP keepalive on their own connections, and
+# only while those are idle: once mpirun has sent a lost host anything (the kill after an MPI_Abort), it waits for
+# TCP's retransmission limit (about 15 minutes). So the keepalive must fire first: HSDP_LOST_HOST_S (default 30) is
+# how long a host may be silent, and must stay below hsdp-train's comm.timeout_s. Open MPI then ends the job (its
+# exit code 205 and a message); this wrapper says which host was lost in one line and exits 4, hsdp's code for a
+# communication failure.
 cmd_mpirun() {
-  local first hostfile
+  local first hostfile lost_s=${HSDP_LOST_HOST_S:-30} status=0 log lost
   [[ -f $state/hosts.list ]] || die "no cluster '$cluster' is up (tools/cluster.sh up)"
+  [[ $lost_s =~ ^[0-9]+$ && $lost_s -ge 3 ]] || die "HSDP_LOST_HOST_S must be a whole number of seconds >= 3"
   first=$(head -n 1 "$state/hosts.list" | cut -d' ' -f1)
   hostfile=$state/hostfile
   [[ -f $hostfile ]] || cmd_hostfile >"$hostfile"
+  log=$(mktemp "${TMPDIR:-/tmp}/hsdp-cluster-mpirun.XXXXXX")
   # The rsh agent is this script; orted is found on the PATH this shell has (shared file system).
   HSDP_CLUSTER=$cluster HSDP_CLUSTER_NET=$first_octet OMPI_MCA_plm_rsh_agent="$script rsh" \
     OMPI_MCA_plm_rsh_no_tree_spawn=1 OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0 \
-    enter "$first" mpirun --hostfile "$hostfile" "$@"
+    OMPI_MCA_oob_tcp_keepalive_time=$((lost_s / 3)) OMPI_MCA_oob_tcp_keepalive_intvl=$((lost_s / 6 > 0 ? lost_s / 6 : 1)) \
+    OMPI_MCA_oob_tcp_keepalive_probes=4 \
+    nsenter --target "$(cat "$state/$first.pid")" --net --uts --mount --wd="$PWD" -- \
+    mpirun --hostfile "$hostfile" "$@" 2> >(tee "$log" >&2) || status=$?
+  wait # for tee
+  if ((status != 0)) && grep -q "lost communication with a remote daemon" "$log"; then
+    lost=$(awk '/Remote daemon:/ {print $NF}' "$log" | sort -u | tr '\n' ' ')
+    echo "cluster.sh: host ${lost% } stopped answering (Open MPI lost its daemon there: a cut link or a dead host); the job ended (exit 4)" >&2
+    status=4
+  fi
+  rm -f "$log"
+  return "$status"
 }
 
 cmd=${1:-}
@@ -236,8 +257,9 @@ rsh)
 link) cmd_link "$@" ;;
 rate) cmd_rate "$@" ;;
 pids)
+  # Every process on the host but the one that holds its namespaces.
   host_index "${1:-}" >/dev/null
-  ip netns pids "$1"
+  ip netns pids "$1" | grep -vx "$(cat "$state/$1.pid")" || true
   ;;
 mpirun) cmd_mpirun "$@" ;;
 *) die "unknown command '$cmd' (tools/cluster.sh --help)" ;;

@@ -1,8 +1,10 @@
 #include "hsdp/comm/mpi.hpp"
 
 #include <climits>
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "hsdp/comm/sequence_board.hpp"
 #include "hsdp/comm/traffic.hpp"
@@ -124,7 +126,15 @@ MpiEnvironment::~MpiEnvironment() {
 void MpiEnvironment::abort_job(int exit_code) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized != 0 && !mpi_finalized()) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  if (initialized != 0 && !mpi_finalized()) {
+    // MPI_Abort asks the launcher to end the job; a launcher that cannot be reached (its host's link cut) never
+    // answers. The rank then ends itself after a bounded grace, so its local launcher daemon sees it exit.
+    std::thread([exit_code] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(kAbortGraceS));
+      std::_Exit(exit_code);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+  }
   std::_Exit(exit_code);
 }
 

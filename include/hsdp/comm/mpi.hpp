@@ -30,8 +30,10 @@ class MpiEnvironment {
   MpiEnvironment& operator=(const MpiEnvironment&) = delete;
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
-  // Ends every rank of the job now with `exit_code` (MPI_Abort on MPI_COMM_WORLD). Never returns.
+  // Ends every rank of the job now with `exit_code` (MPI_Abort on MPI_COMM_WORLD); if MPI_Abort has not ended
+  // this rank after kAbortGraceS (its launcher unreachable), the rank exits by itself. Never returns.
   [[noreturn]] static void abort_job(int exit_code);
+  static constexpr double kAbortGraceS = 5.0;
 
  private:
   int world_rank_ = 0;
