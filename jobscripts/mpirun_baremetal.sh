@@ -36,6 +36,11 @@
 #                             directory is created striped over LUSTRE_STRIPE_COUNT OSTs (default -1 = all) in
 #                             LUSTRE_STRIPE_SIZE pieces (default 16M): every rank writes its own hyperslab of one
 #                             file, so the file should be spread over many OSTs
+# A lost host: Open MPI's mpirun notices a host that stopped answering (link cut, machine down) only by TCP
+#   keepalive on its daemons' connections, and only while they are idle (after an MPI_Abort it would wait ~15 min
+#   for TCP). HSDP_LOST_HOST_S (default 30; keep it below comm.timeout_s, default 300) is how long a host may be
+#   silent: the oob_tcp_keepalive_* parameters are set from it. mpirun then ends the job with its exit code 205,
+#   which this script reports as 4 (communication failure).
 # Signals: SIGTERM, SIGINT (Ctrl-C), SIGHUP or SIGUSR1 to this script is passed to mpirun as SIGUSR1, which mpirun
 # forwards to every rank: hsdp-train writes a checkpoint at the next step boundary (into checkpoint.dir) and exits
 # 3, and so does this script. (mpirun itself would kill the ranks on SIGTERM/SIGINT, without a checkpoint: it runs
@@ -106,6 +111,11 @@ fi
 launch+=(--bind-to "$bind_to")
 [[ $bind_to != none ]] && launch+=(--report-bindings)
 ((EUID == 0)) && launch+=(--allow-run-as-root)
+lost_host_s=${HSDP_LOST_HOST_S:-30}
+[[ $lost_host_s =~ ^[0-9]+$ && $lost_host_s -ge 3 ]] ||
+  { echo "mpirun_baremetal.sh: HSDP_LOST_HOST_S must be a whole number of seconds >= 3, not '$lost_host_s'" >&2; exit 2; }
+launch+=(--mca oob_tcp_keepalive_time $((lost_host_s / 3)) --mca oob_tcp_keepalive_intvl $((lost_host_s / 6))
+  --mca oob_tcp_keepalive_probes 4)
 for var in OMPI_MCA_pml UCX_TLS UCX_NET_DEVICES NCCL_IB_HCA NCCL_SOCKET_IFNAME NCCL_DEBUG HDF5_USE_FILE_LOCKING \
   OMP_NUM_THREADS OMP_PLACES OMP_PROC_BIND; do
   [[ -n ${!var:-} ]] && launch+=(-x "$var")
@@ -169,4 +179,8 @@ wait "$mpirun_pid" 2>/dev/null
 last=$?
 ((last != 127)) && status=$last
 trap - TERM INT HUP USR1
+if ((status == 205)); then
+  echo "mpirun_baremetal.sh: mpirun lost a host (exit 205: its link cut or the machine down; Open MPI's message above names it); exiting 4" >&2
+  status=4
+fi
 exit "$status"

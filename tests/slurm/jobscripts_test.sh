@@ -92,6 +92,20 @@ unbind)
   [[ $dry == *"--bind-to none"* ]] || fail "no --bind-to none in: $dry"
   [[ $dry != *"PE="* ]] || fail "--map-by still asks for PE= (cores per rank, a binding) with BIND_TO=none: $dry"
   [[ $dry != *"--report-bindings"* ]] || fail "--report-bindings with BIND_TO=none: $dry"
+  # A lost host: mpirun's daemon keepalive from HSDP_LOST_HOST_S (12 s: idle 4 s, then 4 probes 2 s apart), and
+  # mpirun's exit code for a lost host (205) reported as hsdp's 4.
+  dry=$(HSDP_LOST_HOST_S=12 DRY_RUN=1 NP=2 HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh)
+  [[ $dry == *"--mca oob_tcp_keepalive_time 4 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 4"* ]] ||
+    fail "no keepalive from HSDP_LOST_HOST_S=12 in: $dry"
+  code=0
+  HSDP_LOST_HOST_S=1 DRY_RUN=1 HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh >/dev/null 2>&1 || code=$?
+  ((code == 2)) || fail "HSDP_LOST_HOST_S=1: exit $code, expected 2"
+  printf '#!/bin/sh\necho "ORTE has lost communication with a remote daemon." >&2\nexit 205\n' >"$work/mpirun205.sh"
+  chmod +x "$work/mpirun205.sh"
+  code=0
+  MPIRUN="$work/mpirun205.sh" HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh >"$work/lost.out" 2>&1 || code=$?
+  { ((code == 4)) && grep -q "lost a host" "$work/lost.out"; } || fail "mpirun's 205 gave exit $code: $(cat "$work/lost.out")"
+  echo "lost host: keepalive set from HSDP_LOST_HOST_S; mpirun's 205 is exit 4"
   # The contrast (on 2 or more CPUs): by default each rank is bound to one core, so the probe does see binding.
   if (($(nproc) >= 2)); then
     NP=2 MPIRUN_ARGS=--oversubscribe HSDP_TRAIN="$work/probe.sh" jobscripts/mpirun_baremetal.sh >"$work/core.out" 2>&1 ||
