@@ -155,20 +155,28 @@ cmd_up() {
     for _ in $(seq 100); do [[ -s $state/$h.pid ]] && break; sleep 0.05; done
     [[ -s $state/$h.pid ]] || die "up: the namespaces of $h could not be made"
   done <"$state/hosts.list"
-  # Every host reaches every other before the cluster is called up (where ping is installed).
-  if command -v ping >/dev/null; then
-    local a b
+  wait_reachable
+  echo "cluster.sh: $cluster up: $(tr '\n' ' ' <"$state/hosts.list")(bridge $bridge)"
+}
+
+# Waits (at most 10 s) until every host reaches every other: a TCP connection to port 9 of each address is refused
+# at once when the address is reachable (nobody listens there), and fails otherwise (no ARP answer yet after a link
+# came up: a daemon started then would fail to call back).
+wait_reachable() {
+  local a b addr ok out
+  for _ in $(seq 100); do
+    ok=1
     while read -r a _; do
       while read -r b addr; do
         [[ $a == "$b" ]] && continue
-        for _ in $(seq 50); do
-          nsenter --net="/run/netns/$a" ping -c 1 -W 1 "$addr" >/dev/null 2>&1 && break
-          sleep 0.1
-        done
+        out=$(ip netns exec "$a" timeout 1 bash -c "exec 3<>/dev/tcp/$addr/9" 2>&1 || true)
+        [[ $out == *"Connection refused"* ]] || ok=0
       done <"$state/hosts.list"
     done <"$state/hosts.list"
-  fi
-  echo "cluster.sh: $cluster up: $(tr '\n' ' ' <"$state/hosts.list")(bridge $bridge)"
+    ((ok)) && return 0
+    sleep 0.1
+  done
+  die "the hosts do not reach each other after 10 s"
 }
 
 cmd_link() {
@@ -176,7 +184,11 @@ cmd_link() {
   local dev
   dev=${cluster}-v$(host_index "$host")
   case $what in
-  up | down) ip link set "$dev" "$what" ;;
+  up)
+    ip link set "$dev" up
+    wait_reachable
+    ;;
+  down) ip link set "$dev" down ;;
   *) die "link: say up or down, not '$what'" ;;
   esac
 }
@@ -207,7 +219,8 @@ cmd_hostfile() {
 # TCP's retransmission limit (about 15 minutes). So the keepalive must fire first: HSDP_LOST_HOST_S (default 30) is
 # how long a host may be silent, and must stay below hsdp-train's comm.timeout_s. Open MPI then ends the job (its
 # exit code 205 and a message); this wrapper says which host was lost in one line and exits 4, hsdp's code for a
-# communication failure.
+# communication failure. A daemon that never calls back fails the launch after 60 s (orte_startup_timeout) instead
+# of hanging it.
 cmd_mpirun() {
   local first hostfile lost_s=${HSDP_LOST_HOST_S:-30} status=0 log lost
   [[ -f $state/hosts.list ]] || die "no cluster '$cluster' is up (tools/cluster.sh up)"
@@ -220,7 +233,7 @@ cmd_mpirun() {
   HSDP_CLUSTER=$cluster HSDP_CLUSTER_NET=$first_octet OMPI_MCA_plm_rsh_agent="$script rsh" \
     OMPI_MCA_plm_rsh_no_tree_spawn=1 OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0 \
     OMPI_MCA_oob_tcp_keepalive_time=$((lost_s / 3)) OMPI_MCA_oob_tcp_keepalive_intvl=$((lost_s / 6 > 0 ? lost_s / 6 : 1)) \
-    OMPI_MCA_oob_tcp_keepalive_probes=4 \
+    OMPI_MCA_oob_tcp_keepalive_probes=4 OMPI_MCA_orte_startup_timeout=60 \
     nsenter --target "$(cat "$state/$first.pid")" --net --uts --mount --wd="$PWD" -- \
     mpirun --hostfile "$hostfile" "$@" 2> >(tee "$log" >&2) || status=$?
   wait # for tee
