@@ -165,7 +165,7 @@ check_placement() {
 }
 
 check_requeue() {
-  local steps=200 ref job
+  local steps=120 ref job
   local run_args=(input/quickstart.ini "${data_args[@]}" --train.steps="$steps" --train.eval_every=0 --log.every=20
     --checkpoint.every="$steps" --parallel.sharding=hybrid_shard)
   submit() {
