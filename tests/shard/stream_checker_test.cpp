@@ -1,0 +1,181 @@
+// The stream checker (label streams): a small FSDP-shaped pipeline on three queues (gather, compute, reduce) and the
+// host, run synchronously and on worker threads with random delays; the checker finds each missing wait, early free
+// and early host read by name.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/shard/stream_queues.hpp"
+
+namespace hsdp::shard {
+namespace {
+
+// What a pipeline leaves out, to prove the checker catches it.
+struct Faults {
+  bool skip_gather_wait = false;   // compute reads a gathered unit without waiting for its gather's event
+  bool free_after_gather = false;  // the gathered unit goes back to the pool after the gather's event, not compute's
+  bool skip_host_sync = false;     // the host reads the norm before the reduction's event
+  bool reuse_without_wait = false; // one gather buffer for all units, refilled without waiting for compute
+};
+
+struct Result {
+  std::vector<float> grads;
+  double norm = 0;
+};
+
+constexpr int kUnits = 4;
+constexpr std::size_t kSize = 257;
+
+// Per unit: gather (scale a shard into a full buffer), compute (read it, update the activation), reduce (read the
+// activation, write the unit's gradient); then the squared norm of the gradients, read by the host.
+Result run_pipeline(StreamOptions options, Faults faults = {}) {
+  std::vector<std::vector<float>> shards(kUnits, std::vector<float>(kSize));
+  for (int u = 0; u < kUnits; ++u) {
+    for (std::size_t i = 0; i < kSize; ++i) shards[static_cast<std::size_t>(u)][i] = 0.001f * static_cast<float>(i + 7 * u);
+  }
+  std::vector<std::vector<float>> gathered(kUnits, std::vector<float>(kSize));
+  std::vector<float> activation(kSize, 1.0f);
+  Result result;
+  result.grads.assign(kUnits * kSize, 0.0f);
+  double norm = 0;
+  // After the memory its work touches: destroyed (its workers joined) first.
+  StreamQueues queues(options);
+  const QueueId gather = queues.make_queue("gather");
+  const QueueId compute = queues.make_queue("compute");
+  const QueueId reduce = queues.make_queue("reduce");
+  std::vector<BufferId> gathered_id;
+  for (int u = 0; u < kUnits; ++u) {
+    gathered_id.push_back(queues.track(faults.reuse_without_wait ? "gathered" : "gathered " + std::to_string(u)));
+    if (faults.reuse_without_wait) break;
+  }
+  const BufferId activation_id = queues.track("activation");
+  const BufferId grads_id = queues.track("gradients");
+  const BufferId norm_id = queues.track("norm");
+
+  for (int u = 0; u < kUnits; ++u) {
+    const auto su = static_cast<std::size_t>(u);
+    const std::size_t slot = faults.reuse_without_wait ? 0 : su;
+    float* full = gathered[slot].data();
+    const BufferId full_id = gathered_id[slot];
+    queues.enqueue(gather, "all_gather unit " + std::to_string(u), {writes(full_id)}, [&shards, full, su] {
+      for (std::size_t i = 0; i < kSize; ++i) full[i] = 2.0f * shards[su][i];
+    });
+    const StreamEvent gathered_event = queues.record(gather);
+    if (!faults.skip_gather_wait) queues.wait(compute, gathered_event);
+    queues.enqueue(compute, "forward unit " + std::to_string(u), {reads(full_id), writes(activation_id)},
+                   [&activation, full] {
+                     for (std::size_t i = 0; i < kSize; ++i) activation[i] = 0.5f * activation[i] + full[i];
+                   });
+    const StreamEvent computed = queues.record(compute);
+    if (!faults.reuse_without_wait) {
+      queues.release(full_id, faults.free_after_gather ? gathered_event : computed,
+                     "free gathered unit " + std::to_string(u));
+    }
+    queues.wait(reduce, computed);
+    queues.enqueue(reduce, "reduce_scatter unit " + std::to_string(u), {reads(activation_id), writes(grads_id)},
+                   [&activation, &result, su] {
+                     for (std::size_t i = 0; i < kSize; ++i) result.grads[su * kSize + i] = activation[i] * 0.25f;
+                   });
+    // The next unit's forward overwrites the activation this reduction reads (the checker found this one).
+    queues.wait(compute, queues.record(reduce));
+  }
+  queues.enqueue(reduce, "squared sum", {reads(grads_id), writes(norm_id)}, [&result, &norm] {
+    norm = std::inner_product(result.grads.begin(), result.grads.end(), result.grads.begin(), 0.0);
+  });
+  const StreamEvent reduced = queues.record(reduce);
+  if (!faults.skip_host_sync) queues.synchronize(reduced);
+  queues.host_read(norm_id, "read the norm");
+  result.norm = norm;
+  queues.drain();
+  return result;
+}
+
+std::string violation_of(const Faults& faults) {
+  try {
+    run_pipeline({.check = true, .threads = false}, faults);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StreamChecker, OrderedPipeline_OnWorkerThreadsWithRandomDelays_IsBitIdenticalToTheSynchronousRun) {
+  const Result reference = run_pipeline({});
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    const Result checked = run_pipeline({.check = true, .threads = true, .seed = seed, .max_delay_us = 300});
+    EXPECT_EQ(checked.grads, reference.grads) << "seed " << seed;
+    EXPECT_EQ(checked.norm, reference.norm) << "seed " << seed;
+  }
+}
+
+TEST(StreamChecker, ComputeBeforeTheGathersEvent_IsReportedWithBufferOperationsAndQueues) {
+  const std::string report = violation_of({.skip_gather_wait = true});
+  EXPECT_NE(report.find("buffer 'gathered 0'"), std::string::npos) << report;
+  EXPECT_NE(report.find("'forward unit 0' on queue 'compute'"), std::string::npos) << report;
+  EXPECT_NE(report.find("'all_gather unit 0' on queue 'gather'"), std::string::npos) << report;
+}
+
+TEST(StreamChecker, StagingFreedAtTheGathersEventWhileComputeReadsIt_IsReported) {
+  const std::string report = violation_of({.free_after_gather = true});
+  EXPECT_NE(report.find("buffer 'gathered 0'"), std::string::npos) << report;
+  EXPECT_NE(report.find("release to the pool (free gathered unit 0)"), std::string::npos) << report;
+  EXPECT_NE(report.find("'forward unit 0' on queue 'compute'"), std::string::npos) << report;
+}
+
+TEST(StreamChecker, NormReadBeforeItsReduction_IsReported) {
+  const std::string report = violation_of({.skip_host_sync = true});
+  EXPECT_NE(report.find("buffer 'norm'"), std::string::npos) << report;
+  EXPECT_NE(report.find("'read the norm' on queue 'host'"), std::string::npos) << report;
+  EXPECT_NE(report.find("'squared sum' on queue 'reduce'"), std::string::npos) << report;
+}
+
+TEST(StreamChecker, BufferRefilledWhileComputeStillReadsIt_IsReported) {
+  const std::string report = violation_of({.reuse_without_wait = true});
+  EXPECT_NE(report.find("buffer 'gathered': a write over what it reads by 'all_gather unit 1' on queue 'gather'"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("'forward unit 0' on queue 'compute'"), std::string::npos) << report;
+}
+
+TEST(StreamChecker, TheOrderedPipeline_HasNoViolation_AndCountsEveryOperation) {
+  EXPECT_EQ(violation_of({}), "");
+  StreamChecker checker;
+  const QueueId q = checker.add_queue("q");
+  const BufferId b = checker.add_buffer("b");
+  const BufferAccess w = writes(b);
+  checker.operation(q, "write", std::span(&w, 1));
+  checker.synchronize(checker.record(q));
+  checker.host_read(b, "read");
+  EXPECT_EQ(checker.operations(), 2u);
+}
+
+TEST(StreamChecker, AnAccessAfterRelease_IsReported) {
+  StreamChecker checker;
+  const QueueId q = checker.add_queue("compute");
+  const BufferId b = checker.add_buffer("staging");
+  const BufferAccess w = writes(b);
+  checker.operation(q, "fill", std::span(&w, 1));
+  checker.release(b, checker.record(q), "free staging");
+  try {
+    checker.operation(q, "fill again", std::span(&w, 1));
+    FAIL() << "no report";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'fill again' on queue 'compute' touches it after it went back to its pool"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(StreamQueues, AWorkersException_IsRethrownToTheHost) {
+  StreamQueues queues({.threads = true});
+  const QueueId q = queues.make_queue("compute");
+  queues.enqueue(q, "throws", {}, [] { throw Error(ErrorKind::data, "from the worker"); });
+  EXPECT_THROW(queues.drain(), Error);
+}
+
+}  // namespace
+}  // namespace hsdp::shard
