@@ -23,10 +23,10 @@
 #
 # What it is: each host has its own network stack (its own loopback, address, routes: MPI's TCP transports and
 # Slurm's daemons really go over the veth and the bridge), its own hostname (what the mesh groups ranks by, what
-# Open MPI and Slurm call the node), its own /etc/hosts listing the cluster and its own /tmp (as real hosts have:
-# Slurm's PMIx and Open MPI keep per-node files there). What it is not: the hosts share the rest of the file
-# system (like a cluster's shared home: keep a job's files outside /tmp), the PID space, /dev/shm and the CPUs;
-# memory bandwidth between them is shared memory's, so only a capped link (`rate`) makes the network the bottleneck.
+# Open MPI and Slurm call the node) and its own /etc/hosts listing the cluster. What it is not: the hosts share the
+# file system (like a cluster's shared home; /tmp too, so per-node temporary directories must be told apart, e.g.
+# Slurm's TmpFS per node), the PID space, /dev/shm and the CPUs; memory bandwidth between them is shared memory's,
+# so only a capped link (`rate`) makes the network the bottleneck.
 # Traffic: only 192.0.2.0/24 (TEST-NET-1) inside the namespaces; the bridge has no address, nothing is routed
 # to or from the machine's own network.
 set -euo pipefail
@@ -148,15 +148,13 @@ cmd_up() {
     ip -n "$h" link set lo up
     ip -n "$h" addr add "$addr/24" dev eth0
     ip -n "$h" link set eth0 up
-    mkdir -p "$state/$h.tmp"
-    chmod 1777 "$state/$h.tmp"
     # The host's UTS and mount namespaces are held by one sleeping process (entered through /proc/PID/ns, which
     # every host sees, unlike bind-mounted namespace files, which a mount namespace made earlier would not).
     setsid nsenter --net="/run/netns/$h" unshare --uts --mount --propagation private \
-      sh -c "hostname '$h' && mount --bind '$state/etc-hosts' /etc/hosts && mount --bind '$state/$h.tmp' /tmp &&
-             echo \$\$ >'$state/$h.pid' && exec sleep infinity" \
+      sh -c "hostname '$h' && mount --bind '$state/etc-hosts' /etc/hosts && echo \$\$ >'$state/$h.pid' &&
+             exec sleep infinity" \
       </dev/null >/dev/null 2>&1 &
-    for _ in $(seq 100); do [[ -s $state/$h.pid ]] && break; sleep 0.05; done
+    for _ in $(seq 200); do [[ -s $state/$h.pid ]] && break; sleep 0.05; done
     [[ -s $state/$h.pid ]] || die "up: the namespaces of $h could not be made"
   done <"$state/hosts.list"
   wait_reachable

@@ -83,6 +83,7 @@ AuthInfo=socket=$state/munge.socket,cred_expire=10
 PluginDir=$plugins
 StateSaveLocation=$state/state
 SlurmdSpoolDir=$state/spool/%n
+TmpFS=$state/tmp/%n
 SlurmctldPidFile=$state/slurmctld.pid
 SlurmdPidFile=$state/slurmd.%n.pid
 SlurmctldLogFile=$state/log/slurmctld.log
@@ -110,7 +111,8 @@ NodeName=${hosts[0]} NodeAddr=$(addr_of "${hosts[0]}") CPUs=2 RealMemory=$mem St
 NodeName=${hosts[1]} NodeAddr=$(addr_of "${hosts[1]}") CPUs=2 RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=${hosts[0]},${hosts[1]} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
-for h in "${hosts[@]}"; do mkdir -p "$state/spool/$h"; done
+# The hosts share /tmp: each node's temporary directory (where Slurm's PMIx puts its per-step files) is its own.
+for h in "${hosts[@]}"; do mkdir -p "$state/spool/$h" "$state/tmp/$h"; done
 "$cluster" exec "${hosts[0]}" slurmctld -D -i -f "$SLURM_CONF" >"$state/log/slurmctld.out" 2>&1 &
 for h in "${hosts[@]}"; do
   "$cluster" exec "$h" slurmd -D -f "$SLURM_CONF" -N "$h" >"$state/log/slurmd.$h.out" 2>&1 &
