@@ -1,7 +1,7 @@
 #include "hsdp/comm/mpi.hpp"
 
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <string>
 #include <thread>

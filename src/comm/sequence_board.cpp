@@ -50,8 +50,8 @@ SequenceBoard::SequenceBoard(MPI_Comm root, std::vector<int> world_ranks) : worl
   const std::string host = host_name();
   std::memcpy(mine.data(), host.data(), std::min(host.size(), mine.size() - 1));
   std::vector<char> all(mine.size() * world_ranks_.size());
-  check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
-                      static_cast<int>(mine.size()), MPI_CHAR, dup),
+  check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(), static_cast<int>(mine.size()),
+                      MPI_CHAR, dup),
         "MPI_Allgather (host names)");
   for (std::size_t r = 0; r < world_ranks_.size(); ++r) {
     const char* name = all.data() + r * mine.size();

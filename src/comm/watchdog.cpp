@@ -97,8 +97,9 @@ std::string laggards_text(std::span<const MemberSequence> members, std::uint64_t
     if (hosts.size() > kDetailedRanks) on_hosts += Logger::concat(" and ", hosts.size() - kDetailedRanks, " more");
     text += Logger::concat(text.empty() ? "" : "; ", rank_list(silent), of_group,
                            "did not answer on the side channel within ", limit_s, " s",
-                           on_hosts.empty() ? "" : " (" + std::string(hosts.size() == 1 ? "host " : "hosts ") + on_hosts +
-                                                       ": stopped or unreachable)");
+                           on_hosts.empty() ? ""
+                                            : " (" + std::string(hosts.size() == 1 ? "host " : "hosts ") + on_hosts +
+                                                  ": stopped or unreachable)");
   } else if (behind.empty()) {
     text = "every rank" + of_group +
            "has reached it (the collective itself is stuck: collectives issued in a different order on some "
@@ -123,9 +124,9 @@ bool WatchedOp::test() {
 
 std::string WatchedOp::describe() const {
   const std::string during = stall_context();
-  return Logger::concat(during.empty() ? "" : "during " + during + ": ", to_string(id_.collective), " #", id_.sequence, " on group '", id_.group, "' (",
-                        id_.backend.empty() ? "" : id_.backend + ", ", id_.size, " ranks, this is rank ", id_.rank,
-                        ")");
+  return Logger::concat(during.empty() ? "" : "during " + during + ": ", to_string(id_.collective), " #", id_.sequence,
+                        " on group '", id_.group, "' (", id_.backend.empty() ? "" : id_.backend + ", ", id_.size,
+                        " ranks, this is rank ", id_.rank, ")");
 }
 
 std::string WatchedOp::who_is_behind() const {

@@ -6,7 +6,9 @@
 
 namespace hsdp::shard {
 
-StreamChecker::StreamChecker() { add_queue("host"); }
+StreamChecker::StreamChecker() {
+  add_queue("host");
+}
 
 QueueId StreamChecker::add_queue(std::string name) {
   const std::lock_guard lock(mutex_);
@@ -21,7 +23,8 @@ BufferId StreamChecker::add_buffer(std::string name) {
 }
 
 std::vector<std::uint64_t>& StreamChecker::clock_of(QueueId q) {
-  if (q < 0 || static_cast<std::size_t>(q) >= queues_.size()) throw_internal("stream checker: no queue " + std::to_string(q));
+  if (q < 0 || static_cast<std::size_t>(q) >= queues_.size())
+    throw_internal("stream checker: no queue " + std::to_string(q));
   auto& clock = queues_[static_cast<std::size_t>(q)].clock;
   if (clock.size() < queues_.size()) clock.resize(queues_.size(), 0);
   return clock;
@@ -35,11 +38,11 @@ bool StreamChecker::ordered(const Stamp& before, const std::vector<std::uint64_t
 
 void StreamChecker::violation(const std::string& what, const BufferState& b, const Stamp& earlier, QueueId q,
                               const std::string& op) const {
-  throw Error(ErrorKind::internal,
-              "stream checker: buffer '" + b.name + "': " + what + " by '" + op + "' on queue '" +
-                  queues_[static_cast<std::size_t>(q)].name + "' is not ordered after '" + earlier.op +
-                  "' on queue '" + queues_[static_cast<std::size_t>(earlier.queue)].name +
-                  "' (no event of that queue was waited for in between)");
+  throw Error(ErrorKind::internal, "stream checker: buffer '" + b.name + "': " + what + " by '" + op + "' on queue '" +
+                                       queues_[static_cast<std::size_t>(q)].name + "' is not ordered after '" +
+                                       earlier.op + "' on queue '" +
+                                       queues_[static_cast<std::size_t>(earlier.queue)].name +
+                                       "' (no event of that queue was waited for in between)");
 }
 
 std::uint64_t StreamChecker::operation(QueueId q, const std::string& name, std::span<const BufferAccess> accesses) {
@@ -93,7 +96,8 @@ StreamEvent StreamChecker::record(QueueId q) {
 void StreamChecker::wait(QueueId q, const StreamEvent& event) {
   const std::lock_guard lock(mutex_);
   auto& clock = clock_of(q);
-  for (std::size_t i = 0; i < event.clock.size() && i < clock.size(); ++i) clock[i] = std::max(clock[i], event.clock[i]);
+  for (std::size_t i = 0; i < event.clock.size() && i < clock.size(); ++i)
+    clock[i] = std::max(clock[i], event.clock[i]);
 }
 
 void StreamChecker::host_read(BufferId b, const std::string& what) {

@@ -38,7 +38,9 @@ QueueId StreamQueues::make_queue(std::string name) {
   return id;
 }
 
-BufferId StreamQueues::track(std::string name) { return checker_ ? checker_->add_buffer(std::move(name)) : -1; }
+BufferId StreamQueues::track(std::string name) {
+  return checker_ ? checker_->add_buffer(std::move(name)) : -1;
+}
 
 void StreamQueues::rethrow() {
   std::exception_ptr failure;
@@ -91,7 +93,9 @@ void StreamQueues::wait(QueueId q, const StreamEvent& event) {
   changed_.notify_all();
 }
 
-void StreamQueues::synchronize(const StreamEvent& event) { wait(StreamChecker::kHost, event); }
+void StreamQueues::synchronize(const StreamEvent& event) {
+  wait(StreamChecker::kHost, event);
+}
 
 void StreamQueues::host_read(BufferId b, const std::string& what) {
   if (checker_) checker_->host_read(b, what);

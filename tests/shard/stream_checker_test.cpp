@@ -16,10 +16,10 @@ namespace {
 
 // What a pipeline leaves out, to prove the checker catches it.
 struct Faults {
-  bool skip_gather_wait = false;   // compute reads a gathered unit without waiting for its gather's event
-  bool free_after_gather = false;  // the gathered unit goes back to the pool after the gather's event, not compute's
-  bool skip_host_sync = false;     // the host reads the norm before the reduction's event
-  bool reuse_without_wait = false; // one gather buffer for all units, refilled without waiting for compute
+  bool skip_gather_wait = false;    // compute reads a gathered unit without waiting for its gather's event
+  bool free_after_gather = false;   // the gathered unit goes back to the pool after the gather's event, not compute's
+  bool skip_host_sync = false;      // the host reads the norm before the reduction's event
+  bool reuse_without_wait = false;  // one gather buffer for all units, refilled without waiting for compute
 };
 
 struct Result {
@@ -35,7 +35,8 @@ constexpr std::size_t kSize = 257;
 Result run_pipeline(StreamOptions options, Faults faults = {}) {
   std::vector<std::vector<float>> shards(kUnits, std::vector<float>(kSize));
   for (int u = 0; u < kUnits; ++u) {
-    for (std::size_t i = 0; i < kSize; ++i) shards[static_cast<std::size_t>(u)][i] = 0.001f * static_cast<float>(i + 7 * u);
+    for (std::size_t i = 0; i < kSize; ++i)
+      shards[static_cast<std::size_t>(u)][i] = 0.001f * static_cast<float>(i + 7 * u);
   }
   std::vector<std::vector<float>> gathered(kUnits, std::vector<float>(kSize));
   std::vector<float> activation(kSize, 1.0f);

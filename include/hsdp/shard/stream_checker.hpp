@@ -35,8 +35,12 @@ struct BufferAccess {
   AccessMode mode = AccessMode::read;
 };
 
-inline BufferAccess reads(BufferId b) { return {b, AccessMode::read}; }
-inline BufferAccess writes(BufferId b) { return {b, AccessMode::write}; }
+inline BufferAccess reads(BufferId b) {
+  return {b, AccessMode::read};
+}
+inline BufferAccess writes(BufferId b) {
+  return {b, AccessMode::write};
+}
 
 // A point of a queue's order and everything ordered before it.
 struct StreamEvent {
@@ -81,8 +85,8 @@ class StreamChecker {
   };
   struct BufferState {
     std::string name;
-    Stamp last_write;           // queue -1: never written
-    std::vector<Stamp> reads;   // since the last write
+    Stamp last_write;          // queue -1: never written
+    std::vector<Stamp> reads;  // since the last write
     bool released = false;
   };
 

@@ -56,8 +56,7 @@ class StreamQueues {
   // A buffer the checker follows (-1, and nothing followed, without check).
   BufferId track(std::string name);
 
-  void enqueue(QueueId q, std::string name, std::initializer_list<BufferAccess> accesses,
-               std::function<void()> work);
+  void enqueue(QueueId q, std::string name, std::initializer_list<BufferAccess> accesses, std::function<void()> work);
   StreamEvent record(QueueId q);
   void wait(QueueId q, const StreamEvent& event);
   void synchronize(const StreamEvent& event);
