@@ -86,12 +86,33 @@ class CpuDevice final : public Device {
       optim::adamw_update(config, step, p, g, m1, m2, segments);
     }
   }
-  double squared_sum(const float* values, std::size_t count) override {
-    return optim::local_squared_sum(std::span<const float>(values, count));
+  void squared_sum(const float* values, std::size_t count, double* sum) override {
+    *sum += optim::local_squared_sum(std::span<const float>(values, count));
   }
-  bool all_finite(const float* values, std::size_t count) override {
-    return !optim::has_inf_or_nan(std::span<const float>(values, count));
+  void flag_nonfinite(const float* values, std::size_t count, double* flag) override {
+    if (optim::has_inf_or_nan(std::span<const float>(values, count))) *flag = 1.0;
   }
+  void zero_if_nonfinite(float* values, std::size_t count, double* flag) override {
+    if (!optim::has_inf_or_nan(std::span<const float>(values, count))) return;
+    std::fill_n(values, count, 0.0f);
+    *flag = 1.0;
+  }
+  void accumulate_from(float* sum, const void* x, DType t, std::size_t count, float scale) override {
+    if (t == DType::f32) {
+      accumulate(sum, static_cast<const float*>(x), count, scale);
+      return;
+    }
+    constexpr std::size_t kChunk = 4096;  // converted on the stack, a chunk at a time
+    float chunk[kChunk];
+    const std::size_t bytes = size_of(t);
+    for (std::size_t begin = 0; begin < count; begin += kChunk) {
+      const std::size_t n = std::min(kChunk, count - begin);
+      convert_to_f32(static_cast<const std::byte*>(x) + begin * bytes, t, std::span<float>(chunk, n));
+      accumulate(sum + begin, chunk, n, scale);
+    }
+  }
+  void copy_to_host(void* host, const void* device, std::size_t bytes) override { std::memcpy(host, device, bytes); }
+  void copy_from_host(void* device, const void* host, std::size_t bytes) override { std::memcpy(device, host, bytes); }
 
  private:
   MemoryAccountant& memory_;

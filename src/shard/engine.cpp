@@ -7,43 +7,51 @@ namespace hsdp::shard {
 
 Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
                std::uint64_t seed, MemoryAccountant& memory, const Logger* log, std::unique_ptr<Device> device)
-    : device_(device ? std::move(device) : make_cpu_device(memory)), mesh_(mesh) {
+    : device_(device ? std::move(device) : make_cpu_device(memory)),
+      queues_(std::make_unique<StreamQueues>(options.streams)), mesh_(mesh) {
   if (options.grad_accum < 1) throw_config("train.grad_accum must be >= 1");
   for (const DType t : {options.param_dtype, options.reduce_dtype}) {
     if (t != DType::f32 && t != DType::bf16 && t != DType::f16) {
       throw_config("precision: " + std::string(to_string(t)) + " is not a parameter/reduction dtype (fp32|bf16|fp16)");
     }
   }
-  impl_ = std::make_unique<Impl>(layout, mesh, options, *device_, units_, timing_, log);
+  impl_ = std::make_unique<Impl>(layout, mesh, options, *device_, *queues_, units_, timing_, log);
   Impl& m = *impl_;
   configure_zeropp(options.zeropp);
-  const bool no_shard = m.replicated;
+  const bool no_shard = m.unsharded;
   const int shard_size = mesh.shard().size();
   const int shard_rank = mesh.shard().rank();
+  const auto n = static_cast<std::size_t>(m.n_units);
   for (int u = 0; u < layout.num_units(); ++u) {
     units_.push_back(std::make_unique<FlatParamUnit>(layout, u, shard_size, shard_rank, !no_shard, memory));
     units_.back()->init_master(layout, seed);
+    m.master_id.push_back(queues_->track(Impl::name_of("master", u)));
+    m.grad_shard_id.push_back(queues_->track(Impl::name_of("gradient shard", u)));
   }
-  m.gathered.resize(static_cast<std::size_t>(m.n_units));
-  m.gathering.resize(static_cast<std::size_t>(m.n_units));
-  m.unit_grads.resize(static_cast<std::size_t>(m.n_units));
+  m.gathered.resize(n);
+  m.gathered_event.resize(n);
+  m.unit_grads.resize(n);
   if (no_shard) {
     std::size_t total = 0;
     for (int u = 0; u < m.n_units; ++u) {
       m.flat_offset.push_back(total);
+      m.flat_grad_id.push_back(queues_->track(Impl::name_of("gradients", u)));
       total += m.geo(u).padded_numel;
     }
     m.flat_grads = device_->array<float>(total, MemCategory::grads);
     m.buckets = make_buckets(UnitSizes::of(layout).numel, options.bucket_mb);
     if (options.param_dtype != DType::f32) {
       for (int u = 0; u < m.n_units; ++u) {
-        m.persistent_params.push_back(device_->array<float>(m.geo(u).padded_numel, MemCategory::params));
+        m.persistent_params.push_back({device_->array<float>(m.geo(u).padded_numel, MemCategory::params),
+                                       queues_->track(Impl::name_of("parameters", u))});
       }
     }
   } else if (m.st.grads_whole) {  // zero1
     for (int u = 0; u < m.n_units; ++u) {
-      m.persistent_params.push_back(device_->array<float>(m.geo(u).padded_numel, MemCategory::params));
-      m.unit_grads[static_cast<std::size_t>(u)] = device_->array<float>(m.geo(u).padded_numel, MemCategory::grads);
+      m.persistent_params.push_back({device_->array<float>(m.geo(u).padded_numel, MemCategory::params),
+                                     queues_->track(Impl::name_of("parameters", u))});
+      m.unit_grads[static_cast<std::size_t>(u)] = {device_->array<float>(m.geo(u).padded_numel, MemCategory::grads),
+                                                   queues_->track(Impl::name_of("gradients", u))};
     }
   }
   refresh_derived_state();
@@ -98,40 +106,62 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
 }
 
 Engine::~Engine() {
-  // Pending collectives must complete before their buffers go away.
+  // Pending work must complete before its buffers go away.
   if (impl_) {
-    impl_->drain_reductions();
-    for (int u = 0; u < impl_->n_units; ++u) impl_->release(u);
+    try {
+      queues_->drain();
+      for (int u = 0; u < impl_->n_units; ++u) impl_->release(u);
+      queues_->drain();
+    } catch (...) {  // a failed collective: the job is ending; the memory goes with it
+    }
   }
 }
 
 void Engine::refresh_derived_state() {
   Impl& m = *impl_;
   if (m.st.gather_after_step) {
-    std::vector<InFlight> ops;
-    for (int u = 0; u < m.n_units; ++u) ops.push_back(m.gather_into(u, m.persistent_params[static_cast<std::size_t>(u)].data()));
-    for (auto& op : ops) m.complete(op, true);
-  } else if (m.replicated && m.o.param_dtype != DType::f32) {
+    for (int u = 0; u < m.n_units; ++u) m.gather_into(u, m.persistent_params[static_cast<std::size_t>(u)]);
+    m.q.wait(m.compute, m.q.record(m.gather));
+  } else if (m.unsharded && m.o.param_dtype != DType::f32) {
     for (int u = 0; u < m.n_units; ++u) {
-      auto& p = m.persistent_params[static_cast<std::size_t>(u)];
-      device_->convert(units_[static_cast<std::size_t>(u)]->master.data(), DType::f32, p.data(), DType::f32, p.size());
-      device_->round_to(p.data(), p.size(), m.o.param_dtype);
+      Tracked<float>& p = m.persistent_params[static_cast<std::size_t>(u)];
+      const float* master = units_[static_cast<std::size_t>(u)]->master.data();
+      float* out = p.data();
+      const std::size_t count = p.mem.size();
+      const DType t = m.o.param_dtype;
+      m.q.enqueue(m.compute, Impl::name_of("round parameters", u), {reads(m.master_id[static_cast<std::size_t>(u)]), writes(p.id)},
+                  [this, master, out, count, t] {
+                    device_->convert(master, DType::f32, out, DType::f32, count);
+                    device_->round_to(out, count, t);
+                  });
     }
   }
 }
 
 void Engine::begin_step() {
   Impl& m = *impl_;
-  m.drain_reductions();
+  m.compute_after_reductions();
   timing_ = {};
   m.in_flight.clear();
-  if (!m.reduced_grads_zero) {
-    for (auto& u : units_) device_->fill_zero(u->grad_shard.data(), u->grad_shard.size_bytes());
-    device_->fill_zero(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
+  m.waited_at_step_start = m.q.host_waited_s();
+  std::vector<BufferAccess> zeroed{writes(m.flag_id)};
+  const bool clear_reduced = !m.reduced_grads_zero;
+  if (clear_reduced) {
+    for (const BufferId id : m.grad_shard_id) zeroed.push_back(writes(id));
+    for (const BufferId id : m.flat_grad_id) zeroed.push_back(writes(id));
   }
+  for (const auto& g : m.unit_grads) {
+    if (!g.empty()) zeroed.push_back(writes(g.id));
+  }
+  m.q.enqueue(m.compute, "zero gradients", zeroed, [this, &m, clear_reduced] {
+    device_->fill_zero(m.scalars.data() + 2, sizeof(double));
+    if (clear_reduced) {
+      for (auto& u : units_) device_->fill_zero(u->grad_shard.data(), u->grad_shard.size_bytes());
+      device_->fill_zero(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
+    }
+    for (auto& g : m.unit_grads) device_->fill_zero(g.data(), g.mem.size() * sizeof(float));
+  });
   m.reduced_grads_zero = false;
-  m.local_nonfinite = false;
-  for (auto& g : m.unit_grads) device_->fill_zero(g.data(), g.size() * sizeof(float));
 }
 
 float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
@@ -139,34 +169,47 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
   Impl& m = *impl_;
   const int L = m.n_layer;
   const int final_unit = L + 1;
+  const QueueId compute = m.compute;
+  StreamQueues& q = m.q;
   // A reduction still in flight reads this unit's gradient buffer, which this micro-batch's backward adds to.
-  m.drain_reductions();
-  if (m.replicated && last) {
+  m.compute_after_reductions();
+  if (m.unsharded && last) {
     m.bucket_pending_units.clear();
     for (const Bucket& b : m.buckets) m.bucket_pending_units.push_back(b.last_unit - b.first_unit + 1);
   }
+  model::Gpt<float>* g = &gpt;
 
   // forward: embedding, blocks, head
   m.ensure(0);
   m.maybe_prefetch(1);
-  gpt.forward_embedding(tokens, m.params(0));
+  q.enqueue(compute, "forward embedding", {reads(m.params_id(0))},
+            [g, tokens, p = m.params(0)] { g->forward_embedding(tokens, p); });
   if (m.free_after_forward) m.release(0, false);
   for (int i = 0; i < L; ++i) {
     const int u = 1 + i;
     m.ensure(u);
     m.maybe_prefetch(u + 1);
     if (i == L - 1 && m.free_after_forward) m.maybe_prefetch(0);  // the head needs the tied embedding again
-    m.poll();
-    gpt.forward_block(i, m.params(u));
+    q.progress();
+    q.enqueue(compute, Impl::name_of("forward block", u), {reads(m.params_id(u))},
+              [g, i, p = m.params(u)] { g->forward_block(i, p); });
     if (m.free_after_forward) m.release(u, false);
   }
   m.ensure(final_unit);
   m.ensure(0);
   if (m.free_after_forward && L > 0) m.maybe_prefetch(L, true);
-  const float loss = gpt.forward_head(targets, m.params(final_unit), m.params(0));
+  double* loss_slot = m.scalars.data();
+  q.enqueue(compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(0)), writes(m.loss_id)},
+            [g, targets, loss_slot, pf = m.params(final_unit), pe = m.params(0)] {
+              *loss_slot = g->forward_head(targets, pf, pe);
+            });
 
   // backward: head (final norm and the tied embedding), blocks, embedding
-  gpt.backward_head(m.params(final_unit), m.params(0), m.grads(final_unit), m.grads(0), dloss);
+  q.enqueue(compute, "backward head",
+            {reads(m.params_id(final_unit)), reads(m.params_id(0)), writes(m.grads_id(final_unit)), writes(m.grads_id(0))},
+            [g, dloss, pf = m.params(final_unit), pe = m.params(0), gf = m.grads(final_unit), ge = m.grads(0)] {
+              g->backward_head(pf, pe, gf, ge, dloss);
+            });
   m.release(final_unit);
   m.release(0);
   m.unit_backward_done(final_unit, last);
@@ -174,95 +217,132 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
     const int u = 1 + i;
     m.ensure(u, true);
     if (i > 0) m.maybe_prefetch(u - 1, true);
-    m.poll();
-    gpt.backward_block(i, m.params(u), m.grads(u));
+    q.progress();
+    q.enqueue(compute, Impl::name_of("backward block", u), {reads(m.params_id(u)), writes(m.grads_id(u))},
+              [g, i, p = m.params(u), gr = m.grads(u)] { g->backward_block(i, p, gr); });
     m.release(u);
     m.unit_backward_done(u, last);
   }
-  gpt.backward_embedding(m.grads(0));
+  q.enqueue(compute, "backward embedding", {writes(m.grads_id(0))},
+            [g, ge = m.grads(0)] { g->backward_embedding(ge); });
   m.unit_backward_done(0, last);
-  m.poll();
-  return loss;
+  q.progress();
+  return static_cast<float>(m.read_scalar(0, m.loss_id, "read the loss"));
 }
 
 float Engine::evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
                        std::span<const std::int32_t> targets) {
   Impl& m = *impl_;
   const int L = m.n_layer;
+  const QueueId compute = m.compute;
+  StreamQueues& q = m.q;
+  model::Gpt<float>* g = &gpt;
   m.ensure(0);
   m.maybe_prefetch(1);
-  gpt.forward_embedding(tokens, m.params(0));
+  q.enqueue(compute, "forward embedding", {reads(m.params_id(0))},
+            [g, tokens, p = m.params(0)] { g->forward_embedding(tokens, p); });
   m.release(0, false);  // keeps the embedding's hpZ slice for the head
   for (int i = 0; i < L; ++i) {
     m.ensure(1 + i);
     m.maybe_prefetch(2 + i);
-    gpt.forward_block(i, m.params(1 + i));
+    q.enqueue(compute, Impl::name_of("forward block", 1 + i), {reads(m.params_id(1 + i))},
+              [g, i, p = m.params(1 + i)] { g->forward_block(i, p); });
     m.release(1 + i);  // no backward follows: its hpZ slice goes too
   }
   m.ensure(L + 1);
   m.ensure(0);
-  const float loss = gpt.forward_head(targets, m.params(L + 1), m.params(0));
+  double* loss_slot = m.scalars.data();
+  q.enqueue(compute, "forward head", {reads(m.params_id(L + 1)), reads(m.params_id(0)), writes(m.loss_id)},
+            [g, targets, loss_slot, pf = m.params(L + 1), pe = m.params(0)] {
+              *loss_slot = g->forward_head(targets, pf, pe);
+            });
   m.release(L + 1);
   m.release(0);
-  return loss;
+  return static_cast<float>(m.read_scalar(0, m.loss_id, "read the loss"));
 }
 
 double Engine::grad_norm_squared() {
   Impl& m = *impl_;
-  m.drain_reductions();
-  double local = 0;
-  if (m.replicated) {
-    for (int u = 0; u < m.n_units; ++u) {
-      local += device_->squared_sum(m.grads(u), m.geo(u).numel);
-    }
-    m.settle_timing();
-    return local;  // every rank holds the same averaged gradients
+  m.compute_after_reductions();
+  std::vector<BufferAccess> access{writes(m.norm_id)};
+  for (int u = 0; u < m.n_units; ++u) {
+    access.push_back(reads(m.unsharded ? m.flat_grad_id[static_cast<std::size_t>(u)]
+                                       : m.grad_shard_id[static_cast<std::size_t>(u)]));
   }
-  for (auto& u : units_) local += device_->squared_sum(u->grad_shard.data(), u->geometry.valid);
   // Sum the disjoint shards once: only the first replica of each shard contributes. On world, so the engine's
-  // byte counters (shard/replicate groups) hold gradient and parameter traffic only.
-  double contribution = mesh_.replicate().rank() == 0 ? local : 0.0;
-  Stopwatch waited;
-  mesh_.world().all_reduce(std::span<double>(&contribution, 1), comm::ReduceOp::sum);
-  m.blocked_for(waited.seconds());
+  // byte counters (shard/replicate groups) hold gradient and parameter traffic only. Unsharded, every rank holds
+  // the same averaged gradients.
+  const bool contributes = m.unsharded || mesh_.replicate().rank() == 0;
+  double* norm = m.scalars.data() + 1;
+  m.q.enqueue(m.compute, "squared sum", access, [this, &m, norm, contributes] {
+    device_->fill_zero(norm, sizeof(double));
+    if (!contributes) return;
+    for (int u = 0; u < m.n_units; ++u) {
+      if (m.unsharded) {
+        device_->squared_sum(m.grads(u), m.geo(u).numel, norm);
+      } else {
+        device_->squared_sum(units_[static_cast<std::size_t>(u)]->grad_shard.data(), m.geo(u).valid, norm);
+      }
+    }
+  });
+  if (!m.unsharded) m.world_sum(norm, m.norm_id, "all_reduce squared norm");
+  const double result = m.read_scalar(1, m.norm_id, "read the norm");
   m.settle_timing();
-  return contribution;
+  return result;
 }
 
 bool Engine::found_nonfinite() {
   Impl& m = *impl_;
-  m.drain_reductions();
-  bool local = m.local_nonfinite;
-  for (int u = 0; u < m.n_units && !local; ++u) {
-    const float* g = m.replicated ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
-    const std::size_t n = m.replicated ? m.geo(u).numel : m.geo(u).valid;
-    local = !device_->all_finite(g, n);
+  m.compute_after_reductions();
+  std::vector<BufferAccess> access{writes(m.flag_id)};
+  for (int u = 0; u < m.n_units; ++u) {
+    access.push_back(reads(m.unsharded ? m.flat_grad_id[static_cast<std::size_t>(u)]
+                                       : m.grad_shard_id[static_cast<std::size_t>(u)]));
   }
-  double flag = local ? 1.0 : 0.0;
-  Stopwatch waited;
-  mesh_.world().all_reduce(std::span<double>(&flag, 1), comm::ReduceOp::sum);
-  m.blocked_for(waited.seconds());
+  double* flag = m.scalars.data() + 2;  // qgZ may have set it already (begin_step zeroed it)
+  m.q.enqueue(m.compute, "non-finite check", access, [this, &m, flag] {
+    for (int u = 0; u < m.n_units; ++u) {
+      const float* g = m.unsharded ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
+      const std::size_t n = m.unsharded ? m.geo(u).numel : m.geo(u).valid;
+      device_->flag_nonfinite(g, n, flag);
+    }
+  });
+  m.world_sum(flag, m.flag_id, "all_reduce non-finite flag");
+  const double result = m.read_scalar(2, m.flag_id, "read the non-finite flag");
   m.settle_timing();
-  return flag > 0;
+  return result > 0;
 }
 
 void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) {
   Impl& m = *impl_;
-  m.drain_reductions();
+  m.compute_after_reductions();
+  std::vector<BufferAccess> access;
   for (int u = 0; u < m.n_units; ++u) {
-    FlatParamUnit& fp = *units_[static_cast<std::size_t>(u)];
-    const std::size_t n = fp.geometry.valid;
-    float* grad = m.replicated ? m.grads(u) : fp.grad_shard.data();
-    device_->adamw(config, step, fp.master.data(), grad, fp.exp_avg.data(), fp.exp_avg_sq.data(), n, fp.segments,
-                   true);
+    access.push_back(writes(m.master_id[static_cast<std::size_t>(u)]));
+    access.push_back(writes(m.unsharded ? m.flat_grad_id[static_cast<std::size_t>(u)]
+                                        : m.grad_shard_id[static_cast<std::size_t>(u)]));
   }
+  m.q.enqueue(m.compute, "adamw", access, [this, &m, config, step] {
+    for (int u = 0; u < m.n_units; ++u) {
+      FlatParamUnit& fp = *units_[static_cast<std::size_t>(u)];
+      const std::size_t n = fp.geometry.valid;
+      float* grad = m.unsharded ? m.grads(u) : fp.grad_shard.data();
+      device_->adamw(config, step, fp.master.data(), grad, fp.exp_avg.data(), fp.exp_avg_sq.data(), n, fp.segments,
+                     true);
+    }
+  });
+  m.params_updated = m.q.record(m.compute);
   // Every element AdamW did not see (the shards' padding) was zero already: reduce-scatters of zero padding.
   m.reduced_grads_zero = true;
   refresh_derived_state();
+  m.q.synchronize(m.q.record(m.compute));
   m.settle_timing();  // zero1's all-gathers after AdamW belong to the step
 }
 
 std::vector<UnitShard> Engine::shard_views() {
+  // Checkpoints read and write the shards on the host: every queue first (CPU device memory is host memory; a GPU
+  // device stages through a host copy).
+  queues_->drain();
   std::vector<UnitShard> views;
   for (auto& u : units_) {
     views.push_back({u->unit, u->geometry.begin, u->geometry.valid, u->master.data(), u->exp_avg.data(),

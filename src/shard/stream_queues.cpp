@@ -4,13 +4,31 @@
 #include <random>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
 
 namespace hsdp::shard {
+
+namespace {
+
+// Sets a flag for the lifetime of a scope (advance_locked is not reentrant: a callback it runs may call back in).
+class Flag {
+ public:
+  explicit Flag(bool& flag) : flag_(flag) { flag_ = true; }
+  ~Flag() { flag_ = false; }
+  Flag(const Flag&) = delete;
+  Flag& operator=(const Flag&) = delete;
+
+ private:
+  bool& flag_;
+};
+
+}  // namespace
 
 StreamQueues::StreamQueues(StreamOptions options) : options_(options) {
   if (options_.check) checker_ = std::make_unique<StreamChecker>();
   workers_.push_back(std::make_unique<Worker>());
   workers_.front()->name = "host";
+  workers_.front()->role = QueueRole::compute;
 }
 
 StreamQueues::~StreamQueues() {
@@ -24,11 +42,12 @@ StreamQueues::~StreamQueues() {
   }
 }
 
-QueueId StreamQueues::make_queue(std::string name) {
+QueueId StreamQueues::make_queue(std::string name, QueueRole role) {
   const QueueId id = checker_ ? checker_->add_queue(name) : static_cast<QueueId>(workers_.size());
   if (static_cast<std::size_t>(id) != workers_.size()) throw_internal("stream queues: queue ids out of step");
   auto w = std::make_unique<Worker>();
   w->name = std::move(name);
+  w->role = role;
   Worker& added = *w;
   {
     const std::lock_guard lock(mutex_);  // the workers read the list in their wait conditions
@@ -51,46 +70,97 @@ void StreamQueues::rethrow() {
   if (failure) std::rethrow_exception(failure);
 }
 
-void StreamQueues::enqueue(QueueId q, std::string name, std::initializer_list<BufferAccess> accesses,
+std::uint64_t StreamQueues::next_tick(QueueId q, const std::string& name, const std::vector<BufferAccess>& accesses) {
+  if (q < 0 || static_cast<std::size_t>(q) >= workers_.size()) throw_internal("stream queues: no queue " + std::to_string(q));
+  const std::uint64_t tick = checker_ ? checker_->operation(q, name, accesses) : worker(q).enqueued + 1;
+  const std::lock_guard lock(mutex_);
+  worker(q).enqueued = tick;
+  return tick;
+}
+
+bool StreamQueues::done(QueueId q, std::uint64_t tick) {
+  return worker(q).done >= tick;
+}
+
+void StreamQueues::enqueue(QueueId q, std::string name, const std::vector<BufferAccess>& accesses,
                            std::function<void()> work) {
   rethrow();
+  const std::uint64_t tick = next_tick(q, name, accesses);
   Worker& w = worker(q);
-  const std::uint64_t tick = checker_ ? checker_->operation(q, name, accesses) : w.enqueued + 1;
-  if (!options_.threads || q == StreamChecker::kHost) {
-    w.enqueued = tick;
+  if (q == StreamChecker::kHost || (!options_.threads && w.role == QueueRole::compute)) {
     work();
+    const std::lock_guard lock(mutex_);
     w.done = tick;
     return;
   }
+  auto item = std::make_shared<Item>();
+  item->kind = Kind::work;
+  item->tick = tick;
+  item->name = std::move(name);
+  item->work = std::move(work);
+  push(q, std::move(item));
+}
+
+void StreamQueues::collective(QueueId q, std::string name, std::vector<const void*> groups,
+                              const std::vector<BufferAccess>& accesses, std::function<comm::CommHandle()> start) {
+  rethrow();
+  if (q == StreamChecker::kHost || worker(q).role != QueueRole::comm) {
+    throw_internal("stream queues: collective '" + name + "' on a queue that is not a comm queue");
+  }
+  const std::uint64_t tick = next_tick(q, name, accesses);
+  auto item = std::make_shared<Item>();
+  item->kind = Kind::collective;
+  item->tick = tick;
+  item->name = std::move(name);
+  item->start = std::move(start);
   {
     const std::lock_guard lock(mutex_);
-    w.enqueued = tick;
-    w.items.push_back(Item{tick, std::move(work), -1, 0});
+    for (const void* g : groups) item->turns.emplace_back(g, group_enqueued_[g]++);
   }
-  changed_.notify_all();
+  push(q, std::move(item));
+}
+
+void StreamQueues::push(QueueId q, std::shared_ptr<Item> item) {
+  std::unique_lock lock(mutex_);
+  worker(q).items.push_back(std::move(item));
+  if (options_.threads) {
+    changed_.notify_all();
+  }
+  advance_locked(lock);
 }
 
 StreamEvent StreamQueues::record(QueueId q) {
   if (checker_) return checker_->record(q);
   StreamEvent event{q, std::vector<std::uint64_t>(static_cast<std::size_t>(q) + 1, 0)};
+  const std::lock_guard lock(mutex_);
   event.clock.back() = worker(q).enqueued;
   return event;
 }
 
+bool StreamQueues::happened(const StreamEvent& event) {
+  if (event.queue < 0) return true;
+  const std::lock_guard lock(mutex_);
+  return done(event.queue, event.clock.at(static_cast<std::size_t>(event.queue)));
+}
+
 void StreamQueues::wait(QueueId q, const StreamEvent& event) {
+  rethrow();
   if (checker_) checker_->wait(q, event);
-  if (!options_.threads || event.queue < 0) return;
+  if (event.queue < 0 || event.queue == q) return;
   const std::uint64_t tick = event.clock.at(static_cast<std::size_t>(event.queue));
-  if (q == StreamChecker::kHost) {
-    wait_for(event.queue, tick);
-    rethrow();
+  if (q == StreamChecker::kHost || (!options_.threads && worker(q).role == QueueRole::compute)) {
+    block_until(event.queue, tick);
     return;
   }
-  {
-    const std::lock_guard lock(mutex_);
-    worker(q).items.push_back(Item{0, {}, event.queue, tick});
-  }
-  changed_.notify_all();
+  std::unique_lock lock(mutex_);
+  if (done(event.queue, tick) && worker(q).items.empty()) return;
+  auto item = std::make_shared<Item>();
+  item->kind = Kind::wait;
+  item->wait_queue = event.queue;
+  item->wait_tick = tick;
+  item->name = "wait for '" + worker(event.queue).name + "'";
+  worker(q).items.push_back(std::move(item));
+  if (options_.threads) changed_.notify_all();
 }
 
 void StreamQueues::synchronize(const StreamEvent& event) {
@@ -101,27 +171,170 @@ void StreamQueues::host_read(BufferId b, const std::string& what) {
   if (checker_) checker_->host_read(b, what);
 }
 
-void StreamQueues::release(BufferId b, const StreamEvent& event, const std::string& what) {
-  if (checker_) checker_->release(b, event, what);
+void StreamQueues::release(BufferId b, const StreamEvent& event, const std::string& what, std::function<void()> free) {
+  if (checker_ && b >= 0) checker_->release(b, event, what);
+  if (!free) return;
+  if (happened(event)) {
+    free();
+    return;
+  }
+  const std::lock_guard lock(mutex_);
+  releases_.push_back(Release{event.queue, event.clock.at(static_cast<std::size_t>(event.queue)), std::move(free)});
+}
+
+void StreamQueues::progress() {
+  rethrow();
+  std::unique_lock lock(mutex_);
+  advance_locked(lock);
 }
 
 void StreamQueues::drain() {
-  if (options_.threads) {
-    for (std::size_t q = 1; q < workers_.size(); ++q) {
-      std::uint64_t last = 0;
-      {
-        const std::lock_guard lock(mutex_);
-        last = workers_[q]->enqueued;
-      }
-      wait_for(static_cast<QueueId>(q), last);
+  for (std::size_t q = 1; q < workers_.size(); ++q) {
+    std::uint64_t last = 0;
+    {
+      const std::lock_guard lock(mutex_);
+      last = workers_[q]->enqueued;
     }
+    block_until(static_cast<QueueId>(q), last);
   }
-  rethrow();
+  std::unique_lock lock(mutex_);
+  advance_locked(lock);
+  if (!releases_.empty()) throw_internal("stream queues: a release waits for an event after every queue drained");
 }
 
-void StreamQueues::wait_for(QueueId q, std::uint64_t tick) {
+// The host's part: inline, it runs every queue's work that can run; with threads, the workers run the work and the
+// host only issues and completes collectives. Then the releases whose events happened.
+bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
+  if (advancing_) return false;
+  const Flag busy(advancing_);
+  bool any = false;
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t qi = 1; qi < workers_.size(); ++qi) {
+      Worker& w = *workers_[qi];
+      while (!w.items.empty()) {
+        const std::shared_ptr<Item> item = w.items.front();
+        if (item->kind == Kind::work) {
+          if (options_.threads) break;
+          w.items.pop_front();
+          lock.unlock();
+          item->work();
+          lock.lock();
+          w.done = item->tick;
+          changed = true;
+          continue;
+        }
+        if (item->kind == Kind::wait) {
+          if (options_.threads || !done(item->wait_queue, item->wait_tick)) break;
+          w.items.pop_front();
+          changed = true;
+          continue;
+        }
+        if (item->state == CollectiveState::queued && !options_.threads) item->state = CollectiveState::ready;
+        if (item->state == CollectiveState::ready) {
+          bool turn = true;
+          for (const auto& [g, place] : item->turns) turn = turn && group_started_[g] == place;
+          if (!turn) break;
+          item->issued_at = monotonic_seconds();
+          lock.unlock();
+          comm::CommHandle handle = item->start();
+          lock.lock();
+          item->handle = std::move(handle);
+          item->state = CollectiveState::started;
+          for (const auto& [g, place] : item->turns) ++group_started_[g];
+          changed = true;
+        }
+        if (item->state != CollectiveState::started) break;
+        lock.unlock();
+        const bool finished = item->handle.done();
+        lock.lock();
+        if (!finished) break;
+        if (collective_sink_) collective_sink_(item->issued_at, monotonic_seconds());
+        item->state = CollectiveState::completed;
+        changed = true;
+        if (options_.threads) {  // the worker moves on
+          changed_.notify_all();
+          break;
+        }
+        w.items.pop_front();
+        w.done = item->tick;
+      }
+    }
+    for (std::size_t i = 0; i < releases_.size();) {
+      if (!done(releases_[i].queue, releases_[i].tick)) {
+        ++i;
+        continue;
+      }
+      std::function<void()> free = std::move(releases_[i].free);
+      releases_.erase(releases_.begin() + static_cast<std::ptrdiff_t>(i));
+      lock.unlock();
+      free();
+      lock.lock();
+      changed = true;
+    }
+    any = any || changed;
+  }
+  return any;
+}
+
+void StreamQueues::block_until(QueueId q, std::uint64_t tick) {
+  const Stopwatch waited;
   std::unique_lock lock(mutex_);
-  changed_.wait(lock, [&] { return worker(q).done >= tick; });
+  for (;;) {
+    if (failure_) {
+      const std::exception_ptr failure = failure_;
+      lock.unlock();
+      std::rethrow_exception(failure);
+    }
+    advance_locked(lock);
+    if (done(q, tick)) break;
+    if (options_.threads) {
+      changed_.wait_for(lock, std::chrono::microseconds(50));
+      continue;
+    }
+    if (!block_on_something(q, lock)) {
+      throw_internal("stream queues: queue '" + worker(q).name + "' waits for work that nothing will run");
+    }
+  }
+  host_waited_s_ += waited.seconds();
+}
+
+// Inline: blocks on the collective queue q's head waits for, following waits and group turns. False if there is none.
+bool StreamQueues::block_on_something(QueueId q, std::unique_lock<std::mutex>& lock) {
+  QueueId at = q;
+  for (std::size_t hops = 0; hops <= 2 * workers_.size() + 2; ++hops) {
+    Worker& w = worker(at);
+    if (w.items.empty()) return false;
+    const std::shared_ptr<Item> item = w.items.front();
+    if (item->kind == Kind::wait) {
+      at = item->wait_queue;
+      continue;
+    }
+    if (item->kind == Kind::work) return true;  // runnable: the next advance runs it
+    if (item->state == CollectiveState::started) {
+      lock.unlock();
+      item->handle.wait();
+      lock.lock();
+      return true;
+    }
+    // Not its group's turn yet: follow the collective whose turn it is.
+    QueueId next = -1;
+    for (const auto& [g, place] : item->turns) {
+      if (group_started_[g] == place) continue;
+      for (std::size_t o = 1; o < workers_.size() && next < 0; ++o) {
+        for (const auto& other : workers_[o]->items) {
+          if (other->kind != Kind::collective) continue;
+          for (const auto& [og, oplace] : other->turns) {
+            if (og == g && oplace == group_started_[g]) next = static_cast<QueueId>(o);
+          }
+        }
+      }
+      break;
+    }
+    if (next < 0) return false;
+    at = next;
+  }
+  return false;
 }
 
 void StreamQueues::run_worker(QueueId q) {
@@ -132,22 +345,34 @@ void StreamQueues::run_worker(QueueId q) {
   for (;;) {
     changed_.wait(lock, [&] { return stopping_ || !w.items.empty(); });
     if (w.items.empty()) return;  // stopping, nothing left
-    Item item = std::move(w.items.front());
-    w.items.pop_front();
-    if (item.wait_queue >= 0) {
-      changed_.wait(lock, [&] { return worker(item.wait_queue).done >= item.wait_tick; });
+    const std::shared_ptr<Item> item = w.items.front();
+    if (item->kind == Kind::wait) {
+      changed_.wait(lock, [&] { return stopping_ || done(item->wait_queue, item->wait_tick); });
+      if (stopping_) return;
+      w.items.pop_front();
       continue;
     }
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(delay_us(random)));
-    try {
-      item.work();
-    } catch (...) {
-      const std::lock_guard failed(mutex_);
-      if (!failure_) failure_ = std::current_exception();
-    }
     lock.lock();
-    w.done = item.tick;
+    if (item->kind == Kind::collective) {
+      item->state = CollectiveState::ready;  // the host issues it (progress, synchronize)
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return stopping_ || item->state == CollectiveState::completed; });
+      if (stopping_) return;
+      w.items.pop_front();
+    } else {
+      w.items.pop_front();
+      lock.unlock();
+      try {
+        item->work();
+      } catch (...) {
+        const std::lock_guard failed(mutex_);
+        if (!failure_) failure_ = std::current_exception();
+      }
+      lock.lock();
+    }
+    w.done = item->tick;
     changed_.notify_all();
   }
 }

@@ -178,5 +178,76 @@ TEST(StreamQueues, AWorkersException_IsRethrownToTheHost) {
   EXPECT_THROW(queues.drain(), Error);
 }
 
+
+// A collective that completes when `finished` is set (or at wait(), which blocks in the real thing), logging when
+// it was issued.
+class FakeOp : public comm::PendingOp {
+ public:
+  explicit FakeOp(const bool* finished) : finished_(finished) {}
+  void wait() override { waited_ = true; }
+  bool test() override { return waited_ || *finished_; }
+
+ private:
+  const bool* finished_;
+  bool waited_ = false;
+};
+
+comm::CommHandle fake(std::vector<std::string>& issued, std::string name, const bool* finished) {
+  issued.push_back(std::move(name));
+  return comm::CommHandle(std::make_unique<FakeOp>(finished));
+}
+
+TEST(StreamQueues, Inline_WorkBehindACollectiveRunsWhenItCompletes_AndAGroupIssuesInProgramOrder) {
+  StreamQueues queues;
+  const QueueId gather = queues.make_queue("gather"), reduce = queues.make_queue("reduce");
+  const int group = 0;  // one communicator used from both queues
+  std::vector<std::string> issued, ran;
+  bool first_done = false, never = false;
+  queues.collective(reduce, "reduce 1", {&group}, {}, [&] { return fake(issued, "reduce 1", &first_done); });
+  queues.enqueue(reduce, "unpack 1", {}, [&] { ran.push_back("unpack 1"); });
+  queues.collective(reduce, "reduce 2", {&group}, {}, [&] { return fake(issued, "reduce 2", &never); });
+  // Enqueued after "reduce 2", which waits behind "reduce 1": it may not be issued before it on this group.
+  queues.collective(gather, "gather 3", {&group}, {}, [&] { return fake(issued, "gather 3", &never); });
+  queues.progress();
+  EXPECT_EQ(issued, std::vector<std::string>{"reduce 1"});
+  EXPECT_TRUE(ran.empty());
+  first_done = true;
+  queues.progress();
+  EXPECT_EQ(ran, std::vector<std::string>{"unpack 1"});
+  EXPECT_EQ(issued, (std::vector<std::string>{"reduce 1", "reduce 2", "gather 3"}));
+  queues.drain();  // blocks on (waits for) the two in flight
+  EXPECT_EQ(issued, (std::vector<std::string>{"reduce 1", "reduce 2", "gather 3"}));
+  EXPECT_GE(queues.host_waited_s(), 0.0);
+}
+
+TEST(StreamQueues, Threads_TheHostIssuesCollectivesInGroupOrder_AndReleasesAfterTheirEvents) {
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    StreamQueues queues({.check = true, .threads = true, .seed = seed, .max_delay_us = 300});
+    const QueueId compute = queues.make_queue("compute", QueueRole::compute);
+    const QueueId gather = queues.make_queue("gather"), reduce = queues.make_queue("reduce");
+    const int group = 0;
+    std::vector<std::string> issued;
+    std::vector<int> values(8, 0);
+    const bool finished = true;
+    bool freed = false;
+    const BufferId staging = queues.track("staging");
+    for (int i = 0; i < 4; ++i) {
+      const std::string n = std::to_string(i);
+      queues.collective(gather, "gather " + n, {&group}, {writes(staging)}, [&issued, &finished, n] { return fake(issued, "gather " + n, &finished); });
+      queues.wait(compute, queues.record(gather));
+      queues.enqueue(compute, "use " + n, {reads(staging)}, [&values, i] { values[static_cast<std::size_t>(i)] = i + 1; });
+      queues.wait(reduce, queues.record(compute));
+      queues.collective(reduce, "reduce " + n, {&group}, {reads(staging)}, [&issued, &finished, n] { return fake(issued, "reduce " + n, &finished); });
+      queues.wait(gather, queues.record(reduce));
+    }
+    queues.release(staging, queues.record(gather), "free staging", [&] { freed = true; });
+    queues.drain();
+    EXPECT_TRUE(freed);
+    EXPECT_EQ(issued, (std::vector<std::string>{"gather 0", "reduce 0", "gather 1", "reduce 1", "gather 2", "reduce 2",
+                                                "gather 3", "reduce 3"}));
+    EXPECT_EQ(values, (std::vector<int>{1, 2, 3, 4, 0, 0, 0, 0}));
+  }
+}
+
 }  // namespace
 }  // namespace hsdp::shard

@@ -9,12 +9,13 @@
 //   quantize, ...     ZeRO++ messages (zeropp.hpp's layout): quantize, dequantize, fused reduce-dequantize and
 //                     reduce-requantize
 //   adamw             AdamW on a shard, with its decay segments
-//   squared_sum, all_finite   the norm's partial sum and the fp16 overflow check of a shard
-// Pointers passed to a Device are its memory (host memory for the CPU device).
+//   squared_sum, flag_nonfinite   the norm's partial sum and the fp16 overflow check of a shard, into device scalars
+//   copy_to_host       the one read of the step's scalars (and checkpoints' staging)
+// Pointers passed to a Device are its memory (host memory for the CPU device); the engine never dereferences them.
 //
-// Ordering: on the CPU every call completes before it returns, and the engine runs the work that follows a
-// collective (unpack, dequantize, accumulate) when it observes the collective's completion. A GPU device enqueues
-// each call on the stream of the collective it follows (docs/architecture.md, "The device interface").
+// Ordering: every call is issued inside work the engine enqueued on a queue (stream_queues.hpp); the engine orders
+// the queues with events. A GPU device runs each call on the stream of the queue it was issued from
+// (docs/architecture.md, "Stream order and the stream checker").
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -93,9 +94,17 @@ class Device {
   virtual void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads,
                      float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments,
                      bool zero_grads) = 0;
-  // The sum of squares in double (the global norm's partial sum), and whether every value is finite.
-  virtual double squared_sum(const float* values, std::size_t count) = 0;
-  virtual bool all_finite(const float* values, std::size_t count) = 0;
+  // Scalars stay in device memory until the host copies them (once a step: loss, norm, overflow flag).
+  // *sum += the sum of squares of the values, in double (the global norm's partial sum).
+  virtual void squared_sum(const float* values, std::size_t count, double* sum) = 0;
+  // *flag = 1 if any value is inf or nan (else unchanged).
+  virtual void flag_nonfinite(const float* values, std::size_t count, double* flag) = 0;
+  // If any value is inf or nan: every value set to 0 and *flag = 1 (fp16 overflow before qgZ quantizes).
+  virtual void zero_if_nonfinite(float* values, std::size_t count, double* flag) = 0;
+  // sum[i] += scale * x[i] with x of dtype t (f32, bf16, f16), in fp32: convert and accumulate in one pass.
+  virtual void accumulate_from(float* sum, const void* x, DType t, std::size_t count, float scale) = 0;
+  virtual void copy_to_host(void* host, const void* device, std::size_t bytes) = 0;
+  virtual void copy_from_host(void* device, const void* host, std::size_t bytes) = 0;
 };
 
 // The CPU: host memory (64-byte aligned), the OpenMP-parallel kernels of core, quant and optim.

@@ -32,8 +32,10 @@
 // reduce-scatter inside the node is quantized, the all-reduce across nodes stays in precision.reduce).
 //
 // Overlap: with parallel.prefetch the next unit's all-gather is issued before the current unit computes, in
-// forward and backward; reductions are issued after each unit's backward and completed later. Nonblocking MPI
-// collectives progress when polled, so the engine polls its pending operations at every unit boundary.
+// forward and backward; reductions are issued after each unit's backward and completed later. All of it is work on
+// stream queues (stream_queues.hpp; the queues are listed in engine_impl.hpp): compute waits for a gather's event,
+// reductions for compute's, and memory returns to its pool after the event of its last use. Nonblocking MPI
+// collectives progress when polled, so the engine polls the queues at every unit boundary.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -48,6 +50,7 @@
 #include "hsdp/shard/device.hpp"
 #include "hsdp/shard/flat_param.hpp"
 #include "hsdp/shard/strategy.hpp"
+#include "hsdp/shard/stream_queues.hpp"
 #include "hsdp/shard/zeropp.hpp"
 
 namespace hsdp::shard {
@@ -60,6 +63,7 @@ struct EngineOptions {
   double bucket_mb = 25.0;
   int grad_accum = 1;
   ZeroPPOptions zeropp;  // full_shard and hybrid_shard only
+  StreamOptions streams;  // how the queues run: inline (default), checked, on worker threads (stream_queues.hpp)
 };
 
 struct StepTiming {
@@ -106,6 +110,7 @@ class Engine {
  private:
   void configure_zeropp(const ZeroPPOptions& z);
   std::unique_ptr<Device> device_;
+  std::unique_ptr<StreamQueues> queues_;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   comm::ProcessMesh& mesh_;
