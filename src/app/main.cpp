@@ -86,6 +86,10 @@ hsdp::train::TrainOptions train_options(const ConfigDeck& deck) {
   z.block = static_cast<std::size_t>(deck.get_int("zeropp.block"));
   hsdp::quant::validate({z.grad_bits, z.block});
   o.threads = integer("device.threads");
+  const std::string streams = deck.get("device.streams");
+  o.engine.streams.check = streams != "inline";
+  o.engine.streams.threads = streams == "threads";
+  o.engine.streams.seed = static_cast<std::uint64_t>(deck.get_int("device.streams_seed"));
   o.device_type = hsdp::device::parse_device_type(deck.get("device.type"));
   o.comm_intra = hsdp::comm::parse_transport(deck.get("comm.intra"), "comm.intra");
   o.comm_inter = hsdp::comm::parse_transport(deck.get("comm.inter"), "comm.inter");

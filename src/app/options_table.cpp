@@ -179,6 +179,15 @@ const std::vector<OptionSpec>& option_table() {
              "cpu|cuda"),
       integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0,
               4096),
+      choice("device.streams", "inline",
+             "how the engine's stream queues run on the CPU device: inline = the host runs each queue's work in order "
+             "(the fast path); check = the stream checker follows every access of every kernel and collective and "
+             "ends the run naming the buffer, the two operations and their queues if one is not ordered after what it "
+             "depends on; threads = check, with every queue on its own worker thread after random delays (the "
+             "ordering a GPU's streams need, proven on the CPU; several times slower)",
+             "inline|check|threads"),
+      integer("device.streams_seed", "1", "device.streams=threads: the seed of the random delays (a seed replays them)",
+              0),
 
       // [log]
       path("log.dir", "runs/hsdp", "directory for metrics.jsonl and summary.json (created if missing)"),

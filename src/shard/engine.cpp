@@ -90,7 +90,9 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
   if (!topo.nodes_equal_size()) {
     throw_config("zeropp.quantized_gradients: the two-hop all-to-all needs nodes of equal size");
   }
-  if (!m.hybrid) {
+  if (m.hybrid) {
+    m.one_group_at = qgz_one_node(mesh_.shard().size());
+  } else {
     if (topo.num_nodes() == 1) {
       m.qgz_exact_fallback = true;
       if (m.log != nullptr) {
@@ -150,16 +152,19 @@ void Engine::begin_step() {
     for (const BufferId id : m.grad_shard_id) zeroed.push_back(writes(id));
     for (const BufferId id : m.flat_grad_id) zeroed.push_back(writes(id));
   }
-  for (const auto& g : m.unit_grads) {
-    if (!g.empty()) zeroed.push_back(writes(g.id));
+  // What to zero, taken now: the host may allocate and free gradient buffers before the work runs.
+  std::vector<std::pair<void*, std::size_t>> zero{{m.scalars.data() + 2, sizeof(double)}};
+  if (clear_reduced) {
+    for (auto& u : units_) zero.emplace_back(u->grad_shard.data(), u->grad_shard.size_bytes());
+    zero.emplace_back(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
   }
-  m.q.enqueue(m.compute, "zero gradients", zeroed, [this, &m, clear_reduced] {
-    device_->fill_zero(m.scalars.data() + 2, sizeof(double));
-    if (clear_reduced) {
-      for (auto& u : units_) device_->fill_zero(u->grad_shard.data(), u->grad_shard.size_bytes());
-      device_->fill_zero(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
-    }
-    for (auto& g : m.unit_grads) device_->fill_zero(g.data(), g.mem.size() * sizeof(float));
+  for (auto& g : m.unit_grads) {
+    if (g.empty()) continue;
+    zeroed.push_back(writes(g.id));
+    zero.emplace_back(g.data(), g.mem.size() * sizeof(float));
+  }
+  m.q.enqueue(m.compute, "zero gradients", zeroed, [this, zero] {
+    for (const auto& [data, bytes] : zero) device_->fill_zero(data, bytes);
   });
   m.reduced_grads_zero = false;
 }

@@ -91,6 +91,7 @@ struct Engine::Impl {
   // AdamW pass, so begin_step need not clear them again.
   bool reduced_grads_zero = false;
   std::vector<std::vector<int>> shard_rank_at;  // [node][local] -> shard rank (full_shard qgZ)
+  std::vector<std::vector<int>> one_group_at;   // hybrid_shard qgZ: the node's ranks as nodes of one (zeropp.hpp)
 
   Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, Device& device,
        StreamQueues& queues, std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t, const Logger* logger)
@@ -456,8 +457,9 @@ struct Engine::Impl {
     }
   }
 
-  // qgZ (zeropp.hpp): the unit's gradient reduced to this rank's shard through quantized all-to-alls, one operation
-  // on the reduce queue (its hops are blocking collectives the host runs in turn: the time shows as exposed).
+  // qgZ (zeropp.hpp): the unit's gradient reduced to this rank's shard through quantized all-to-alls, enqueued on
+  // the reduce queue as its steps with the hops as nonblocking collectives (full_shard: hop 1 inside the node, hop 2
+  // across nodes; hybrid_shard: one hop inside the node).
   void quantized_reduce_scatter(int u, bool last) {
     const UnitGeometry& g = geo(u);
     float* full = grads(u);
@@ -465,30 +467,57 @@ struct Engine::Impl {
     const std::size_t s = g.shard_numel;
     const std::size_t padded = g.padded_numel;
     const quant::QuantSpec spec = grad_spec();
-    Staging sum = staging(s, DType::f32, name_of("qgZ sum", u));
-    double* flag = scalars.data() + 2;
-    const bool fp16 = o.param_dtype == DType::f16;
-    std::vector<const void*> groups;
+    const std::size_t m = message_bytes(s, spec);
+    const std::vector<std::vector<int>>* at = &shard_rank_at;
+    comm::Communicator* last_hop = &mesh.cross_node();
     if (hybrid) {
-      groups = {&shard()};
-    } else {
-      groups = {&mesh.node(), &mesh.cross_node()};
+      at = &one_group_at;
+      last_hop = &shard();
     }
-    // fp16 overflow: quantizing would throw on this rank only. The rank sends zeros and sets the flag, and the scaler
-    // skips the step.
-    std::vector<BufferAccess> access{writes(full_id), writes(sum->id)};
-    if (fp16) access.push_back(writes(flag_id));
-    q.collective(reduce, name_of("qgZ all_to_all", u), groups, access, [this, full, padded, s, sum, spec, flag, fp16] {
-      if (fp16) dev.zero_if_nonfinite(full, padded, flag);
-      const std::span<const float> gradient(full, padded);
-      const std::span<float> slice(reinterpret_cast<float*>(sum->data()), s);
-      if (hybrid) {
-        qgz_one_hop(dev, gradient, slice, spec, shard());
-      } else {
-        qgz_two_hop(dev, gradient, slice, spec, mesh.node(), mesh.cross_node(), shard_rank_at);
-      }
-      return comm::CommHandle();
-    });
+    const std::size_t nodes = at->size();
+    const std::size_t p = at->front().size();
+    if (o.param_dtype == DType::f16) {
+      // fp16 overflow: quantizing would throw on this rank only. The rank sends zeros and sets the flag, and the
+      // scaler skips the step.
+      double* flag = scalars.data() + 2;
+      q.enqueue(reduce, name_of("overflow check", u), {writes(full_id), writes(flag_id)},
+                [this, full, padded, flag] { dev.zero_if_nonfinite(full, padded, flag); });
+    }
+    Staging sum = staging(s, DType::f32, name_of("qgZ sum", u));
+    Staging hop2_send = staging(nodes * m, DType::u8, name_of("qgZ hop-2 send", u));
+    Staging hop2_recv = staging(nodes * m, DType::u8, name_of("qgZ hop-2 receive", u));
+    auto bytes = [](const Staging& b) { return reinterpret_cast<std::uint8_t*>(b->data()); };
+    if (p == 1) {
+      q.enqueue(reduce, name_of("qgZ quantize", u), {reads(full_id), writes(hop2_send->id)},
+                [this, full, s, spec, at, hop2_send, bytes] { qgz_quantize_slices(dev, full, s, spec, *at, bytes(hop2_send)); });
+    } else {
+      Staging send = staging(p * nodes * m, DType::u8, name_of("qgZ hop-1 send", u));
+      Staging recv = staging(p * nodes * m, DType::u8, name_of("qgZ hop-1 receive", u));
+      q.enqueue(reduce, name_of("qgZ quantize", u), {reads(full_id), writes(send->id)},
+                [this, full, s, spec, at, send, bytes] { qgz_quantize_slices(dev, full, s, spec, *at, bytes(send)); });
+      q.collective(reduce, name_of("qgZ all_to_all (node)", u), {&mesh.node()}, {reads(send->id), writes(recv->id)},
+                   [this, send, recv, nodes, m] {
+                     return mesh.node().all_to_all_async(send->data(), recv->data(), nodes * m, DType::u8);
+                   });
+      q.enqueue(reduce, name_of("qgZ requantize", u), {reads(recv->id), writes(hop2_send->id)},
+                [this, recv, hop2_send, s, spec, p, nodes, bytes] {
+                  qgz_requantize(dev, bytes(recv), s, spec, p, nodes, bytes(hop2_send));
+                });
+      const StreamEvent requantized = q.record(reduce);
+      release_after(send, requantized, name_of("free qgZ hop-1 send", u));
+      release_after(recv, requantized, name_of("free qgZ hop-1 receive", u));
+    }
+    q.collective(reduce, name_of("qgZ all_to_all", u), {last_hop}, {reads(hop2_send->id), writes(hop2_recv->id)},
+                 [last_hop, hop2_send, hop2_recv, m] {
+                   return last_hop->all_to_all_async(hop2_send->data(), hop2_recv->data(), m, DType::u8);
+                 });
+    q.enqueue(reduce, name_of("qgZ sum", u), {reads(hop2_recv->id), writes(sum->id)},
+              [this, hop2_recv, sum, nodes, s, spec, bytes] {
+                qgz_sum(dev, bytes(hop2_recv), nodes, s, spec, reinterpret_cast<float*>(sum->data()));
+              });
+    const StreamEvent summed = q.record(reduce);
+    release_after(hop2_send, summed, name_of("free qgZ hop-2 send", u));
+    release_after(hop2_recv, summed, name_of("free qgZ hop-2 receive", u));
     const float inverse = 1.0f / static_cast<float>(shard().size());
     FlatParamUnit& fp = unit(u);
     float* shard_grad = fp.grad_shard.data();

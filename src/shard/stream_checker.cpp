@@ -48,6 +48,11 @@ void StreamChecker::violation(const std::string& what, const BufferState& b, con
 std::uint64_t StreamChecker::operation(QueueId q, const std::string& name, std::span<const BufferAccess> accesses) {
   const std::lock_guard lock(mutex_);
   auto& clock = clock_of(q);
+  if (q != kHost) {
+    // The host enqueues this work after everything it did and waited for: ordered after it.
+    const auto& host = clock_of(kHost);
+    for (std::size_t i = 0; i < host.size(); ++i) clock[i] = std::max(clock[i], host[i]);
+  }
   ++clock[static_cast<std::size_t>(q)];
   const Stamp now{q, clock[static_cast<std::size_t>(q)], name};
   for (const BufferAccess& a : accesses) {

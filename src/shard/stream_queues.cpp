@@ -70,32 +70,30 @@ void StreamQueues::rethrow() {
   if (failure) std::rethrow_exception(failure);
 }
 
-std::uint64_t StreamQueues::next_tick(QueueId q, const std::string& name, const std::vector<BufferAccess>& accesses) {
-  if (q < 0 || static_cast<std::size_t>(q) >= workers_.size()) throw_internal("stream queues: no queue " + std::to_string(q));
-  const std::uint64_t tick = checker_ ? checker_->operation(q, name, accesses) : worker(q).enqueued + 1;
-  const std::lock_guard lock(mutex_);
-  worker(q).enqueued = tick;
-  return tick;
+void StreamQueues::check(QueueId q, const std::string& name, const std::vector<BufferAccess>& accesses) {
+  if (q < 0 || static_cast<std::size_t>(q) >= workers_.size()) {
+    throw_internal("stream queues: no queue " + std::to_string(q));
+  }
+  if (checker_) checker_->operation(q, name, accesses);
 }
 
-bool StreamQueues::done(QueueId q, std::uint64_t tick) {
-  return worker(q).done >= tick;
+bool StreamQueues::done(QueueId q, std::uint64_t seq) {
+  return worker(q).done >= seq;
 }
 
 void StreamQueues::enqueue(QueueId q, std::string name, const std::vector<BufferAccess>& accesses,
                            std::function<void()> work) {
   rethrow();
-  const std::uint64_t tick = next_tick(q, name, accesses);
+  check(q, name, accesses);
   Worker& w = worker(q);
   if (q == StreamChecker::kHost || (!options_.threads && w.role == QueueRole::compute)) {
     work();
     const std::lock_guard lock(mutex_);
-    w.done = tick;
+    w.done = ++w.enqueued;
     return;
   }
   auto item = std::make_shared<Item>();
   item->kind = Kind::work;
-  item->tick = tick;
   item->name = std::move(name);
   item->work = std::move(work);
   push(q, std::move(item));
@@ -107,10 +105,9 @@ void StreamQueues::collective(QueueId q, std::string name, std::vector<const voi
   if (q == StreamChecker::kHost || worker(q).role != QueueRole::comm) {
     throw_internal("stream queues: collective '" + name + "' on a queue that is not a comm queue");
   }
-  const std::uint64_t tick = next_tick(q, name, accesses);
+  check(q, name, accesses);
   auto item = std::make_shared<Item>();
   item->kind = Kind::collective;
-  item->tick = tick;
   item->name = std::move(name);
   item->start = std::move(start);
   {
@@ -122,6 +119,7 @@ void StreamQueues::collective(QueueId q, std::string name, std::vector<const voi
 
 void StreamQueues::push(QueueId q, std::shared_ptr<Item> item) {
   std::unique_lock lock(mutex_);
+  item->seq = ++worker(q).enqueued;
   worker(q).items.push_back(std::move(item));
   if (options_.threads) {
     changed_.notify_all();
@@ -130,35 +128,39 @@ void StreamQueues::push(QueueId q, std::shared_ptr<Item> item) {
 }
 
 StreamEvent StreamQueues::record(QueueId q) {
-  if (checker_) return checker_->record(q);
-  StreamEvent event{q, std::vector<std::uint64_t>(static_cast<std::size_t>(q) + 1, 0)};
+  StreamEvent event;
+  if (checker_) {
+    event = checker_->record(q);
+  } else {
+    event.queue = q;
+  }
   const std::lock_guard lock(mutex_);
-  event.clock.back() = worker(q).enqueued;
+  event.position = worker(q).enqueued;
   return event;
 }
 
 bool StreamQueues::happened(const StreamEvent& event) {
   if (event.queue < 0) return true;
   const std::lock_guard lock(mutex_);
-  return done(event.queue, event.clock.at(static_cast<std::size_t>(event.queue)));
+  return done(event.queue, event.position);
 }
 
 void StreamQueues::wait(QueueId q, const StreamEvent& event) {
   rethrow();
   if (checker_) checker_->wait(q, event);
   if (event.queue < 0 || event.queue == q) return;
-  const std::uint64_t tick = event.clock.at(static_cast<std::size_t>(event.queue));
   if (q == StreamChecker::kHost || (!options_.threads && worker(q).role == QueueRole::compute)) {
-    block_until(event.queue, tick);
+    block_until(event.queue, event.position);
     return;
   }
   std::unique_lock lock(mutex_);
-  if (done(event.queue, tick) && worker(q).items.empty()) return;
+  if (done(event.queue, event.position) && worker(q).items.empty()) return;
   auto item = std::make_shared<Item>();
   item->kind = Kind::wait;
   item->wait_queue = event.queue;
-  item->wait_tick = tick;
+  item->wait_seq = event.position;
   item->name = "wait for '" + worker(event.queue).name + "'";
+  item->seq = ++worker(q).enqueued;
   worker(q).items.push_back(std::move(item));
   if (options_.threads) changed_.notify_all();
 }
@@ -179,7 +181,7 @@ void StreamQueues::release(BufferId b, const StreamEvent& event, const std::stri
     return;
   }
   const std::lock_guard lock(mutex_);
-  releases_.push_back(Release{event.queue, event.clock.at(static_cast<std::size_t>(event.queue)), std::move(free)});
+  releases_.push_back(Release{event.queue, event.position, std::move(free)});
 }
 
 void StreamQueues::progress() {
@@ -220,13 +222,14 @@ bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
           lock.unlock();
           item->work();
           lock.lock();
-          w.done = item->tick;
+          w.done = item->seq;
           changed = true;
           continue;
         }
         if (item->kind == Kind::wait) {
-          if (options_.threads || !done(item->wait_queue, item->wait_tick)) break;
+          if (options_.threads || !done(item->wait_queue, item->wait_seq)) break;
           w.items.pop_front();
+          w.done = item->seq;
           changed = true;
           continue;
         }
@@ -257,11 +260,11 @@ bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
           break;
         }
         w.items.pop_front();
-        w.done = item->tick;
+        w.done = item->seq;
       }
     }
     for (std::size_t i = 0; i < releases_.size();) {
-      if (!done(releases_[i].queue, releases_[i].tick)) {
+      if (!done(releases_[i].queue, releases_[i].seq)) {
         ++i;
         continue;
       }
@@ -277,7 +280,7 @@ bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
   return any;
 }
 
-void StreamQueues::block_until(QueueId q, std::uint64_t tick) {
+void StreamQueues::block_until(QueueId q, std::uint64_t seq) {
   const Stopwatch waited;
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -287,7 +290,7 @@ void StreamQueues::block_until(QueueId q, std::uint64_t tick) {
       std::rethrow_exception(failure);
     }
     advance_locked(lock);
-    if (done(q, tick)) break;
+    if (done(q, seq)) break;
     if (options_.threads) {
       changed_.wait_for(lock, std::chrono::microseconds(50));
       continue;
@@ -347,9 +350,11 @@ void StreamQueues::run_worker(QueueId q) {
     if (w.items.empty()) return;  // stopping, nothing left
     const std::shared_ptr<Item> item = w.items.front();
     if (item->kind == Kind::wait) {
-      changed_.wait(lock, [&] { return stopping_ || done(item->wait_queue, item->wait_tick); });
+      changed_.wait(lock, [&] { return stopping_ || done(item->wait_queue, item->wait_seq); });
       if (stopping_) return;
       w.items.pop_front();
+      w.done = item->seq;
+      changed_.notify_all();
       continue;
     }
     lock.unlock();
@@ -372,7 +377,7 @@ void StreamQueues::run_worker(QueueId q) {
       }
       lock.lock();
     }
-    w.done = item->tick;
+    w.done = item->seq;
     changed_.notify_all();
   }
 }

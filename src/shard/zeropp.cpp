@@ -34,6 +34,38 @@ void pack_message(std::span<const float> values, quant::QuantSpec spec, std::uin
   quant::quantize(values, message_span(out, values.size(), spec));
 }
 
+void qgz_quantize_slices(Device& device, const float* full, std::size_t s, quant::QuantSpec spec,
+                         const std::vector<std::vector<int>>& shard_rank_at, std::uint8_t* out) {
+  const std::size_t m = message_bytes(s, spec);
+  const std::size_t nodes = shard_rank_at.size();
+  const std::size_t p = shard_rank_at.front().size();
+  for (std::size_t l = 0; l < p; ++l) {
+    for (std::size_t j = 0; j < nodes; ++j) {
+      const float* slice = full + static_cast<std::size_t>(shard_rank_at[j][l]) * s;
+      device.quantize(slice, s, spec, out + (l * nodes + j) * m);
+    }
+  }
+}
+
+void qgz_requantize(Device& device, const std::uint8_t* received, std::size_t s, quant::QuantSpec spec, std::size_t p,
+                    std::size_t nodes, std::uint8_t* out) {
+  const std::size_t m = message_bytes(s, spec);
+  std::vector<const std::uint8_t*> parts;
+  for (std::size_t j = 0; j < nodes; ++j) {
+    parts.clear();
+    for (std::size_t sender = 0; sender < p; ++sender) parts.push_back(received + (sender * nodes + j) * m);
+    device.reduce_requantize(parts, s, spec, out + j * m);
+  }
+}
+
+void qgz_sum(Device& device, const std::uint8_t* received, std::size_t parts_count, std::size_t s,
+             quant::QuantSpec spec, float* slice_sum) {
+  const std::size_t m = message_bytes(s, spec);
+  std::vector<const std::uint8_t*> parts;
+  for (std::size_t j = 0; j < parts_count; ++j) parts.push_back(received + j * m);
+  device.reduce_dequantize(parts, s, spec, slice_sum);
+}
+
 void qgz_one_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& group) {
   const std::size_t s = slice_sum.size();
@@ -41,11 +73,15 @@ void qgz_one_hop(Device& device, std::span<const float> full, std::span<float> s
   const auto p = static_cast<std::size_t>(group.size());
   auto send = device.array<std::uint8_t>(p * m, MemCategory::comm_buffers);
   auto recv = device.array<std::uint8_t>(p * m, MemCategory::comm_buffers);
-  for (std::size_t l = 0; l < p; ++l) device.quantize(full.data() + l * s, s, spec, send.data() + l * m);
+  qgz_quantize_slices(device, full.data(), s, spec, qgz_one_node(group.size()), send.data());
   group.all_to_all(send.data(), recv.data(), m, DType::u8);
-  std::vector<const std::uint8_t*> parts;
-  for (std::size_t l = 0; l < p; ++l) parts.push_back(recv.data() + l * m);
-  device.reduce_dequantize(parts, s, spec, slice_sum.data());
+  qgz_sum(device, recv.data(), p, s, spec, slice_sum.data());
+}
+
+std::vector<std::vector<int>> qgz_one_node(int ranks) {
+  std::vector<std::vector<int>> at(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) at[static_cast<std::size_t>(r)] = {r};
+  return at;
 }
 
 void qgz_two_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
@@ -55,30 +91,19 @@ void qgz_two_hop(Device& device, std::span<const float> full, std::span<float> s
   const std::size_t m = message_bytes(s, spec);
   const auto p = static_cast<std::size_t>(node.size());
   const auto nodes = static_cast<std::size_t>(cross_node.size());
-  auto slice = [&](std::size_t j, std::size_t l) {
-    return full.data() + static_cast<std::size_t>(shard_rank_at[j][l]) * s;
-  };
   auto hop2_send = device.array<std::uint8_t>(nodes * m, MemCategory::comm_buffers);
   auto hop2_recv = device.array<std::uint8_t>(nodes * m, MemCategory::comm_buffers);
   if (p == 1) {
-    for (std::size_t j = 0; j < nodes; ++j) device.quantize(slice(j, 0), s, spec, hop2_send.data() + j * m);
+    qgz_quantize_slices(device, full.data(), s, spec, shard_rank_at, hop2_send.data());
   } else {
     auto send = device.array<std::uint8_t>(p * nodes * m, MemCategory::comm_buffers);
     auto recv = device.array<std::uint8_t>(p * nodes * m, MemCategory::comm_buffers);
-    for (std::size_t l = 0; l < p; ++l) {
-      for (std::size_t j = 0; j < nodes; ++j) device.quantize(slice(j, l), s, spec, send.data() + (l * nodes + j) * m);
-    }
+    qgz_quantize_slices(device, full.data(), s, spec, shard_rank_at, send.data());
     node.all_to_all(send.data(), recv.data(), nodes * m, DType::u8);
-    for (std::size_t j = 0; j < nodes; ++j) {
-      std::vector<const std::uint8_t*> parts;
-      for (std::size_t sender = 0; sender < p; ++sender) parts.push_back(recv.data() + (sender * nodes + j) * m);
-      device.reduce_requantize(parts, s, spec, hop2_send.data() + j * m);
-    }
+    qgz_requantize(device, recv.data(), s, spec, p, nodes, hop2_send.data());
   }
   cross_node.all_to_all(hop2_send.data(), hop2_recv.data(), m, DType::u8);
-  std::vector<const std::uint8_t*> parts;
-  for (std::size_t j = 0; j < nodes; ++j) parts.push_back(hop2_recv.data() + j * m);
-  device.reduce_dequantize(parts, s, spec, slice_sum.data());
+  qgz_sum(device, hop2_recv.data(), nodes, s, spec, slice_sum.data());
 }
 
 }  // namespace hsdp::shard

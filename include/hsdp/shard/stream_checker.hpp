@@ -4,7 +4,8 @@
 //
 // The order is the one queues, events and host waits define, kept as vector clocks (one counter per queue; the
 // host is queue 0):
-//   - work on a queue is ordered after the work enqueued before it on the same queue;
+//   - work on a queue is ordered after the work enqueued before it on the same queue, and after everything the host
+//     did and waited for before enqueuing it (the host's operations are synchronous);
 //   - record() on a queue gives an event carrying the queue's clock; wait(event) on another queue orders that queue's
 //     later work after everything the event covers; the host's synchronize(event) does the same for the host.
 // Every operation declares the buffers it reads and writes. The checker keeps, per buffer, its last write and the
@@ -46,6 +47,7 @@ inline BufferAccess writes(BufferId b) {
 struct StreamEvent {
   QueueId queue = -1;  // -1: the empty event (covers nothing)
   std::vector<std::uint64_t> clock;
+  std::uint64_t position = 0;  // the executor's (stream_queues.hpp): items enqueued on the queue before it, waits included
 };
 
 class StreamChecker {

@@ -100,11 +100,11 @@ class StreamQueues {
   enum class CollectiveState { queued, ready, started, completed };
   struct Item {
     Kind kind = Kind::work;
-    std::uint64_t tick = 0;  // work and collectives: the place in the queue's order; 0 for a wait
+    std::uint64_t seq = 0;  // the place in the queue's order (waits included)
     std::string name;
     std::function<void()> work;
-    QueueId wait_queue = -1;  // a wait: until that queue has run its work up to wait_tick
-    std::uint64_t wait_tick = 0;
+    QueueId wait_queue = -1;  // a wait: until that queue has run its items up to wait_seq
+    std::uint64_t wait_seq = 0;
     std::function<comm::CommHandle()> start;
     std::vector<std::pair<const void*, std::uint64_t>> turns;  // (group, place in the group's order)
     CollectiveState state = CollectiveState::queued;
@@ -115,21 +115,21 @@ class StreamQueues {
     std::string name;
     QueueRole role = QueueRole::comm;
     std::deque<std::shared_ptr<Item>> items;
-    std::uint64_t enqueued = 0;  // ticks handed out (without check)
-    std::uint64_t done = 0;      // ticks run
+    std::uint64_t enqueued = 0;  // items enqueued (waits included)
+    std::uint64_t done = 0;      // items run
     std::thread thread;
   };
   struct Release {
     QueueId queue = -1;
-    std::uint64_t tick = 0;
+    std::uint64_t seq = 0;
     std::function<void()> free;
   };
 
-  std::uint64_t next_tick(QueueId q, const std::string& name, const std::vector<BufferAccess>& accesses);
+  void check(QueueId q, const std::string& name, const std::vector<BufferAccess>& accesses);
   void push(QueueId q, std::shared_ptr<Item> item);
-  bool done(QueueId q, std::uint64_t tick);  // under mutex_
+  bool done(QueueId q, std::uint64_t seq);  // under mutex_
   bool advance_locked(std::unique_lock<std::mutex>& lock);  // inline: runs what can run; threads: the collectives
-  void block_until(QueueId q, std::uint64_t tick);
+  void block_until(QueueId q, std::uint64_t seq);
   bool block_on_something(QueueId q, std::unique_lock<std::mutex>& lock);
   void run_worker(QueueId q);
   void rethrow();
