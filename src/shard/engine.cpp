@@ -356,6 +356,8 @@ std::vector<UnitShard> Engine::shard_views() {
   return views;
 }
 
+void Engine::inject(const StreamFaults& faults) { impl_->faults = faults; }
+
 bool Engine::is_checkpoint_writer() const { return mesh_.replicate().rank() == 0; }
 
 }  // namespace hsdp::shard

@@ -61,6 +61,7 @@ struct Engine::Impl {
 
   QueueId compute, gather, reduce, cross, regather;
   StreamEvent params_updated;  // compute: the last write of the masters (AdamW, a checkpoint load)
+  StreamFaults faults;         // tests of the checker only
 
   // The shard state's buffers, for the checker: master (and AdamW's moments), gradient shard, per unit.
   std::vector<BufferId> master_id, grad_shard_id;
@@ -158,7 +159,7 @@ struct Engine::Impl {
   }
   // The host's one read of a step scalar (after everything compute did).
   double read_scalar(int index, BufferId id, const std::string& what) {
-    q.synchronize(q.record(compute));
+    if (!(faults.early_norm_read && id == norm_id)) q.synchronize(q.record(compute));
     q.host_read(id, what);
     double value = 0;
     dev.copy_to_host(&value, scalars.data() + index, sizeof(double));
@@ -282,6 +283,7 @@ struct Engine::Impl {
   void ensure(int u, bool for_backward = false) {
     if (persistent_full) return;
     prefetch(u, for_backward);
+    if (faults.skip_gather_wait && u == 1) return;
     q.wait(compute, gathered_event[static_cast<std::size_t>(u)]);
   }
   void maybe_prefetch(int u, bool for_backward = false) {
@@ -444,6 +446,7 @@ struct Engine::Impl {
     FlatParamUnit& fp = unit(u);
     float* shard_grad = fp.grad_shard.data();
     const BufferId shard_id = grad_shard_id[static_cast<std::size_t>(u)];
+    if (faults.early_staging_free) release_after(recv, q.record(reduce), name_of("free reduce_scatter receive", u));
     q.enqueue(reduce, name_of("accumulate gradient shard", u), {reads(recv->id), writes(shard_id)},
               [this, shard_grad, recv, s, t] { dev.accumulate_from(shard_grad, recv->data(), t, s, 1.0f); });
     const StreamEvent done = q.record(reduce);

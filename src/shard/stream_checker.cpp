@@ -18,7 +18,7 @@ QueueId StreamChecker::add_queue(std::string name) {
 
 BufferId StreamChecker::add_buffer(std::string name) {
   const std::lock_guard lock(mutex_);
-  buffers_.push_back(BufferState{std::move(name), {}, {}, false});
+  buffers_.push_back(BufferState{std::move(name), {}, {}, false, {}});
   return static_cast<BufferId>(buffers_.size() - 1);
 }
 
@@ -63,7 +63,7 @@ std::uint64_t StreamChecker::operation(QueueId q, const std::string& name, std::
     if (b.released) {
       throw Error(ErrorKind::internal, "stream checker: buffer '" + b.name + "': '" + name + "' on queue '" +
                                            queues_[static_cast<std::size_t>(q)].name +
-                                           "' touches it after it went back to its pool");
+                                           "' touches it after it went back to its pool ('" + b.released_by + "')");
     }
     if (!ordered(b.last_write, clock)) {
       violation(a.mode == AccessMode::read ? "a read" : "a write", b, b.last_write, q, name);
@@ -120,6 +120,7 @@ void StreamChecker::release(BufferId id, const StreamEvent& event, const std::st
     if (!ordered(r, clock)) violation("release to the pool (" + what + ")", b, r, q, what);
   }
   b.released = true;
+  b.released_by = what + "' after an event of queue '" + queues_[static_cast<std::size_t>(q)].name;
 }
 
 }  // namespace hsdp::shard

@@ -66,6 +66,13 @@ struct EngineOptions {
   StreamOptions streams;  // how the queues run: inline (default), checked, on worker threads (stream_queues.hpp)
 };
 
+// Orderings the engine leaves out on purpose, to prove that the stream checker reports them (tests only).
+struct StreamFaults {
+  bool skip_gather_wait = false;    // compute reads unit 1's gathered weights without waiting for the gather's event
+  bool early_staging_free = false;  // a reduce-scatter's receive buffer released before the accumulate that reads it
+  bool early_norm_read = false;     // the host reads the squared norm without waiting for its reduction
+};
+
 struct StepTiming {
   double comm_ms = 0;          // wall time with at least one collective in flight (issue -> observed completion):
                                // the union of those intervals, so never more than the step
@@ -105,6 +112,8 @@ class Engine {
   bool is_checkpoint_writer() const;
   // After the shards were overwritten (checkpoint load): rebuild derived state (persistent full parameters).
   void refresh_derived_state();
+  // Tests of the stream checker only.
+  void inject(const StreamFaults& faults);
 
 
  private:

@@ -90,6 +90,7 @@ class StreamChecker {
     Stamp last_write;          // queue -1: never written
     std::vector<Stamp> reads;  // since the last write
     bool released = false;
+    std::string released_by;  // the release and its event's queue
   };
 
   static bool ordered(const Stamp& before, const std::vector<std::uint64_t>& clock);

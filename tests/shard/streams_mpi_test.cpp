@@ -1,0 +1,188 @@
+// The stream checker over the whole engine (label streams), on every emulated mesh: every strategy and ZeRO++ with
+// gradient accumulation, activation checkpointing, fp16 and bf16, run with every queue on its own worker thread
+// after seeded random delays and every access checked, must report nothing and give bit for bit what the inline
+// (synchronous) engine gives: losses, norms, overflow flags, master weights and AdamW moments. And the checker must
+// catch an ordering left out on purpose, naming the buffer and the operations.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../comm/mpi_test_context.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/model/gpt.hpp"
+#include "hsdp/optim/grad_clip.hpp"
+#include "hsdp/optim/lr_schedule.hpp"
+#include "hsdp/shard/engine.hpp"
+
+namespace hsdp::shard {
+namespace {
+
+using comm::testing::context;
+
+// vocab 61 and odd widths: no unit divides by 2 or 4, so every strategy pads.
+model::GptConfig tiny_config() {
+  return {.n_layer = 2, .n_head = 2, .n_embd = 18, .block_size = 16, .vocab_size = 61, .padded_vocab_size = 64};
+}
+constexpr int kSeq = 16;
+constexpr int kMicro = 2;  // rows per micro-batch and rank
+constexpr int kAccum = 2;
+constexpr int kSteps = 3;
+const optim::AdamWConfig kAdam{};
+const optim::CosineSchedule kSchedule{.lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 1, .max_steps = kSteps};
+
+std::vector<std::int32_t> rows(int step, int first_row, bool targets) {
+  std::vector<std::int32_t> out;
+  for (int r = first_row; r < first_row + kMicro; ++r) {
+    for (int t = 0; t < kSeq; ++t) {
+      const int pos = t + (targets ? 1 : 0);
+      const unsigned h = static_cast<unsigned>(step * 7919 + r * 104729 + pos * 31 + (pos % 5) * 1000003);
+      out.push_back(static_cast<std::int32_t>((h ^ (h >> 7)) % 61));
+    }
+  }
+  return out;
+}
+
+struct Config {
+  std::string name;
+  EngineOptions options;
+  bool activation_checkpointing = false;
+};
+
+// Everything a run produces, compared with ==.
+struct Outcome {
+  std::vector<float> losses;
+  std::vector<double> norms;
+  std::vector<bool> overflows;
+  std::vector<std::vector<float>> master, m, v;
+  bool operator==(const Outcome&) const = default;
+};
+
+Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults& faults = {}) {
+  auto& ctx = context();
+  const int hpz = c.options.zeropp.hpz_partition_size;
+  comm::ProcessMesh mesh(ctx.world, ctx.topology, mesh_options(c.options.strategy, hpz));
+  const model::ModelLayout layout(tiny_config());
+  MemoryAccountant memory;
+  EngineOptions options = c.options;
+  options.streams = streams;
+  Engine engine(layout, mesh, options, 7, memory);
+  engine.inject(faults);
+  model::Gpt<float> gpt(layout, kMicro, kSeq, memory, c.activation_checkpointing);
+  const bool fp16 = options.param_dtype == DType::f16;
+  Outcome run;
+  for (int step = 0; step < kSteps; ++step) {
+    engine.begin_step();
+    for (int j = 0; j < kAccum; ++j) {
+      const int first = (ctx.world.rank() * kAccum + j) * kMicro;
+      run.losses.push_back(engine.forward_backward(gpt, rows(step, first, false), rows(step, first, true),
+                                                   1.0f / kAccum, j + 1 == kAccum));
+    }
+    run.overflows.push_back(fp16 && engine.found_nonfinite());
+    run.norms.push_back(engine.grad_norm_squared());
+    const auto clip = optim::clip_coefficient(run.norms.back(), 1.0);
+    engine.optimizer_step(kAdam, {static_cast<float>(optim::learning_rate(kSchedule, step)), step + 1, clip.coefficient});
+  }
+  for (const UnitShard& s : engine.shard_views()) {
+    run.master.emplace_back(s.params, s.params + s.count);
+    run.m.emplace_back(s.exp_avg, s.exp_avg + s.count);
+    run.v.emplace_back(s.exp_avg_sq, s.exp_avg_sq + s.count);
+  }
+  return run;
+}
+
+std::vector<Config> configs() {
+  const comm::Topology& topo = context().topology;
+  std::vector<Config> out;
+  bool checkpointing = false;
+  for (const Sharding s : {Sharding::no_shard, Sharding::zero1, Sharding::shard_grad_op, Sharding::full_shard,
+                           Sharding::hybrid_shard, Sharding::hybrid_shard_zero2}) {
+    if (strategy(s).shard_scope == comm::ShardScope::node && !topo.nodes_equal_size()) continue;
+    Config c{std::string(to_string(s)), {}, checkpointing};
+    c.options.strategy = s;
+    c.options.grad_accum = kAccum;
+    c.options.bucket_mb = 0.002;  // several no_shard buckets
+    out.push_back(c);
+    checkpointing = !checkpointing;
+  }
+  // fp16 (the overflow flag and its all-reduce), bf16 reductions.
+  out.push_back({"zero1 fp16", out[1].options, false});
+  out.back().options.param_dtype = DType::f16;
+  out.push_back({"full_shard bf16", out[3].options, true});
+  out.back().options.param_dtype = DType::bf16;
+  out.back().options.reduce_dtype = DType::bf16;
+  if (topo.nodes_equal_size()) {
+    Config z{"full_shard fp16 qwZ hpZ qgZ", out[3].options, true};
+    z.options.param_dtype = DType::f16;
+    z.options.zeropp = {.quantized_weights = true, .hpz_partition_size = topo.node_size(0),
+                        .quantized_gradients = true, .grad_bits = quant::Bits::int4, .block = quant::kDefaultBlock};
+    out.push_back(z);
+    Config h{"hybrid_shard bf16 qwZ qgZ", out[4].options, false};
+    h.options.param_dtype = DType::bf16;
+    h.options.zeropp = {.quantized_weights = true, .hpz_partition_size = 0, .quantized_gradients = true,
+                        .grad_bits = quant::Bits::int8, .block = quant::kDefaultBlock};
+    out.push_back(h);
+  }
+  return out;
+}
+
+TEST(StreamCheckerEngine, EveryConfiguration_OnWorkerThreadsWith3Seeds_HasNoViolation_AndIsBitIdenticalToInline) {
+  for (const Config& c : configs()) {
+    const Outcome inline_run = train(c, {});
+    for (const std::uint64_t seed : {1u, 2u, 3u}) {
+      const Outcome threaded = train(c, {.check = true, .threads = true, .seed = seed, .max_delay_us = 100});
+      EXPECT_TRUE(threaded == inline_run) << c.name << ", seed " << seed << ": differs from the inline run";
+    }
+    context().logger.info("streams: ", c.name, ": 3 seeds, no violation, bit-identical");
+  }
+}
+
+// The checker's report for a run with `faults` ("" if none).
+std::string report_of(const StreamFaults& faults, Sharding s = Sharding::full_shard) {
+  Config c{"faulty", {}, false};
+  c.options.strategy = s;
+  c.options.grad_accum = 1;
+  try {
+    train(c, {.check = true, .threads = false}, faults);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(StreamCheckerEngine, ComputeBeforeTheGathersEvent_IsReported) {
+  const std::string report = report_of({.skip_gather_wait = true});
+  EXPECT_NE(report.find("buffer 'gathered unit 1': a read by 'forward block unit 1' on queue 'compute' is not ordered "
+                        "after 'all_gather unit 1' on queue 'gather'"),
+            std::string::npos)
+      << report;
+}
+
+TEST(StreamCheckerEngine, AStagingBufferFreedBeforeItsLastUse_IsReported) {
+  const std::string report = report_of({.early_staging_free = true});
+  EXPECT_NE(report.find("buffer 'reduce_scatter receive unit 3': 'accumulate gradient shard unit 3' on queue 'reduce' "
+                        "touches it after it went back to its pool ('free reduce_scatter receive unit 3' after an "
+                        "event of queue 'reduce')"),
+            std::string::npos)
+      << report;
+}
+
+TEST(StreamCheckerEngine, TheNormReadBeforeItsReduction_IsReported) {
+  const std::string report = report_of({.early_norm_read = true});
+  EXPECT_NE(report.find("buffer 'squared norm': a read by 'read the norm' on queue 'host' is not ordered after "
+                        "'all_reduce squared norm' on queue 'reduce'"),
+            std::string::npos)
+      << report;
+  const std::string unsharded = report_of({.early_norm_read = true}, Sharding::no_shard);
+  EXPECT_NE(unsharded.find("buffer 'squared norm': a read by 'read the norm' on queue 'host' is not ordered after "
+                           "'squared sum' on queue 'compute'"),
+            std::string::npos)
+      << unsharded;
+}
+
+TEST(StreamCheckerEngine, WithoutFaults_TheCheckedInlineRunReportsNothing) {
+  EXPECT_EQ(report_of({}), "");
+}
+
+}  // namespace
+}  // namespace hsdp::shard
