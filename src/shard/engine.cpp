@@ -205,8 +205,10 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
   if (m.free_after_forward && L > 0) m.maybe_prefetch(L, true);
   double* loss_slot = m.scalars.data();
   q.enqueue(compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(0)), writes(m.loss_id)},
-            [g, targets, loss_slot, pf = m.params(final_unit), pe = m.params(0)] {
-              *loss_slot = g->forward_head(targets, pf, pe);
+            [this, g, targets, loss_slot, pf = m.params(final_unit), pe = m.params(0)] {
+              // The CPU model returns the loss to the caller; into the device scalar it goes.
+              const double loss = g->forward_head(targets, pf, pe);
+              device_->copy_from_host(loss_slot, &loss, sizeof(double));
             });
 
   // backward: head (final norm and the tied embedding), blocks, embedding
@@ -258,8 +260,10 @@ float Engine::evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tok
   m.ensure(0);
   double* loss_slot = m.scalars.data();
   q.enqueue(compute, "forward head", {reads(m.params_id(L + 1)), reads(m.params_id(0)), writes(m.loss_id)},
-            [g, targets, loss_slot, pf = m.params(L + 1), pe = m.params(0)] {
-              *loss_slot = g->forward_head(targets, pf, pe);
+            [this, g, targets, loss_slot, pf = m.params(L + 1), pe = m.params(0)] {
+              // The CPU model returns the loss to the caller; into the device scalar it goes.
+              const double loss = g->forward_head(targets, pf, pe);
+              device_->copy_from_host(loss_slot, &loss, sizeof(double));
             });
   m.release(L + 1);
   m.release(0);
