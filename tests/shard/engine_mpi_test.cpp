@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../comm/mpi_test_context.hpp"
+#include "tiny_gpt.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/model/init.hpp"
@@ -25,26 +26,13 @@ using comm::testing::context;
 constexpr Sharding kStrategies[] = {Sharding::no_shard,     Sharding::zero1,        Sharding::shard_grad_op,
                                     Sharding::full_shard,   Sharding::hybrid_shard, Sharding::hybrid_shard_zero2};
 
-// vocab 61 and odd widths: no unit divides by 2 or 4, so every strategy pads.
-model::GptConfig tiny_config() { return {.n_layer = 2, .n_head = 2, .n_embd = 18, .block_size = 16, .vocab_size = 61, .padded_vocab_size = 64}; }
-constexpr int kSeq = 16;
+using testing::kSeq;
+using testing::rows;
+using testing::tiny_config;
 constexpr std::uint64_t kSeed = 7;
 constexpr double kClip = 1.0;
 const optim::AdamWConfig kAdam{};
 const optim::CosineSchedule kSchedule{.lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 3, .max_steps = 20};
-
-// Row `row` of the global batch of step `step`: deterministic tokens with a learnable pattern.
-std::vector<std::int32_t> rows(int step, int first_row, int count, bool targets) {
-  std::vector<std::int32_t> out;
-  for (int r = first_row; r < first_row + count; ++r) {
-    for (int t = 0; t < kSeq; ++t) {
-      const int pos = t + (targets ? 1 : 0);
-      const unsigned h = static_cast<unsigned>(step * 7919 + r * 104729 + pos * 31 + (pos % 5) * 1000003);
-      out.push_back(static_cast<std::int32_t>((h ^ (h >> 7)) % 61));
-    }
-  }
-  return out;
-}
 
 struct ReferenceRun {
   std::vector<double> losses;

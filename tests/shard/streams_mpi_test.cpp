@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../comm/mpi_test_context.hpp"
+#include "tiny_gpt.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/optim/grad_clip.hpp"
@@ -20,11 +21,8 @@ namespace {
 
 using comm::testing::context;
 
-// vocab 61 and odd widths: no unit divides by 2 or 4, so every strategy pads.
-model::GptConfig tiny_config() {
-  return {.n_layer = 2, .n_head = 2, .n_embd = 18, .block_size = 16, .vocab_size = 61, .padded_vocab_size = 64};
-}
-constexpr int kSeq = 16;
+using testing::kSeq;
+using testing::tiny_config;
 constexpr int kMicro = 2;  // rows per micro-batch and rank
 constexpr int kAccum = 2;
 constexpr int kSteps = 3;
@@ -32,15 +30,7 @@ const optim::AdamWConfig kAdam{};
 const optim::CosineSchedule kSchedule{.lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 1, .max_steps = kSteps};
 
 std::vector<std::int32_t> rows(int step, int first_row, bool targets) {
-  std::vector<std::int32_t> out;
-  for (int r = first_row; r < first_row + kMicro; ++r) {
-    for (int t = 0; t < kSeq; ++t) {
-      const int pos = t + (targets ? 1 : 0);
-      const unsigned h = static_cast<unsigned>(step * 7919 + r * 104729 + pos * 31 + (pos % 5) * 1000003);
-      out.push_back(static_cast<std::int32_t>((h ^ (h >> 7)) % 61));
-    }
-  }
-  return out;
+  return testing::rows(step, first_row, kMicro, targets);
 }
 
 struct Config {
