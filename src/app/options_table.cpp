@@ -184,7 +184,7 @@ const std::vector<OptionSpec>& option_table() {
              "(the fast path); check = the stream checker follows every access of every kernel and collective and "
              "ends the run naming the buffer, the two operations and their queues if one is not ordered after what it "
              "depends on; threads = check, with every queue on its own worker thread after random delays (the "
-             "ordering a GPU's streams need, proven on the CPU; several times slower)",
+             "ordering a GPU's streams need, proven on the CPU; slower: for checking, not for training)",
              "inline|check|threads"),
       integer("device.streams_seed", "1", "device.streams=threads: the seed of the random delays (a seed replays them)",
               0),

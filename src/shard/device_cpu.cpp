@@ -120,6 +120,8 @@ class CpuDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory) { return std::make_unique<CpuDevice>(memory); }
+std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory) {
+  return std::make_unique<CpuDevice>(memory);
+}
 
 }  // namespace hsdp::shard

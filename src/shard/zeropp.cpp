@@ -12,7 +12,9 @@
 namespace hsdp::shard {
 
 namespace {
-std::size_t packed_region(std::size_t count, quant::Bits bits) { return (quant::packed_bytes(count, bits) + 3) / 4 * 4; }
+std::size_t packed_region(std::size_t count, quant::Bits bits) {
+  return (quant::packed_bytes(count, bits) + 3) / 4 * 4;
+}
 }  // namespace
 
 std::size_t message_bytes(std::size_t count, quant::QuantSpec spec) {

@@ -178,7 +178,6 @@ TEST(StreamQueues, AWorkersException_IsRethrownToTheHost) {
   EXPECT_THROW(queues.drain(), Error);
 }
 
-
 // A collective that completes when `finished` is set (or at wait(), which blocks in the real thing), logging when
 // it was issued.
 class FakeOp : public comm::PendingOp {
@@ -233,11 +232,14 @@ TEST(StreamQueues, Threads_TheHostIssuesCollectivesInGroupOrder_AndReleasesAfter
     const BufferId staging = queues.track("staging");
     for (int i = 0; i < 4; ++i) {
       const std::string n = std::to_string(i);
-      queues.collective(gather, "gather " + n, {&group}, {writes(staging)}, [&issued, &finished, n] { return fake(issued, "gather " + n, &finished); });
+      queues.collective(gather, "gather " + n, {&group}, {writes(staging)},
+                        [&issued, &finished, n] { return fake(issued, "gather " + n, &finished); });
       queues.wait(compute, queues.record(gather));
-      queues.enqueue(compute, "use " + n, {reads(staging)}, [&values, i] { values[static_cast<std::size_t>(i)] = i + 1; });
+      queues.enqueue(compute, "use " + n, {reads(staging)},
+                     [&values, i] { values[static_cast<std::size_t>(i)] = i + 1; });
       queues.wait(reduce, queues.record(compute));
-      queues.collective(reduce, "reduce " + n, {&group}, {reads(staging)}, [&issued, &finished, n] { return fake(issued, "reduce " + n, &finished); });
+      queues.collective(reduce, "reduce " + n, {&group}, {reads(staging)},
+                        [&issued, &finished, n] { return fake(issued, "reduce " + n, &finished); });
       queues.wait(gather, queues.record(reduce));
     }
     queues.release(staging, queues.record(gather), "free staging", [&] { freed = true; });

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "../comm/mpi_test_context.hpp"
-#include "tiny_gpt.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
 #include "hsdp/shard/engine.hpp"
+#include "tiny_gpt.hpp"
 
 namespace hsdp::shard {
 namespace {
@@ -71,7 +71,8 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
     run.overflows.push_back(fp16 && engine.found_nonfinite());
     run.norms.push_back(engine.grad_norm_squared());
     const auto clip = optim::clip_coefficient(run.norms.back(), 1.0);
-    engine.optimizer_step(kAdam, {static_cast<float>(optim::learning_rate(kSchedule, step)), step + 1, clip.coefficient});
+    engine.optimizer_step(kAdam,
+                          {static_cast<float>(optim::learning_rate(kSchedule, step)), step + 1, clip.coefficient});
   }
   for (const UnitShard& s : engine.shard_views()) {
     run.master.emplace_back(s.params, s.params + s.count);
@@ -104,13 +105,19 @@ std::vector<Config> configs() {
   if (topo.nodes_equal_size()) {
     Config z{"full_shard fp16 qwZ hpZ qgZ", out[3].options, true};
     z.options.param_dtype = DType::f16;
-    z.options.zeropp = {.quantized_weights = true, .hpz_partition_size = topo.node_size(0),
-                        .quantized_gradients = true, .grad_bits = quant::Bits::int4, .block = quant::kDefaultBlock};
+    z.options.zeropp = {.quantized_weights = true,
+                        .hpz_partition_size = topo.node_size(0),
+                        .quantized_gradients = true,
+                        .grad_bits = quant::Bits::int4,
+                        .block = quant::kDefaultBlock};
     out.push_back(z);
     Config h{"hybrid_shard bf16 qwZ qgZ", out[4].options, false};
     h.options.param_dtype = DType::bf16;
-    h.options.zeropp = {.quantized_weights = true, .hpz_partition_size = 0, .quantized_gradients = true,
-                        .grad_bits = quant::Bits::int8, .block = quant::kDefaultBlock};
+    h.options.zeropp = {.quantized_weights = true,
+                        .hpz_partition_size = 0,
+                        .quantized_gradients = true,
+                        .grad_bits = quant::Bits::int8,
+                        .block = quant::kDefaultBlock};
     out.push_back(h);
   }
   return out;

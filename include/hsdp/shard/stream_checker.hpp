@@ -47,7 +47,8 @@ inline BufferAccess writes(BufferId b) {
 struct StreamEvent {
   QueueId queue = -1;  // -1: the empty event (covers nothing)
   std::vector<std::uint64_t> clock;
-  std::uint64_t position = 0;  // the executor's (stream_queues.hpp): items enqueued on the queue before it, waits included
+  std::uint64_t position =
+      0;  // the executor's (stream_queues.hpp): items enqueued on the queue before it, waits included
 };
 
 class StreamChecker {

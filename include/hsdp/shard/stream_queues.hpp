@@ -4,11 +4,11 @@
 //   StreamQueues queues({.check = true, .threads = true, .seed = 7});
 //   QueueId compute = queues.make_queue("compute", QueueRole::compute), gather = queues.make_queue("gather");
 //   BufferId unit = queues.track("gathered unit 3");
-//   queues.collective(gather, "all_gather unit 3", &group, {reads(shard), writes(unit)}, [&] { return group.all_gather_async(...); });
-//   StreamEvent gathered = queues.record(gather);     // after the all-gather and the work enqueued behind it
-//   queues.wait(compute, gathered);                   // without it: the checker names both operations and queues
-//   queues.enqueue(compute, "forward block 3", {reads(unit)}, [&] { ... });
-//   queues.release(unit, queues.record(compute), "free unit 3", [&] { free it });   // back to the pool after the event
+//   queues.collective(gather, "all_gather unit 3", &group, {reads(shard), writes(unit)}, [&] { return
+//   group.all_gather_async(...); }); StreamEvent gathered = queues.record(gather);     // after the all-gather and the
+//   work enqueued behind it queues.wait(compute, gathered);                   // without it: the checker names both
+//   operations and queues queues.enqueue(compute, "forward block 3", {reads(unit)}, [&] { ... }); queues.release(unit,
+//   queues.record(compute), "free unit 3", [&] { free it });   // back to the pool after the event
 //   queues.synchronize(queues.record(compute));       // the host waits (once a step: loss, norm, overflow)
 //
 // Work on a queue runs in the order it was enqueued; the work enqueued behind a collective runs after the collective
@@ -72,8 +72,8 @@ class StreamQueues {
   void enqueue(QueueId q, std::string name, const std::vector<BufferAccess>& accesses, std::function<void()> work);
   // A collective on `group` (any pointer naming the communicator; a list for an operation over several): `start`
   // issues it on the host thread and returns its handle; the queue's later work runs once the handle is done.
-  void collective(QueueId q, std::string name, std::vector<const void*> groups, const std::vector<BufferAccess>& accesses,
-                  std::function<comm::CommHandle()> start);
+  void collective(QueueId q, std::string name, std::vector<const void*> groups,
+                  const std::vector<BufferAccess>& accesses, std::function<comm::CommHandle()> start);
   StreamEvent record(QueueId q);
   void wait(QueueId q, const StreamEvent& event);
   // The host blocks until the event has happened, progressing collectives meanwhile.
@@ -127,7 +127,7 @@ class StreamQueues {
 
   void check(QueueId q, const std::string& name, const std::vector<BufferAccess>& accesses);
   void push(QueueId q, std::shared_ptr<Item> item);
-  bool done(QueueId q, std::uint64_t seq);  // under mutex_
+  bool done(QueueId q, std::uint64_t seq);                  // under mutex_
   bool advance_locked(std::unique_lock<std::mutex>& lock);  // inline: runs what can run; threads: the collectives
   void block_until(QueueId q, std::uint64_t seq);
   bool block_on_something(QueueId q, std::unique_lock<std::mutex>& lock);
