@@ -34,7 +34,7 @@ std::vector<quant::QuantizedView> views(std::span<const std::uint8_t* const> mes
 
 class CpuDevice final : public Device {
  public:
-  explicit CpuDevice(MemoryAccountant& memory) : memory_(memory) {}
+  CpuDevice(MemoryAccountant& memory, bool host_visible) : memory_(memory), host_visible_(host_visible) {}
   const char* name() const override { return "cpu"; }
 
   std::unique_ptr<DeviceMemory> allocate(std::size_t bytes, MemCategory category) override {
@@ -113,15 +113,17 @@ class CpuDevice final : public Device {
   }
   void copy_to_host(void* host, const void* device, std::size_t bytes) override { std::memcpy(host, device, bytes); }
   void copy_from_host(void* device, const void* host, std::size_t bytes) override { std::memcpy(device, host, bytes); }
+  void* host_address(void* device) override { return host_visible_ ? device : nullptr; }
 
  private:
   MemoryAccountant& memory_;
+  bool host_visible_;
 };
 
 }  // namespace
 
-std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory) {
-  return std::make_unique<CpuDevice>(memory);
+std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory, bool host_visible) {
+  return std::make_unique<CpuDevice>(memory, host_visible);
 }
 
 }  // namespace hsdp::shard

@@ -23,8 +23,8 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
   const int shard_rank = mesh.shard().rank();
   const auto n = static_cast<std::size_t>(m.n_units);
   for (int u = 0; u < layout.num_units(); ++u) {
-    units_.push_back(std::make_unique<FlatParamUnit>(layout, u, shard_size, shard_rank, !no_shard, memory));
-    units_.back()->init_master(layout, seed);
+    units_.push_back(std::make_unique<FlatParamUnit>(layout, u, shard_size, shard_rank, !no_shard, *device_));
+    units_.back()->init_master(layout, seed, *device_);
     m.master_id.push_back(queues_->track(Impl::name_of("master", u)));
     m.grad_shard_id.push_back(queues_->track(Impl::name_of("gradient shard", u)));
   }
@@ -155,7 +155,7 @@ void Engine::begin_step() {
   // What to zero, taken now: the host may allocate and free gradient buffers before the work runs.
   std::vector<std::pair<void*, std::size_t>> zero{{m.scalars.data() + 2, sizeof(double)}};
   if (clear_reduced) {
-    for (auto& u : units_) zero.emplace_back(u->grad_shard.data(), u->grad_shard.size_bytes());
+    for (auto& u : units_) zero.emplace_back(u->grad_shard.data(), u->grad_shard.size() * sizeof(float));
     zero.emplace_back(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
   }
   for (auto& g : m.unit_grads) {
@@ -349,15 +349,50 @@ void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamW
 }
 
 std::vector<UnitShard> Engine::shard_views() {
-  // Checkpoints read and write the shards on the host: every queue first (CPU device memory is host memory; a GPU
-  // device stages through a host copy).
-  queues_->drain();
+  // Checkpoints read and write the shards on the host: in place where the host can reach device memory (the CPU),
+  // else through host copies, taken on compute after the last update of the masters.
+  Impl& m = *impl_;
+  m.compute_after_reductions();
+  m.checkpoint_staging.clear();
   std::vector<UnitShard> views;
   for (auto& u : units_) {
-    views.push_back({u->unit, u->geometry.begin, u->geometry.valid, u->master.data(), u->exp_avg.data(),
-                     u->exp_avg_sq.data()});
+    const std::size_t count = u->geometry.valid;
+    float* host[3] = {};
+    const float* from[3] = {u->master.data(), u->exp_avg.data(), u->exp_avg_sq.data()};
+    for (int k = 0; k < 3; ++k) {
+      host[k] = static_cast<float*>(device_->host_address(const_cast<float*>(from[k])));
+      if (host[k] != nullptr || count == 0) continue;
+      host[k] = m.checkpoint_staging.emplace_back(count).data();  // host memory, not the device's accountant
+      m.q.enqueue(m.compute, Impl::name_of("copy shard to host", u->unit),
+                  {reads(m.master_id[static_cast<std::size_t>(u->unit)])},
+                  [this, to = host[k], f = from[k], count] { device_->copy_to_host(to, f, count * sizeof(float)); });
+    }
+    views.push_back({u->unit, u->geometry.begin, count, host[0], host[1], host[2]});
   }
+  queues_->drain();
   return views;
+}
+
+void Engine::checkpoint_loaded() {
+  // The views of shard_views() hold the loaded shards: copied to the device where they were staged.
+  Impl& m = *impl_;
+  std::size_t next = 0;
+  for (auto& u : units_) {
+    const std::size_t count = u->geometry.valid;
+    float* to[3] = {u->master.data(), u->exp_avg.data(), u->exp_avg_sq.data()};
+    for (int k = 0; k < 3; ++k) {
+      if (count == 0 || device_->host_address(to[k]) != nullptr) continue;
+      if (next >= m.checkpoint_staging.size()) throw_internal("checkpoint_loaded: no staged views (call shard_views)");
+      const float* from = m.checkpoint_staging[next++].data();
+      m.q.enqueue(m.compute, Impl::name_of("copy shard to device", u->unit),
+                  {writes(m.master_id[static_cast<std::size_t>(u->unit)])},
+                  [this, t = to[k], from, count] { device_->copy_from_host(t, from, count * sizeof(float)); });
+    }
+  }
+  m.params_updated = m.q.record(m.compute);
+  refresh_derived_state();
+  queues_->drain();
+  m.checkpoint_staging.clear();
 }
 
 void Engine::inject(const StreamFaults& faults) { impl_->faults = faults; }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "hsdp/core/buffer.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 #include "hsdp/shard/buckets.hpp"
@@ -80,6 +81,8 @@ struct Engine::Impl {
   std::vector<Bucket> buckets;
   std::vector<int> bucket_pending_units;
 
+  // Host copies of the shards (master, m, v per unit) where the device's memory is not the host's: checkpoints.
+  std::vector<Buffer<float>> checkpoint_staging;
   // The step's scalars in device memory: [0] loss of the last micro-batch, [1] squared norm, [2] non-finite flag.
   DeviceArray<double> scalars;
   BufferId loss_id = -1, norm_id = -1, flag_id = -1;

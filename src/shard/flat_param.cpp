@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "hsdp/comm/traffic.hpp"
+#include "hsdp/core/buffer.hpp"
 #include "hsdp/model/init.hpp"
 
 namespace hsdp::shard {
@@ -18,13 +19,13 @@ UnitGeometry UnitGeometry::make(std::size_t numel, int shard_size, int shard_ran
 }
 
 FlatParamUnit::FlatParamUnit(const model::ModelLayout& layout, int unit_index, int shard_size, int shard_rank,
-                             bool with_grad_shard, MemoryAccountant& memory)
+                             bool with_grad_shard, Device& device)
     : unit(unit_index), geometry(UnitGeometry::make(layout.unit(unit_index).numel, shard_size, shard_rank)) {
   const std::size_t s = geometry.shard_numel;
-  master.reset(s, &memory, MemCategory::params);
-  exp_avg.reset(s, &memory, MemCategory::optimizer);
-  exp_avg_sq.reset(s, &memory, MemCategory::optimizer);
-  if (with_grad_shard) grad_shard.reset(s, &memory, MemCategory::grads);
+  master = device.array<float>(s, MemCategory::params);
+  exp_avg = device.array<float>(s, MemCategory::optimizer);
+  exp_avg_sq = device.array<float>(s, MemCategory::optimizer);
+  if (with_grad_shard) grad_shard = device.array<float>(s, MemCategory::grads);
   // Decay segments: the parts of each parameter that fall inside [begin, begin + valid), shard-relative.
   const std::size_t lo = geometry.begin;
   const std::size_t hi = geometry.begin + geometry.valid;
@@ -35,10 +36,10 @@ FlatParamUnit::FlatParamUnit(const model::ModelLayout& layout, int unit_index, i
   }
 }
 
-void FlatParamUnit::init_master(const model::ModelLayout& layout, std::uint64_t seed) {
+void FlatParamUnit::init_master(const model::ModelLayout& layout, std::uint64_t seed, Device& device) {
   Buffer<float> full(geometry.numel);
   model::init_unit<float>(layout, unit, full.span(), seed);
-  std::copy_n(full.data() + geometry.begin, geometry.valid, master.data());
+  device.copy_from_host(master.data(), full.data() + geometry.begin, geometry.valid * sizeof(float));
 }
 
 }  // namespace hsdp::shard

@@ -36,7 +36,7 @@ class CpuBackend final : public Backend {
   const shard::StepTiming& timing() const override { return engine_.timing(); }
 
   std::vector<ckpt::UnitShard> checkpoint_shards() override { return engine_.shard_views(); }
-  void checkpoint_loaded() override { engine_.refresh_derived_state(); }
+  void checkpoint_loaded() override { engine_.checkpoint_loaded(); }
   bool is_checkpoint_writer() const override { return engine_.is_checkpoint_writer(); }
 
  private:

@@ -48,7 +48,18 @@ struct Outcome {
   bool operator==(const Outcome&) const = default;
 };
 
-Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults& faults = {}) {
+// Steps [first, end) of a run; `resume`: the shards loaded before them (a checkpoint's round trip); host_visible
+// false: the device's memory is not the host's, so checkpoints stage through host copies (as on a GPU).
+struct Segment {
+  int first = 0;
+  int end = kSteps;
+  bool host_visible = true;
+  const Outcome* resume = nullptr;
+  std::uint64_t seed = 7;
+};
+
+Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults& faults = {},
+              const Segment& segment = {}) {
   auto& ctx = context();
   const int hpz = c.options.zeropp.hpz_partition_size;
   comm::ProcessMesh mesh(ctx.world, ctx.topology, mesh_options(c.options.strategy, hpz));
@@ -56,12 +67,21 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
   MemoryAccountant memory;
   EngineOptions options = c.options;
   options.streams = streams;
-  Engine engine(layout, mesh, options, 7, memory);
+  Engine engine(layout, mesh, options, segment.seed, memory, nullptr, make_cpu_device(memory, segment.host_visible));
   engine.inject(faults);
+  if (segment.resume != nullptr) {
+    const std::vector<UnitShard> views = engine.shard_views();
+    for (std::size_t u = 0; u < views.size(); ++u) {
+      std::copy(segment.resume->master[u].begin(), segment.resume->master[u].end(), views[u].params);
+      std::copy(segment.resume->m[u].begin(), segment.resume->m[u].end(), views[u].exp_avg);
+      std::copy(segment.resume->v[u].begin(), segment.resume->v[u].end(), views[u].exp_avg_sq);
+    }
+    engine.checkpoint_loaded();
+  }
   model::Gpt<float> gpt(layout, kMicro, kSeq, memory, c.activation_checkpointing);
   const bool fp16 = options.param_dtype == DType::f16;
   Outcome run;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = segment.first; step < segment.end; ++step) {
     engine.begin_step();
     for (int j = 0; j < kAccum; ++j) {
       const int first = (ctx.world.rank() * kAccum + j) * kMicro;
@@ -131,6 +151,23 @@ TEST(StreamCheckerEngine, EveryConfiguration_OnWorkerThreadsWith3Seeds_HasNoViol
       EXPECT_TRUE(threaded == inline_run) << c.name << ", seed " << seed << ": differs from the inline run";
     }
     context().logger.info("streams: ", c.name, ": 3 seeds, no violation, bit-identical");
+  }
+}
+
+// A checkpoint's round trip where device memory is not host memory: the shards staged to the host after step 2 equal
+// the in-place run's, and an engine built from another seed that loads them trains step 3 as the uninterrupted run
+// did (zero1's persistent full parameters rebuilt from the loaded masters).
+TEST(StreamCheckerEngine, ShardsStagedThroughHostCopies_ResumeBitForBit) {
+  for (const Config& c : configs()) {
+    const Outcome whole = train(c, {});
+    const StreamOptions checked{.check = true, .threads = true, .seed = 5, .max_delay_us = 100};
+    const Outcome first = train(c, checked, {}, {.first = 0, .end = kSteps - 1, .host_visible = false});
+    const Outcome in_place = train(c, {}, {}, {.first = 0, .end = kSteps - 1});
+    EXPECT_TRUE(first.master == in_place.master && first.m == in_place.m && first.v == in_place.v) << c.name;
+    const Outcome rest =
+        train(c, checked, {}, {.first = kSteps - 1, .end = kSteps, .host_visible = false, .resume = &first, .seed = 99});
+    EXPECT_TRUE(rest.master == whole.master && rest.m == whole.m && rest.v == whole.v) << c.name;
+    EXPECT_EQ(rest.losses.back(), whole.losses.back()) << c.name;
   }
 }
 

@@ -11,7 +11,10 @@
 //   adamw             AdamW on a shard, with its decay segments
 //   squared_sum, flag_nonfinite   the norm's partial sum and the fp16 overflow check of a shard, into device scalars
 //   copy_to_host       the one read of the step's scalars (and checkpoints' staging)
-// Pointers passed to a Device are its memory (host memory for the CPU device); the engine never dereferences them.
+//   host_address       device memory the host may read and write in place (the CPU's), else checkpoints stage
+// Pointers passed to a Device are its memory (host memory for the CPU device); the engine never dereferences them:
+// it hands them to the Device, to communicators (which take device memory: NCCL, CUDA-aware MPI) and to the model's
+// kernels, and reaches the shard state from the host only through copies or host_address.
 //
 // Ordering: every call is issued inside work the engine enqueued on a queue (stream_queues.hpp); the engine orders
 // the queues with events. A GPU device runs each call on the stream of the queue it was issued from
@@ -105,9 +108,13 @@ class Device {
   virtual void accumulate_from(float* sum, const void* x, DType t, std::size_t count, float scale) = 0;
   virtual void copy_to_host(void* host, const void* device, std::size_t bytes) = 0;
   virtual void copy_from_host(void* device, const void* host, std::size_t bytes) = 0;
+  // The host address of device memory when the host can read and write it in place (the CPU device: the memory
+  // itself), else null (a GPU's memory: checkpoints stage through a host copy).
+  virtual void* host_address(void* device) = 0;
 };
 
-// The CPU: host memory (64-byte aligned), the OpenMP-parallel kernels of core, quant and optim.
-std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory);
+// The CPU: host memory (64-byte aligned), the OpenMP-parallel kernels of core, quant and optim. host_visible =
+// false makes host_address answer null as a GPU's does, so tests prove the staged checkpoint path on the CPU.
+std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory, bool host_visible = true);
 
 }  // namespace hsdp::shard

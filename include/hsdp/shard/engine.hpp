@@ -107,17 +107,22 @@ class Engine {
 
   const StepTiming& timing() const { return timing_; }
   const std::vector<std::unique_ptr<FlatParamUnit>>& units() const { return units_; }
+  // Host views of this rank's shards for a checkpoint (after all queued work): the device memory itself where the
+  // host can reach it (Device::host_address), else host copies. Valid until the next call.
   std::vector<UnitShard> shard_views();
+  // After a checkpoint was loaded into shard_views()' views: staged copies go to the device, derived state (the
+  // persistent full parameters) is rebuilt.
+  void checkpoint_loaded();
   // Exactly one replica of every shard writes checkpoints: the rank with replicate rank 0.
   bool is_checkpoint_writer() const;
-  // After the shards were overwritten (checkpoint load): rebuild derived state (persistent full parameters).
-  void refresh_derived_state();
   // Tests of the stream checker only.
   void inject(const StreamFaults& faults);
 
 
  private:
   void configure_zeropp(const ZeroPPOptions& z);
+  // After the masters changed (AdamW, a checkpoint load): the persistent full parameters follow.
+  void refresh_derived_state();
   std::unique_ptr<Device> device_;
   std::unique_ptr<StreamQueues> queues_;
   struct Impl;

@@ -4,14 +4,15 @@
 //   Rank r of the shard group owns elements [r S, r S + S) of the padded buffer; those beyond N are padding:
 //   always zero, never updated, never in a norm or a checkpoint.
 // The owned shard holds the fp32 master weights and the AdamW moments, plus (sharded-gradient strategies)
-// the fp32 gradient shard. Full (gathered) parameters and gradients are transient buffers the engine
-// allocates around each use, charged to the accountant while they live.
+// the fp32 gradient shard, all in the engine's Device memory (device.hpp). Full (gathered) parameters and
+// gradients are transient buffers the engine allocates around each use, charged to the accountant while they live.
+// The host reaches the shard only through the engine's checkpoint views (Engine::shard_views).
 #include <cstddef>
 #include <vector>
 
-#include "hsdp/core/buffer.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/adamw.hpp"
+#include "hsdp/shard/device.hpp"
 
 namespace hsdp::shard {
 
@@ -38,16 +39,17 @@ struct UnitShard {
 struct FlatParamUnit {
   int unit = 0;
   UnitGeometry geometry;
-  Buffer<float> master;      // [S] fp32 weights (MemCategory::params)
-  Buffer<float> exp_avg;     // [S] (optimizer)
-  Buffer<float> exp_avg_sq;  // [S] (optimizer)
-  Buffer<float> grad_shard;  // [S] fp32 reduced gradient (grads); empty for no_shard
+  DeviceArray<float> master;      // [S] fp32 weights (MemCategory::params)
+  DeviceArray<float> exp_avg;     // [S] (optimizer)
+  DeviceArray<float> exp_avg_sq;  // [S] (optimizer)
+  DeviceArray<float> grad_shard;  // [S] fp32 reduced gradient (grads); empty for no_shard
   std::vector<optim::DecaySegment> segments;  // decay segments of [0, valid) of the shard
 
   FlatParamUnit(const model::ModelLayout& layout, int unit, int shard_size, int shard_rank, bool with_grad_shard,
-                MemoryAccountant& memory);
-  // Initialises the owned shard from the model's deterministic init (identical to one-rank training).
-  void init_master(const model::ModelLayout& layout, std::uint64_t seed);
+                Device& device);
+  // Initialises the owned shard from the model's deterministic init (identical to one-rank training), computed on
+  // the host and copied to the device.
+  void init_master(const model::ModelLayout& layout, std::uint64_t seed, Device& device);
 };
 
 }  // namespace hsdp::shard
