@@ -327,4 +327,14 @@ bool mpi_finalized() {
   return finalized != 0;
 }
 
+const MpiCommunicator& as_mpi(const Communicator& group) {
+  const auto* mpi = dynamic_cast<const MpiCommunicator*>(&group);
+  if (mpi == nullptr) throw_internal("the group '" + group.name() + "' is not carried by MPI");
+  return *mpi;
+}
+
+MpiCommunicator& as_mpi(Communicator& group) {
+  return const_cast<MpiCommunicator&>(as_mpi(static_cast<const Communicator&>(group)));
+}
+
 }  // namespace hsdp::comm

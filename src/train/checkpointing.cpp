@@ -57,7 +57,7 @@ bool Checkpointer::due(std::int64_t step) const {
 ckpt::TrainState Checkpointer::load(const std::string& path) {
   Stopwatch watch;
   const auto shard_list = backend_.checkpoint_shards();
-  ckpt::TrainState state = ckpt::load_checkpoint(mesh_.world().raw(), path, layout_, shard_list);
+  ckpt::TrainState state = ckpt::load_checkpoint(mesh_.mpi_world().raw(), path, layout_, shard_list);
   backend_.checkpoint_loaded();
   log_.info("resumed from ", path, " (step ", state.step, ", saved by ", state.world_size, " rank(s) with ",
             state.strategy, ") in ", watch.seconds(), " s");
@@ -66,7 +66,7 @@ ckpt::TrainState Checkpointer::load(const std::string& path) {
 
 std::optional<ckpt::TrainState> Checkpointer::resume() {
   const StallPhase phase("resume", options_.checkpoint_timeout_s, "checkpoint.timeout_s");
-  const MPI_Comm world = mesh_.world().raw();
+  const MPI_Comm world = mesh_.mpi_world().raw();
   if (enabled() && !options_.eval_only) {
     // A checkpoint.dir that cannot hold checkpoints (a file, /dev/null, no permission) is found now, not after the
     // first stretch of training.
@@ -98,7 +98,7 @@ std::optional<ckpt::TrainState> Checkpointer::resume() {
 // truncated file), the other checkpoints of the directory, newest first. Every rank sees the same errors (the ckpt
 // layer agrees on them before throwing), so every rank takes the same path.
 std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::optional<std::string>& from) {
-  const MPI_Comm world = mesh_.world().raw();
+  const MPI_Comm world = mesh_.mpi_world().raw();
   const std::string& dir = options_.checkpoint_dir;
   std::vector<std::string> candidates, skipped;
   // Only errors every rank has (AgreedError: the ckpt layer agrees on its failures) are skipped over; any other is
@@ -147,7 +147,7 @@ std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::option
 // A run writes into checkpoint.dir only when the checkpoints there are its own: those it resumed from. Otherwise
 // retention and `latest` would mix two runs; checkpoint.overwrite=true deletes the others first.
 void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
-  const MPI_Comm world = mesh_.world().raw();
+  const MPI_Comm world = mesh_.mpi_world().raw();
   const std::string& dir = options_.checkpoint_dir;
   namespace fs = std::filesystem;
   if (from) {
@@ -201,7 +201,7 @@ bool Checkpointer::save(ckpt::TrainState state) {
   ckpt::SaveResult result;
   try {
     check_free_space(state.step);
-    result = ckpt::save_checkpoint(mesh_.world().raw(), options_.checkpoint_dir, layout_, shard_list,
+    result = ckpt::save_checkpoint(mesh_.mpi_world().raw(), options_.checkpoint_dir, layout_, shard_list,
                                    backend_.is_checkpoint_writer(), state, save_options);
   } catch (const AgreedError& e) {
     // Every rank has it (the ckpt layer agrees on its failures), so every rank takes the same path.
@@ -233,7 +233,7 @@ std::uint64_t Checkpointer::bytes_needed() const { return 3 * sizeof(float) * la
 // Refuses a save the file system certainly cannot hold, before anything is written (a write that fails half-way
 // leaves MPI-IO's own complaints on stderr). Quotas are not seen here: they fail in the write, which is agreed too.
 void Checkpointer::check_free_space(std::int64_t step) const {
-  comm::agree(mesh_.world().raw(), [&] {
+  comm::agree(mesh_.mpi_world().raw(), [&] {
     if (mesh_.world().rank() != 0) return;
     std::error_code ec;
     const std::filesystem::space_info space = std::filesystem::space(existing_part(options_.checkpoint_dir), ec);

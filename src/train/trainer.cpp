@@ -224,7 +224,7 @@ std::string divergence_text(std::int64_t step, double loss, const FiniteLoss& la
 }  // namespace
 
 TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSignals& signals, const Logger& log) {
-  comm::MpiCommunicator& world = mesh.world();
+  comm::MpiCommunicator& world = mesh.mpi_world();
   // Every strategy is data-parallel over the whole world: each rank reads its own micro-batches.
   comm::Communicator& data_parallel = world;
   const int dp_rank = data_parallel.rank();

@@ -81,7 +81,7 @@ LinkBytes world_closed_form(Collective c, std::size_t count, std::size_t elem_by
 // Snapshot of one collective's counters; expect() checks that exactly one call of it was counted since.
 class CountsOneCall {
  public:
-  CountsOneCall(const MpiCommunicator& comm, Collective c)
+  CountsOneCall(const Communicator& comm, Collective c)
       : comm_(comm), collective_(c), before_(comm.counters().of(c)), sequence_(comm.sequence()) {}
 
   void expect(std::size_t count, std::size_t elem_bytes, int root = 0) const {
@@ -100,7 +100,7 @@ class CountsOneCall {
   }
 
  private:
-  const MpiCommunicator& comm_;
+  const Communicator& comm_;
   Collective collective_;
   CollectiveStats before_;
   std::uint64_t sequence_;
@@ -145,7 +145,7 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
       GTEST_SKIP() << "shard scope " << comm::to_string(GetParam().scope) << " needs nodes of equal size";
     }
   }
-  MpiCommunicator& group() const {
+  Communicator& group() const {
     ProcessMesh& mesh = *context().meshes.at(GetParam().scope);
     switch (GetParam().role) {
       case Role::world: return mesh.world();
@@ -159,7 +159,7 @@ class Collectives : public ::testing::TestWithParam<GroupCase> {
 };
 
 TEST_P(Collectives, AllReduce_SumAndAvg_MatchTheSerialReference_InEveryReducibleDtype) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const int n = comm.size();
   for_each_dtype([&]<typename T>(std::type_identity<T>) {
     if constexpr (kReducible<T>) {
@@ -185,7 +185,7 @@ TEST_P(Collectives, AllReduce_SumAndAvg_MatchTheSerialReference_InEveryReducible
 }
 
 TEST_P(Collectives, ReduceScatter_SumAndAvg_MatchTheSerialReference_InEveryReducibleDtype) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const int n = comm.size();
   const auto base = static_cast<std::size_t>(comm.rank());
   for_each_dtype([&]<typename T>(std::type_identity<T>) {
@@ -212,7 +212,7 @@ TEST_P(Collectives, ReduceScatter_SumAndAvg_MatchTheSerialReference_InEveryReduc
 }
 
 TEST_P(Collectives, AllGather_PutsBlockIFromRankI_InEveryDtype_InPlaceOrNot) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const auto n = static_cast<std::size_t>(comm.size());
   const auto me = static_cast<std::size_t>(comm.rank());
   for_each_dtype([&]<typename T>(std::type_identity<T>) {
@@ -234,7 +234,7 @@ TEST_P(Collectives, AllGather_PutsBlockIFromRankI_InEveryDtype_InPlaceOrNot) {
 }
 
 TEST_P(Collectives, AllToAll_DeliversBlockIOfRankJToBlockJOfRankI_InEveryDtype) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const auto n = static_cast<std::size_t>(comm.size());
   const auto me = static_cast<std::size_t>(comm.rank());
   for_each_dtype([&]<typename T>(std::type_identity<T>) {
@@ -255,7 +255,7 @@ TEST_P(Collectives, AllToAll_DeliversBlockIOfRankJToBlockJOfRankI_InEveryDtype) 
 }
 
 TEST_P(Collectives, Broadcast_FromTheLastRank_ReachesEveryRank_InEveryDtype) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const int root = comm.size() - 1;
   for_each_dtype([&]<typename T>(std::type_identity<T>) {
     for (std::size_t k = 0; k < kCounts.size(); ++k) {
@@ -274,14 +274,14 @@ TEST_P(Collectives, Broadcast_FromTheLastRank_ReachesEveryRank_InEveryDtype) {
 }
 
 TEST_P(Collectives, Barrier_IsCountedAsACallWithoutBytes) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const CountsOneCall counted(comm, Collective::barrier);
   comm.barrier();
   counted.expect(0, 1);
 }
 
 TEST_P(Collectives, AsyncOpsOfEveryKind_WaitedInReverseOrder_AllComplete) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const int n = comm.size();
   const auto un = static_cast<std::size_t>(n);
   const auto me = static_cast<std::size_t>(comm.rank());
@@ -344,7 +344,7 @@ TEST_P(Collectives, AsyncOpsOfEveryKind_WaitedInReverseOrder_AllComplete) {
 // significand, 2^-11 for f16's 11-bit one) of a partial sum no larger than sum |x_r|; so the tolerance is
 // (n-1) * u * sum |x_r| against the exact sum of the rounded inputs.
 TEST_P(Collectives, HalfPrecisionSum_OfInexactInputs_IsWithinOneRoundingPerAddition) {
-  MpiCommunicator& comm = group();
+  Communicator& comm = group();
   const int n = comm.size();
   constexpr std::size_t kCount = 1001;
   const auto inexact = [](int rank, std::size_t i) { return 1.0 + (rank + 1) * static_cast<double>(i % 7) / 3.0; };

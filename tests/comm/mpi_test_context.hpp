@@ -41,7 +41,8 @@ struct MpiTestContext {
 MpiTestContext& context();
 
 // World ranks of the members of `comm`, in comm-rank order (raw MPI: not counted).
-inline std::vector<int> members_of(const MpiCommunicator& comm) {
+inline std::vector<int> members_of(const Communicator& group) {
+  const MpiCommunicator& comm = as_mpi(group);
   const int me = context().topology.world_rank;
   std::vector<int> members(static_cast<std::size_t>(comm.size()));
   MPI_Allgather(&me, 1, MPI_INT, members.data(), 1, MPI_INT, comm.raw());

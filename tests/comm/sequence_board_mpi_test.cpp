@@ -28,7 +28,7 @@ void expect_reading(const BoardSeat& seat, const MpiCommunicator& group, const s
 
 TEST(SideChannel, EveryMemberReadsEveryMembersPublishedSequence_OnEachOfItsGroups) {
   MpiCommunicator& world = context().world;
-  MpiCommunicator& node = context().meshes.at(ShardScope::world)->node();
+  MpiCommunicator& node = as_mpi(context().meshes.at(ShardScope::world)->node());
   ASSERT_NE(world.side_channel(), nullptr);
   const std::shared_ptr<BoardSeat> on_world = world.side_channel()->take_seat(world.raw());
   const std::shared_ptr<BoardSeat> on_node = world.side_channel()->take_seat(node.raw());

@@ -38,16 +38,19 @@ class ProcessMesh {
   // thrown on every rank before the first split.
   ProcessMesh(MpiCommunicator& world, const Topology& topology, const MeshOptions& options);
 
-  MpiCommunicator& world() { return world_; }
-  MpiCommunicator& node() { return *node_; }
-  MpiCommunicator& cross_node() { return *cross_node_; }
-  MpiCommunicator& node_gather() { return *node_gather_; }
-  MpiCommunicator& shard() { return *shard_; }
-  MpiCommunicator& replicate() { return *replicate_; }
-  const MpiCommunicator& shard() const { return *shard_; }
-  const MpiCommunicator& replicate() const { return *replicate_; }
+  // The groups as the engine sees them: collectives and counters (communicator.hpp), whatever carries them.
+  Communicator& world() { return world_; }
+  Communicator& node() { return *node_; }
+  Communicator& cross_node() { return *cross_node_; }
+  Communicator& node_gather() { return *node_gather_; }
+  Communicator& shard() { return *shard_; }
+  Communicator& replicate() { return *replicate_; }
+  const Communicator& shard() const { return *shard_; }
+  const Communicator& replicate() const { return *replicate_; }
   bool has_hpz() const { return hpz_ != nullptr; }
-  MpiCommunicator& hpz() { return *hpz_; }
+  Communicator& hpz() { return *hpz_; }
+  // The MPI communicator behind world, for what only MPI does (the watchdog's side channel, MPI_Abort).
+  MpiCommunicator& mpi_world() { return world_; }
   const Topology& topology() const { return topology_; }
   ShardScope shard_scope() const { return shard_scope_; }
 

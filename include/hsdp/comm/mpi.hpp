@@ -119,4 +119,9 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<BoardSeat> seat_;  // null for one rank; pending ops hold it weakly
 };
 
+// The MPI communicator behind a group, for what only MPI does (NCCL's bootstrap, the side channel); an internal
+// Error naming the group when another transport carries it.
+MpiCommunicator& as_mpi(Communicator& group);
+const MpiCommunicator& as_mpi(const Communicator& group);
+
 }  // namespace hsdp::comm

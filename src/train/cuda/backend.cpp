@@ -40,8 +40,8 @@ class CudaBackend final : public Backend {
         host_losses_(gpt_.tokens()),
         norm_(1),
         norm_scratch_(oc::kSumOfSquaresScratch) {
-    comm::MpiCommunicator& node = mesh.node();
-    comm::MpiCommunicator& cross = mesh.cross_node();
+    comm::MpiCommunicator& node = comm::as_mpi(mesh.node());
+    comm::MpiCommunicator& cross = comm::as_mpi(mesh.cross_node());
     const bool nccl_inside = o.comm_intra == comm::Transport::nccl;
     // NCCL would stop at two ranks on one GPU, less clearly.
     if (nccl_inside && node.size() > selected_.visible_devices) {
