@@ -9,7 +9,11 @@
 #include <sstream>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/optim/adamw.hpp"
+#include "hsdp/optim/lr_schedule.hpp"
+#include "hsdp/quant/blockwise.hpp"
 #include "hsdp/train/metrics.hpp"
+#include "hsdp/train/options.hpp"
 
 namespace po = boost::program_options;
 
@@ -366,6 +370,37 @@ std::string help_text(const std::string& program) {
     }
   }
   return out.str();
+}
+
+const std::string& DeckValue::text() const { return deck.get(key); }
+long long DeckValue::integer() const { return deck.get_int(key); }
+double DeckValue::real() const { return deck.get_real(key); }
+bool DeckValue::boolean() const { return deck.get_bool(key); }
+
+train::TrainOptions train_options(const ConfigDeck& deck) {
+  train::TrainOptions o;
+  for (const OptionSpec& spec : option_table()) {
+    if (spec.read) spec.read(DeckValue{deck, spec.key}, o);
+  }
+  // Values derived from several keys, and the checks across keys.
+  if (o.model.padded_vocab_size == 0) o.model.padded_vocab_size = (o.model.vocab_size + 127) / 128 * 128;
+  if (o.model.padded_vocab_size < o.model.vocab_size) {
+    throw_config("model.padded_vocab_size (" + std::to_string(o.model.padded_vocab_size) +
+                 ") must be 0 or >= model.vocab_size (" + std::to_string(o.model.vocab_size) + ")");
+  }
+  o.model.validate();
+  if (o.seq_len > o.model.block_size) {
+    throw_config("train.seq_len (" + std::to_string(o.seq_len) + ") exceeds model.block_size (" +
+                 std::to_string(o.model.block_size) + ")");
+  }
+  o.engine.grad_accum = o.grad_accum;
+  o.schedule.max_steps = o.steps;
+  optim::validate(o.schedule);
+  optim::validate(o.adamw, o.schedule.lr);
+  quant::validate({o.engine.zeropp.grad_bits, o.engine.zeropp.block});
+  if (o.resume == "auto" && o.checkpoint_dir.empty()) o.resume = "none";
+  o.deck_text = deck.to_ini(false);
+  return o;
 }
 
 }  // namespace hsdp::app

@@ -1,29 +1,35 @@
-// Every deck key hsdp-train understands. Adding a key here makes it parse, validate, print in --help and
-// --print-config; the code that reads it says what it does.
+// Every deck key hsdp-train understands, each spelled here only. Adding a key here makes it parse, validate, print
+// in --help and --print-config, and its `.into` puts its value into TrainOptions (train_options(), options.cpp).
 #include "hsdp/app/options.hpp"
 
+#include "hsdp/comm/types.hpp"
+#include "hsdp/core/dtype.hpp"
 #include "hsdp/shard/strategy.hpp"
+#include "hsdp/train/options.hpp"
 
 namespace hsdp::app {
 
 namespace {
+using V = const DeckValue&;
+using O = train::TrainOptions&;
+
 OptionSpec integer(std::string key, std::string def, std::string help, double min, double max = 1e18) {
-  return {std::move(key), std::move(def), std::move(help), OptionKind::integer, "", min, max};
+  return {std::move(key), std::move(def), std::move(help), OptionKind::integer, "", min, max, {}};
 }
 OptionSpec real(std::string key, std::string def, std::string help, double min, double max = 1e300) {
-  return {std::move(key), std::move(def), std::move(help), OptionKind::real, "", min, max};
+  return {std::move(key), std::move(def), std::move(help), OptionKind::real, "", min, max, {}};
 }
 OptionSpec boolean(std::string key, std::string def, std::string help) {
-  return {std::move(key), std::move(def), std::move(help), OptionKind::boolean, "", 0, 1};
+  return {std::move(key), std::move(def), std::move(help), OptionKind::boolean, "", 0, 1, {}};
 }
 OptionSpec choice(std::string key, std::string def, std::string help, std::string choices) {
-  return {std::move(key), std::move(def), std::move(help), OptionKind::choice, std::move(choices), 0, 0};
+  return {std::move(key), std::move(def), std::move(help), OptionKind::choice, std::move(choices), 0, 0, {}};
 }
 OptionSpec text(std::string key, std::string def, std::string help) {
-  return {std::move(key), std::move(def), std::move(help), OptionKind::text, "", 0, 0};
+  return {std::move(key), std::move(def), std::move(help), OptionKind::text, "", 0, 0, {}};
 }
 OptionSpec path(std::string key, std::string def, std::string help) {
-  return {std::move(key), std::move(def), std::move(help), OptionKind::path, "", 0, 0};
+  return {std::move(key), std::move(def), std::move(help), OptionKind::path, "", 0, 0, {}};
 }
 }  // namespace
 
@@ -36,162 +42,223 @@ const std::vector<std::string>& section_order() {
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       // [model] GPT-2 as nanoGPT defines it; the defaults are GPT-2 124M.
-      integer("model.n_layer", "12", "transformer blocks", 1, 1024),
-      integer("model.n_head", "12", "attention heads per block; must divide model.n_embd", 1, 1024),
-      integer("model.n_embd", "768", "embedding width C", 1, 65536),
-      integer("model.block_size", "1024", "maximum sequence length (rows of the position embedding)", 1, 1 << 20),
+      integer("model.n_layer", "12", "transformer blocks", 1, 1024)
+          .into([](V v, O o) { o.model.n_layer = v.int32(); }),
+      integer("model.n_head", "12", "attention heads per block; must divide model.n_embd", 1, 1024)
+          .into([](V v, O o) { o.model.n_head = v.int32(); }),
+      integer("model.n_embd", "768", "embedding width C", 1, 65536)
+          .into([](V v, O o) { o.model.n_embd = v.int32(); }),
+      integer("model.block_size", "1024", "maximum sequence length (rows of the position embedding)", 1, 1 << 20)
+          .into([](V v, O o) { o.model.block_size = v.int32(); }),
       integer("model.vocab_size", "50257", "vocabulary size V; every token id in the data must be < V", 1,
-              1 << 24),
+              1 << 24)
+          .into([](V v, O o) { o.model.vocab_size = v.int32(); }),
       integer("model.padded_vocab_size", "0",
               "rows of the token embedding (>= V; padded rows never enter the loss); 0 = V rounded up to a "
               "multiple of 128, as llm.c does",
-              0, 1 << 24),
-      integer("model.seed", "1337", "seed of the parameter initialisation", 0),
+              0, 1 << 24)
+          .into([](V v, O o) { o.model.padded_vocab_size = v.int32(); }),
+      integer("model.seed", "1337", "seed of the parameter initialisation", 0)
+          .into([](V v, O o) { o.model_seed = static_cast<std::uint64_t>(v.integer()); }),
 
       // [data] token files in llm.c's format (hsdp-data writes them).
-      path("data.train", "data/train.bin", "training tokens (llm.c .bin: 256-int32 header, uint16 tokens)"),
-      path("data.val", "data/val.bin", "validation tokens, same format"),
+      path("data.train", "data/train.bin", "training tokens (llm.c .bin: 256-int32 header, uint16 tokens)")
+          .into([](V v, O o) { o.train_path = v.text(); }),
+      path("data.val", "data/val.bin", "validation tokens, same format")
+          .into([](V v, O o) { o.val_path = v.text(); }),
       path("data.entropy_json", "",
-           "optional source.json from `hsdp-data synth`: its entropy rate is logged next to the val loss"),
+           "optional source.json from `hsdp-data synth`: its entropy rate is logged next to the val loss")
+          .into([](V v, O o) { o.entropy_json = v.text(); }),
 
       // [train]
-      integer("train.steps", "1000", "optimizer steps to run", 1),
-      integer("train.micro_batch", "4", "sequences per micro-batch per data-parallel rank", 1, 1 << 20),
-      integer("train.seq_len", "64", "tokens per sequence (<= model.block_size)", 1, 1 << 20),
-      integer("train.grad_accum", "1", "micro-batches accumulated per optimizer step", 1, 1 << 20),
-      real("train.lr", "6e-4", "peak learning rate", 0),
-      real("train.min_lr", "6e-5", "learning rate at the end of the cosine decay", 0),
-      integer("train.warmup_steps", "100", "linear warm-up steps before the cosine decay", 0),
-      real("train.weight_decay", "0.1", "AdamW decoupled weight decay (matrices and embeddings only)", 0),
-      real("train.beta1", "0.9", "AdamW beta1", 0, 1),
-      real("train.beta2", "0.95", "AdamW beta2", 0, 1),
-      real("train.eps", "1e-8", "AdamW epsilon", 0),
-      real("train.grad_clip", "1.0", "clip the global gradient norm to this; 0 = no clipping", 0),
-      integer("train.seed", "1337", "seed of the data order (all other randomness comes from model.seed)", 0),
-      integer("train.eval_every", "100", "evaluate on data.val every N steps (and at the end); 0 = never", 0),
+      integer("train.steps", "1000", "optimizer steps to run", 1)
+          .into([](V v, O o) { o.steps = v.integer(); }),
+      integer("train.micro_batch", "4", "sequences per micro-batch per data-parallel rank", 1, 1 << 20)
+          .into([](V v, O o) { o.micro_batch = v.int32(); }),
+      integer("train.seq_len", "64", "tokens per sequence (<= model.block_size)", 1, 1 << 20)
+          .into([](V v, O o) { o.seq_len = v.int32(); }),
+      integer("train.grad_accum", "1", "micro-batches accumulated per optimizer step", 1, 1 << 20)
+          .into([](V v, O o) { o.grad_accum = v.int32(); }),
+      real("train.lr", "6e-4", "peak learning rate", 0)
+          .into([](V v, O o) { o.schedule.lr = v.real(); }),
+      real("train.min_lr", "6e-5", "learning rate at the end of the cosine decay", 0)
+          .into([](V v, O o) { o.schedule.min_lr = v.real(); }),
+      integer("train.warmup_steps", "100", "linear warm-up steps before the cosine decay", 0)
+          .into([](V v, O o) { o.schedule.warmup_steps = v.integer(); }),
+      real("train.weight_decay", "0.1", "AdamW decoupled weight decay (matrices and embeddings only)", 0)
+          .into([](V v, O o) { o.adamw.weight_decay = static_cast<float>(v.real()); }),
+      real("train.beta1", "0.9", "AdamW beta1", 0, 1)
+          .into([](V v, O o) { o.adamw.beta1 = static_cast<float>(v.real()); }),
+      real("train.beta2", "0.95", "AdamW beta2", 0, 1)
+          .into([](V v, O o) { o.adamw.beta2 = static_cast<float>(v.real()); }),
+      real("train.eps", "1e-8", "AdamW epsilon", 0)
+          .into([](V v, O o) { o.adamw.eps = static_cast<float>(v.real()); }),
+      real("train.grad_clip", "1.0", "clip the global gradient norm to this; 0 = no clipping", 0)
+          .into([](V v, O o) { o.grad_clip = v.real(); }),
+      integer("train.seed", "1337", "seed of the data order (all other randomness comes from model.seed)", 0)
+          .into([](V v, O o) { o.data_seed = static_cast<std::uint64_t>(v.integer()); }),
+      integer("train.eval_every", "100", "evaluate on data.val every N steps (and at the end); 0 = never", 0)
+          .into([](V v, O o) { o.eval_every = v.integer(); }),
       integer("train.eval_tokens", "0",
               "tokens per evaluation: the first eval_tokens / seq_len windows of data.val, the same on any number of "
               "ranks (so the val loss does not depend on the world size); 0 = the whole val set",
-              0),
+              0)
+          .into([](V v, O o) { o.eval_tokens = v.integer(); }),
       boolean("train.activation_checkpointing", "false",
-              "keep only each block's input and recompute the block in backward (less memory, ~1/3 more compute)"),
+              "keep only each block's input and recompute the block in backward (less memory, ~1/3 more compute)")
+          .into([](V v, O o) { o.activation_checkpointing = v.boolean(); }),
 
       boolean("train.eval_only", "false",
               "evaluate the model (resumed from checkpoint.resume, or freshly initialised) on train.eval_tokens of "
               "data.val, print the val loss, write eval_step_<N>.json in log.dir (never a training run's "
-              "summary.json), and exit without training"),
+              "summary.json), and exit without training")
+          .into([](V v, O o) { o.eval_only = v.boolean(); }),
       integer("train.stop_at_step", "0",
               "stop after this step (with a checkpoint if checkpoint.dir is set) although the schedule runs to "
               "train.steps; a later run resumes; 0 = run to train.steps",
-              0),
+              0)
+          .into([](V v, O o) { o.stop_at_step = v.integer(); }),
 
       // [checkpoint]
       path("checkpoint.dir", "",
-           "directory of the HDF5 checkpoints step_<N>.h5 and the `latest` pointer; empty = no checkpoints"),
+           "directory of the HDF5 checkpoints step_<N>.h5 and the `latest` pointer; empty = no checkpoints")
+          .into([](V v, O o) { o.checkpoint_dir = v.text(); }),
       integer("checkpoint.every", "0", "write a checkpoint every N steps (and always after the last step); 0 = only "
-              "after the last step and on SIGUSR1/SIGTERM", 0),
-      integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1),
-      integer("checkpoint.keep_every", "0", "also keep every checkpoint whose step is a multiple of N, forever", 0),
+              "after the last step and on SIGUSR1/SIGTERM", 0)
+          .into([](V v, O o) { o.checkpoint_every = v.integer(); }),
+      integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1)
+          .into([](V v, O o) { o.checkpoint_keep = v.int32(); }),
+      integer("checkpoint.keep_every", "0", "also keep every checkpoint whose step is a multiple of N, forever", 0)
+          .into([](V v, O o) { o.checkpoint_keep_every = v.int32(); }),
       boolean("checkpoint.overwrite", "false",
               "a run that does not resume from checkpoint.dir while it holds checkpoints (another run's) is an "
-              "error, so runs never mix; true deletes them first"),
+              "error, so runs never mix; true deletes them first")
+          .into([](V v, O o) { o.checkpoint_overwrite = v.boolean(); }),
       boolean("checkpoint.fallback", "true",
               "checkpoint.resume=auto with a damaged `latest` (missing file, failed checksum): resume from the newest "
-              "checkpoint of checkpoint.dir that loads, saying which were skipped and why; false: exit 2 instead"),
+              "checkpoint of checkpoint.dir that loads, saying which were skipped and why; false: exit 2 instead")
+          .into([](V v, O o) { o.checkpoint_fallback = v.boolean(); }),
       real("checkpoint.timeout_s", "600",
            "watchdog of checkpoint I/O: a resume read, a checkpoint write or its commit that makes no progress for "
            "this many seconds (a rank stopped or frozen, a file system that does not answer) ends the job with exit 4, "
            "naming the phase and the operation; the previous checkpoint and `latest` stay as they were",
-           0.001),
+           0.001)
+          .into([](V v, O o) { o.checkpoint_timeout_s = v.real(); }),
       choice("checkpoint.on_error", "stop",
              "a checkpoint that cannot be written (a full disk, a quota, a permission): stop = exit 2 with one line "
              "naming checkpoint.dir, the bytes needed and the error; continue = say so once, skip that checkpoint and "
              "train on (the previous checkpoint and `latest` stay as they were either way)",
-             "stop|continue"),
+             "stop|continue")
+          .into([](V v, O o) { o.checkpoint_continue_on_error = v.text() == "continue"; }),
       text("checkpoint.resume", "auto",
            "auto = resume from checkpoint.dir/latest if it exists; none = start fresh; or the path of a checkpoint "
-           "(any world size and strategy)"),
+           "(any world size and strategy)")
+          .into([](V v, O o) { o.resume = v.text(); }),
 
       // [parallel]
       choice("parallel.sharding", "no_shard",
              "how model state is split over ranks: no_shard (DDP), zero1, shard_grad_op (ZeRO-2), full_shard "
              "(ZeRO-3), hybrid_shard (full_shard inside a node, replicas across nodes), hybrid_shard_zero2",
-             shard::sharding_choices()),
+             shard::sharding_choices())
+          .into([](V v, O o) { o.engine.strategy = shard::parse_sharding(v.text()); }),
       boolean("parallel.prefetch", "true",
-              "issue the next unit's all-gather before the current unit computes (forward and backward)"),
-      real("parallel.bucket_mb", "25", "no_shard: gradient all-reduce bucket size in MiB (fp32 gradients)", 0.001),
+              "issue the next unit's all-gather before the current unit computes (forward and backward)")
+          .into([](V v, O o) { o.engine.prefetch = v.boolean(); }),
+      real("parallel.bucket_mb", "25", "no_shard: gradient all-reduce bucket size in MiB (fp32 gradients)", 0.001)
+          .into([](V v, O o) { o.engine.bucket_mb = v.real(); }),
 
       // [precision]
       choice("precision.param", "fp32",
              "dtype parameters are all-gathered in and rounded to for compute (compute itself is fp32 on the CPU); "
              "master weights and AdamW state stay fp32; fp16 adds a dynamic loss scaler that skips overflowed steps",
-             "fp32|bf16|fp16"),
+             "fp32|bf16|fp16")
+          .into([](V v, O o) { o.engine.param_dtype = parse_dtype(v.text(), v.key); }),
       choice("precision.reduce", "fp32", "dtype gradients are reduced (reduce-scatter, all-reduce) in",
-             "fp32|bf16|fp16"),
+             "fp32|bf16|fp16")
+          .into([](V v, O o) { o.engine.reduce_dtype = parse_dtype(v.text(), v.key); }),
 
       // [zeropp] ZeRO++ (with full_shard or hybrid_shard)
       boolean("zeropp.quantized_weights", "false",
               "qwZ: the forward all-gather of weights moves int8 blocks plus one fp32 scale per zeropp.block "
-              "elements (half the bytes of bf16); master weights stay exact"),
+              "elements (half the bytes of bf16); master weights stay exact")
+          .into([](V v, O o) { o.engine.zeropp.quantized_weights = v.boolean(); }),
       integer("zeropp.hpz_partition_size", "0",
               "hpZ: k > 0 keeps, after each forward gather, a secondary 1/k slice of the weights in groups of k ranks "
               "of a node, and gathers backward weights from that group only (no inter-node bytes); k must divide "
               "the ranks per node; 0 = off",
-              0, 1 << 20),
+              0, 1 << 20)
+          .into([](V v, O o) { o.engine.zeropp.hpz_partition_size = v.int32(); }),
       boolean("zeropp.quantized_gradients", "false",
               "qgZ: the gradient reduce-scatter becomes a two-hop quantized all-to-all (inside the node, then across "
-              "nodes); on one node the exact reduce-scatter is kept (said once in the log)"),
-      choice("zeropp.grad_bits", "4", "qgZ: bits per quantized gradient value", "4|8"),
-      integer("zeropp.block", "2048", "elements per quantization block (one fp32 scale each); even", 2, 1 << 24),
+              "nodes); on one node the exact reduce-scatter is kept (said once in the log)")
+          .into([](V v, O o) { o.engine.zeropp.quantized_gradients = v.boolean(); }),
+      choice("zeropp.grad_bits", "4", "qgZ: bits per quantized gradient value", "4|8")
+          .into([](V v, O o) { o.engine.zeropp.grad_bits = v.text() == "8" ? quant::Bits::int8 : quant::Bits::int4; }),
+      integer("zeropp.block", "2048", "elements per quantization block (one fp32 scale each); even", 2, 1 << 24)
+          .into([](V v, O o) { o.engine.zeropp.block = static_cast<std::size_t>(v.integer()); }),
 
       // [topology]
       integer("topology.ranks_per_node", "0",
               "0 = nodes are the ranks that share memory (MPI_COMM_TYPE_SHARED); N > 0 = emulate nodes of N ranks "
               "(tests, one machine)",
-              0, 1 << 20),
+              0, 1 << 20)
+          .into([](V v, O o) { o.topology.ranks_per_node = v.int32(); }),
       choice("topology.placement", "block",
              "with emulated nodes: block = consecutive ranks share a node (mpirun --map-by core); cyclic = rank r "
              "on node r % nodes (mpirun --map-by node)",
-             "block|cyclic"),
+             "block|cyclic")
+          .into([](V v, O o) { o.topology.placement = comm::parse_placement(v.text()); }),
 
       // [comm]
       real("comm.timeout_s", "300",
            "watchdog: a collective unfinished after this many seconds aborts the job, naming the collective, its "
            "group and its sequence number",
-           0.001),
+           0.001)
+          .into([](V v, O o) { o.comm.timeout_s = v.real(); }),
 
       choice("comm.intra", "nccl",
              "device.type=cuda: the collectives inside a node run over nccl (one GPU per rank) or mpi (CUDA-aware "
              "MPI when the library is, else staged through pinned host memory; several ranks may share a GPU, as "
              "when a one-GPU machine emulates nodes); device.type=cpu always uses MPI",
-             "mpi|nccl"),
+             "mpi|nccl")
+          .into([](V v, O o) { o.comm_intra = comm::parse_transport(v.text(), v.key); }),
       choice("comm.inter", "mpi",
              "device.type=cuda, more than one node: the collectives across nodes run over mpi (CUDA-aware MPI when "
              "the library is, else staged through pinned host memory) or nccl (NCCL's network transports); "
              "device.type=cpu always uses MPI",
-             "mpi|nccl"),
+             "mpi|nccl")
+          .into([](V v, O o) { o.comm_inter = comm::parse_transport(v.text(), v.key); }),
 
       // [device]
       choice("device.type", "cpu",
              "cpu = every strategy, fp32 compute on the CPU; cuda = one GPU per rank (local rank modulo the visible "
              "GPUs), bf16 compute with fp32 master weights, data-parallel only: needs parallel.sharding=no_shard, "
              "precision.param=bf16, precision.reduce=fp32, no zeropp.* and no activation checkpointing",
-             "cpu|cuda"),
+             "cpu|cuda")
+          .into([](V v, O o) { o.device_type = device::parse_device_type(v.text()); }),
       integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0,
-              4096),
+              4096)
+          .into([](V v, O o) { o.threads = v.int32(); }),
       choice("device.streams", "inline",
              "how the engine's stream queues run on the CPU device: inline = the host runs each queue's work in order "
              "(the fast path); check = the stream checker follows every access of every kernel and collective and "
              "ends the run naming the buffer, the two operations and their queues if one is not ordered after what it "
              "depends on; threads = check, with every queue on its own worker thread after random delays (the "
              "ordering a GPU's streams need, proven on the CPU; slower: for checking, not for training)",
-             "inline|check|threads"),
+             "inline|check|threads")
+          .into([](V v, O o) {
+        o.engine.streams.check = v.text() != "inline";
+        o.engine.streams.threads = v.text() == "threads";
+      }),
       integer("device.streams_seed", "1", "device.streams=threads: the seed of the random delays (a seed replays them)",
-              0),
+              0)
+          .into([](V v, O o) { o.engine.streams.seed = static_cast<std::uint64_t>(v.integer()); }),
 
       // [log]
-      path("log.dir", "runs/hsdp", "directory for metrics.jsonl and summary.json (created if missing)"),
-      integer("log.every", "10", "print the progress line every N steps (and the first and last step)", 1),
+      path("log.dir", "runs/hsdp", "directory for metrics.jsonl and summary.json (created if missing)")
+          .into([](V v, O o) { o.log_dir = v.text(); }),
+      integer("log.every", "10", "print the progress line every N steps (and the first and last step)", 1)
+          .into([](V v, O o) { o.log_every = v.integer(); }),
   };
   return table;
 }

@@ -2,14 +2,33 @@
 // The configuration deck: every key hsdp-train understands, with its default, its help text and its check,
 // in ONE table. Decks are INI files ([section] key = value); the command line overrides them with
 // --section.key=value. A resolved deck prints back as a valid INI deck (--print-config).
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+namespace hsdp::train {
+struct TrainOptions;
+}
+
 namespace hsdp::app {
 
 enum class OptionKind { text, integer, real, boolean, choice, path };
+
+class ConfigDeck;
+
+// One key's value in a deck, as its table entry reads it into TrainOptions.
+struct DeckValue {
+  const ConfigDeck& deck;
+  const std::string& key;
+  const std::string& text() const;
+  long long integer() const;
+  int int32() const { return static_cast<int>(integer()); }  // the table's bounds keep it in range
+  double real() const;
+  bool boolean() const;
+};
+using ReadInto = std::function<void(const DeckValue&, train::TrainOptions&)>;
 
 struct OptionSpec {
   std::string key;            // "section.name"
@@ -19,6 +38,11 @@ struct OptionSpec {
   std::string choices;  // "a|b|c" for OptionKind::choice
   double min = -1e300;  // inclusive bounds for integer and real
   double max = 1e300;
+  ReadInto read;  // where hsdp-train keeps the value (train_options); none: a key only tools read
+  OptionSpec into(ReadInto r) && {
+    read = std::move(r);
+    return std::move(*this);
+  }
 };
 
 const std::vector<OptionSpec>& option_table();
@@ -56,6 +80,10 @@ class ConfigDeck {
  private:
   std::map<std::string, std::string> values_;
 };
+
+// hsdp-train's typed options: every key's value where its table entry reads it, then the values derived from several
+// keys and the checks across keys (a config Error names the keys).
+train::TrainOptions train_options(const ConfigDeck& deck);
 
 // `hsdp-train --help`: usage, program flags, exit codes, and every deck key with default and help.
 std::string help_text(const std::string& program);

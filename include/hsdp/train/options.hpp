@@ -39,6 +39,7 @@ struct TrainOptions {
   comm::Transport comm_intra = comm::Transport::nccl;  // cuda: what carries the collectives inside a node
   comm::Transport comm_inter = comm::Transport::mpi;   // cuda: what carries the collectives across nodes
   comm::CommOptions comm;           // the watchdog's timeout, for the communicators the backend creates
+  comm::TopologyOptions topology;   // emulated nodes and placement (comm/topology.hpp)
 
   std::int64_t stop_at_step = 0;  // 0: run to `steps`
   bool eval_only = false;
