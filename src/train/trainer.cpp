@@ -221,274 +221,358 @@ std::string divergence_text(std::int64_t step, double loss, const FiniteLoss& la
   return text.str();
 }
 
-}  // namespace
+// One run of hsdp-train on this rank, phase by phase (train() below reads as the list of them). Every phase that can
+// fail on one rank only agrees on it (comm::agree), so every rank ends with the same error.
+class Run {
+ public:
+  Run(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSignals& signals, const Logger& log)
+      : o_(o), mesh_(mesh), signals_(signals), log_(log), world_(mesh.mpi_world()), data_parallel_(world_),
+        rank_(world_.rank()), grad_accum_(o.grad_accum) {}
 
-TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSignals& signals, const Logger& log) {
-  comm::MpiCommunicator& world = mesh.mpi_world();
-  // Every strategy is data-parallel over the whole world: each rank reads its own micro-batches.
-  comm::Communicator& data_parallel = world;
-  const int dp_rank = data_parallel.rank();
-  const int dp_size = data_parallel.size();
-  int thread_count = 1;
-  comm::agree(world.raw(), [&] { thread_count = threads_per_rank(o.threads, mesh.topology()); });
-  const device::ThreadCountScope threads(thread_count);
-
-  MemoryAccountant memory;
-  std::unique_ptr<model::ModelLayout> layout;
-  std::unique_ptr<data::TokenFile> train_file, val_file;
-  std::unique_ptr<data::Sampler> sampler;
-  std::unique_ptr<data::EvalLoader> evaluator;
-  std::unique_ptr<MetricsLog> metrics;
-  double entropy_rate = -1;
-  const int rank = world.rank();
-  std::optional<StallPhase> startup(std::in_place, "start-up", o.comm.timeout_s, "comm.timeout_s");
-  std::optional<StallGuard> startup_op(std::in_place, "opening the data");
-  comm::agree(world.raw(), [&] {
-    fault_point("data", rank);
-    layout = std::make_unique<model::ModelLayout>(o.model);
-    train_file = std::make_unique<data::TokenFile>(o.train_path, "data.train");
-    train_file->validate_vocab(o.model.vocab_size);
-    sampler = std::make_unique<data::Sampler>(*train_file, o.micro_batch, o.seq_len, dp_rank, dp_size, o.data_seed);
-    if (o.eval_every > 0 || o.eval_only) {
-      val_file = std::make_unique<data::TokenFile>(o.val_path, "data.val");
-      val_file->validate_vocab(o.model.vocab_size);
-      evaluator =
-          std::make_unique<data::EvalLoader>(*val_file, o.micro_batch, o.seq_len, dp_rank, dp_size, o.eval_tokens);
+  // Start-up (watched as one phase by comm.timeout_s): threads, the data files and the model's backend.
+  void start_up() {
+    const StallPhase startup("start-up", o_.comm.timeout_s, "comm.timeout_s");
+    comm::agree(world_.raw(), [&] { thread_count_ = threads_per_rank(o_.threads, mesh_.topology()); });
+    threads_.emplace(thread_count_);
+    {
+      const StallGuard op("opening the data");
+      open_data();
     }
-    entropy_rate = read_entropy_rate(o.entropy_json);
-    if (log.is_root()) metrics = std::make_unique<MetricsLog>(o.log_dir);
-  });
-
-  std::unique_ptr<Backend> backend_holder;
-  startup_op.emplace("building the model");
-  const int sharing = ranks_on_host(world.raw());
-  comm::agree(world.raw(), [&] {
-    // The CPU engine's formulas; the CUDA backend's memory is its own (data-parallel only).
-    if (o.device_type == device::DeviceType::cpu) check_memory_fits(o, *layout, mesh, sharing);
-  });
-  comm::agree(world.raw(), [&] {
-    if (o.device_type == device::DeviceType::cuda) {
-      check_cuda_options(o);
-      backend_holder = make_cuda_backend(o, *layout, mesh, memory, log);
-    } else {
-      backend_holder = make_cpu_backend(o, *layout, mesh, memory, log);
-    }
-  });
-  Backend& backend = *backend_holder;
-  const bool fp16 = o.engine.param_dtype == DType::f16;
-  optim::LossScaler scaler;
-  const std::size_t tokens_per_micro = static_cast<std::size_t>(o.micro_batch) * o.seq_len;
-  std::vector<std::int32_t> inputs(tokens_per_micro), targets(tokens_per_micro);
-  int grad_accum = o.grad_accum;  // a resume on another number of ranks may change it (accumulation_for_resume)
-
-  // The val loss over the evaluation set (the same windows on any number of ranks): per-position losses summed.
-  auto evaluate = [&](std::int64_t at_step) {
-    // Its collectives are the collective watchdog's: the phase only names them.
-    const StallPhase phase("evaluation at step " + std::to_string(at_step), 0);
-    fault_point("eval", rank);
-    evaluator->reset();
-    double sum = 0;
-    for (std::uint64_t b = 0; b < evaluator->batch_count(); ++b) {
-      const std::size_t rows = evaluator->next(inputs, targets);
-      sum += backend.evaluate_loss_sum(inputs, targets, rows);
-    }
-    data_parallel.all_reduce(std::span<double>(&sum, 1), comm::ReduceOp::sum);
-    return sum / static_cast<double>(evaluator->windows() * static_cast<std::uint64_t>(o.seq_len));
-  };
-
-  TrainSummary summary;
-  summary.entropy_rate = entropy_rate;
-  std::int64_t optimizer_steps = 0;  // AdamW's t: steps actually applied (fp16 overflow skips do not count)
-  std::int64_t first_step = 0;
-  std::int64_t tokens_seen = 0;
-  Checkpointer checkpoints(o, mesh, backend, *layout, log);
-  startup_op.reset();
-  startup.reset();
-  // Not inside agree(): its collectives are the ckpt layer's, which agrees on its own failures (AgreedError).
-  const std::optional<ckpt::TrainState> resumed = checkpoints.resume();
-  comm::agree(world.raw(), [&] {
-    if (const auto& state = resumed) {
-      first_step = state->step;
-      tokens_seen = state->tokens;
-      sampler->restore(state->sampler);
-      scaler.restore(state->scaler);
-      optimizer_steps = state->step - state->scaler.skipped_steps;
-      summary.resumed_from_step = state->step;
-      summary.earlier_seconds = state->train_seconds;
-      summary.segments = state->segments + 1;
-      grad_accum = accumulation_for_resume(*state, o, dp_size, log);
-    }
-    // eval_only leaves a training run's metrics.jsonl as it is.
-    if (log.is_root() && !o.eval_only) metrics->keep_through_step(first_step);
-  });
-  const std::int64_t tokens_per_step = static_cast<std::int64_t>(tokens_per_micro) * grad_accum * dp_size;
-  log.info("hsdp-train: ", layout->total_numel(), " parameters (", layout->num_units(), " units), ",
-           mesh.topology().world_size, " rank(s), strategy ", shard::to_string(o.engine.strategy), " (param ",
-           to_string(o.engine.param_dtype), ", reduce ", to_string(o.engine.reduce_dtype), "), ",
-           tokens_per_step, " tokens per step (micro_batch ", o.micro_batch, " x seq_len ", o.seq_len,
-           " x grad_accum ", grad_accum, " x ", dp_size, " data-parallel), ", thread_count,
-           " thread(s) per rank");
-  // After every input was checked (a bad input ends with its one line of error only).
-  if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
-    log.warn("OpenBLAS runs its ", device::blas_core_name(), " kernels: it does not recognise this CPU. GEMMs are "
-             "several times faster with `export OPENBLAS_CORETYPE=", better, "` before launching (mpirun -x "
-             "OPENBLAS_CORETYPE, or in the job script).");
+    const StallGuard op("building the model");
+    build_backend();
   }
-  std::int64_t end_step = o.stop_at_step > 0 ? std::min(o.stop_at_step, o.steps) : o.steps;
-  if (o.eval_only) {
-    summary.final_val_loss = evaluate(first_step);
-    end_step = first_step;  // no training: straight to summary.json
+
+  // The checkpoint checkpoint.resume names, if any: the model, the data order, the loss scale, the step.
+  void resume() {
+    checkpoints_ = std::make_unique<Checkpointer>(o_, mesh_, *backend_, *layout_, log_);
+    // Not inside agree(): its collectives are the ckpt layer's, which agrees on its own failures (AgreedError).
+    const std::optional<ckpt::TrainState> resumed = checkpoints_->resume();
+    comm::agree(world_.raw(), [&] {
+      if (const auto& state = resumed) {
+        first_step_ = state->step;
+        tokens_seen_ = state->tokens;
+        sampler_->restore(state->sampler);
+        scaler_.restore(state->scaler);
+        optimizer_steps_ = state->step - state->scaler.skipped_steps;
+        summary_.resumed_from_step = state->step;
+        summary_.earlier_seconds = state->train_seconds;
+        summary_.segments = state->segments + 1;
+        grad_accum_ = accumulation_for_resume(*state, o_, data_parallel_.size(), log_);
+      }
+      // eval_only leaves a training run's metrics.jsonl as it is.
+      if (log_.is_root() && !o_.eval_only) metrics_->keep_through_step(first_step_);
+    });
+    tokens_per_step_ = static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * data_parallel_.size();
+    steps_done_ = first_step_;
+    end_step_ = o_.stop_at_step > 0 ? std::min(o_.stop_at_step, o_.steps) : o_.steps;
+  }
+
+  // What runs, on rank 0: the model, the ranks, the strategy, the batch; a BLAS that does not know this CPU.
+  void announce() const {
+    log_.info("hsdp-train: ", layout_->total_numel(), " parameters (", layout_->num_units(), " units), ",
+              mesh_.topology().world_size, " rank(s), strategy ", shard::to_string(o_.engine.strategy), " (param ",
+              to_string(o_.engine.param_dtype), ", reduce ", to_string(o_.engine.reduce_dtype), "), ",
+              tokens_per_step_, " tokens per step (micro_batch ", o_.micro_batch, " x seq_len ", o_.seq_len,
+              " x grad_accum ", grad_accum_, " x ", data_parallel_.size(), " data-parallel), ", thread_count_,
+              " thread(s) per rank");
+    // After every input was checked (a bad input ends with its one line of error only).
+    if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
+      log_.warn("OpenBLAS runs its ", device::blas_core_name(), " kernels: it does not recognise this CPU. GEMMs are "
+                "several times faster with `export OPENBLAS_CORETYPE=", better, "` before launching (mpirun -x "
+                "OPENBLAS_CORETYPE, or in the job script).");
+    }
+  }
+
+  // train.eval_only: the val loss of the model as it is, and no training.
+  void evaluate_only() {
+    summary_.final_val_loss = evaluate(first_step_);
+    end_step_ = first_step_;  // no training: straight to the summary
     std::ostringstream line;
     line.precision(9);
-    line << "eval only: val loss " << summary.final_val_loss << " over " << evaluator->windows() << " windows of "
-         << o.seq_len << " tokens at step " << first_step;
-    if (entropy_rate > 0) line << " | source entropy " << entropy_rate;
-    log.info(line.str());
+    line << "eval only: val loss " << summary_.final_val_loss << " over " << evaluator_->windows() << " windows of "
+         << o_.seq_len << " tokens at step " << first_step_;
+    if (entropy_rate_ > 0) line << " | source entropy " << entropy_rate_;
+    log_.info(line.str());
   }
-  if (first_step >= end_step && !o.eval_only) {
-    log.info("nothing to do: the checkpoint is at step ", first_step, " of ", end_step);
-  }
-  std::int64_t steps_done = first_step;  // the step the model is at
-  FiniteLoss last_finite;
-  // The first safe point: a stop requested during start-up or resume ends the run before its first step, with no
-  // checkpoint (the model is the one the run started from: a fresh one, or the checkpoint it resumed).
-  if (stop_agreed(world, signals) && first_step < end_step) {
-    summary.stopped_by_signal = true;
-    end_step = first_step;
-    log.info("stop requested by a signal before the first step: nothing to checkpoint (the run is at step ",
-             first_step, ", ", first_step > 0 ? "the checkpoint it resumed" : "a fresh start",
-             "); exiting with code 3 (requeue me)");
-  }
-  Stopwatch run_clock;
-  double timed_seconds = 0;
-  std::int64_t timed_tokens = 0;
-  for (std::int64_t step = first_step; step < end_step; ++step) {
-    Stopwatch step_clock;
-    mesh.reset_counters();
-    backend.begin_step();
-    const float loss_scale = fp16 ? scaler.scale() : 1.0f;
-    double loss = 0;
-    fault_point("step", rank);
-    for (int micro = 0; micro < grad_accum; ++micro) {
-      sampler->next(inputs, targets);
-      loss += backend.forward_backward(inputs, targets, loss_scale / static_cast<float>(grad_accum),
-                                       micro + 1 == grad_accum);
+
+  // The steps from the checkpoint's (or 0) to train.stop_at_step or train.steps, or to an agreed stop request.
+  void train_steps() {
+    if (first_step_ >= end_step_ && !o_.eval_only) {
+      log_.info("nothing to do: the checkpoint is at step ", first_step_, " of ", end_step_);
     }
-    loss = global_mean(data_parallel, loss / grad_accum);
-    const double lr = optim::learning_rate(o.schedule, step);
+    // The first safe point: a stop requested during start-up or resume ends the run before its first step, with no
+    // checkpoint (the model is the one the run started from: a fresh one, or the checkpoint it resumed).
+    if (stop_agreed(world_, signals_) && first_step_ < end_step_) {
+      summary_.stopped_by_signal = true;
+      end_step_ = first_step_;
+      log_.info("stop requested by a signal before the first step: nothing to checkpoint (the run is at step ",
+                first_step_, ", ", first_step_ > 0 ? "the checkpoint it resumed" : "a fresh start",
+                "); exiting with code 3 (requeue me)");
+    }
+    run_clock_.restart();
+    for (std::int64_t step = first_step_; step < end_step_; ++step) {
+      StepMetrics m = train_step(step);
+      const bool last = m.step == o_.steps;
+      if (evaluator_ && ((o_.eval_every > 0 && m.step % o_.eval_every == 0) || last)) {
+        m.val_loss = evaluate(m.step);
+        summary_.final_val_loss = m.val_loss;
+      }
+      report(m, last);
+      if (checkpoint_or_stop(m.step)) break;
+    }
+  }
+
+  // Every rank arrives before MPI_Finalize, under the collective watchdog, which names a rank that does not.
+  void shut_down() {
+    {
+      const StallPhase phase("shutdown", o_.comm.timeout_s, "comm.timeout_s");
+      fault_point("shutdown", rank_);
+      world_.barrier();
+    }
+    summary_.steps = steps_done_;
+    summary_.seconds = summary_.earlier_seconds + run_clock_.seconds();
+    summary_.tokens_per_s = timed_seconds_ > 0 ? static_cast<double>(timed_tokens_) / timed_seconds_ : 0;
+  }
+
+  // summary.json (eval_step_<N>.json for eval_only) and the last line, on rank 0.
+  void write_summary() const {
+    if (!log_.is_root()) return;
+    JsonLine j;
+    j.add("steps", summary_.steps).add("final_loss", summary_.final_loss);
+    if (summary_.final_val_loss >= 0) j.add("final_val_loss", summary_.final_val_loss);
+    if (entropy_rate_ > 0) j.add("entropy_rate", entropy_rate_);
+    // seconds: every segment of the run (each resume starts one), as steps counts every step.
+    j.add("tokens_per_s", summary_.tokens_per_s).add("seconds", summary_.seconds);
+    j.add("segment_seconds", summary_.seconds - summary_.earlier_seconds).add("segments", summary_.segments);
+    j.add("world_size", mesh_.topology().world_size).add("nodes", mesh_.topology().num_nodes());
+    j.add("strategy", shard::to_string(o_.engine.strategy));
+    j.add("param_dtype", to_string(o_.engine.param_dtype)).add("reduce_dtype", to_string(o_.engine.reduce_dtype));
+    j.add("params", static_cast<std::uint64_t>(layout_->total_numel()));
+    j.add_raw("memory_peak", [&] {
+      JsonLine p;
+      for (const MemCategory c : kAllMemCategories) p.add(to_string(c), memory_.peak(c));
+      p.add("total", memory_.peak_total());
+      return p.str();
+    }());
+    j.add("deck", o_.deck_text);
+    // eval_only never overwrites a training run's summary.json: its result has a file of its own.
+    const std::string name = o_.eval_only ? "eval_step_" + std::to_string(first_step_) + ".json" : "summary.json";
+    std::ofstream(metrics_->dir() + "/" + name) << j.str() << "\n";
+    log_.info("done: ", summary_.steps, " steps in ", format_duration(summary_.seconds), ", ",
+              static_cast<long long>(summary_.tokens_per_s), " tokens/s; metrics in ", metrics_->dir());
+  }
+
+  const TrainSummary& summary() const { return summary_; }
+
+ private:
+  std::size_t tokens_per_micro() const { return static_cast<std::size_t>(o_.micro_batch) * o_.seq_len; }
+
+  void open_data() {
+    const int dp_rank = data_parallel_.rank();
+    const int dp_size = data_parallel_.size();
+    comm::agree(world_.raw(), [&] {
+      fault_point("data", rank_);
+      layout_ = std::make_unique<model::ModelLayout>(o_.model);
+      train_file_ = std::make_unique<data::TokenFile>(o_.train_path, "data.train");
+      train_file_->validate_vocab(o_.model.vocab_size);
+      sampler_ = std::make_unique<data::Sampler>(*train_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size,
+                                                 o_.data_seed);
+      if (o_.eval_every > 0 || o_.eval_only) {
+        val_file_ = std::make_unique<data::TokenFile>(o_.val_path, "data.val");
+        val_file_->validate_vocab(o_.model.vocab_size);
+        evaluator_ = std::make_unique<data::EvalLoader>(*val_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size,
+                                                        o_.eval_tokens);
+      }
+      entropy_rate_ = read_entropy_rate(o_.entropy_json);
+      summary_.entropy_rate = entropy_rate_;
+      if (log_.is_root()) metrics_ = std::make_unique<MetricsLog>(o_.log_dir);
+    });
+    inputs_.resize(tokens_per_micro());
+    targets_.resize(tokens_per_micro());
+  }
+
+  void build_backend() {
+    const int sharing = ranks_on_host(world_.raw());
+    comm::agree(world_.raw(), [&] {
+      // The CPU engine's formulas; the CUDA backend's memory is its own (data-parallel only).
+      if (o_.device_type == device::DeviceType::cpu) check_memory_fits(o_, *layout_, mesh_, sharing);
+    });
+    comm::agree(world_.raw(), [&] {
+      if (o_.device_type == device::DeviceType::cuda) {
+        check_cuda_options(o_);
+        backend_ = make_cuda_backend(o_, *layout_, mesh_, memory_, log_);
+      } else {
+        backend_ = make_cpu_backend(o_, *layout_, mesh_, memory_, log_);
+      }
+    });
+  }
+
+  // The val loss over the evaluation set (the same windows on any number of ranks): per-position losses summed.
+  double evaluate(std::int64_t at_step) {
+    // Its collectives are the collective watchdog's: the phase only names them.
+    const StallPhase phase("evaluation at step " + std::to_string(at_step), 0);
+    fault_point("eval", rank_);
+    evaluator_->reset();
+    double sum = 0;
+    for (std::uint64_t b = 0; b < evaluator_->batch_count(); ++b) {
+      const std::size_t rows = evaluator_->next(inputs_, targets_);
+      sum += backend_->evaluate_loss_sum(inputs_, targets_, rows);
+    }
+    data_parallel_.all_reduce(std::span<double>(&sum, 1), comm::ReduceOp::sum);
+    return sum / static_cast<double>(evaluator_->windows() * static_cast<std::uint64_t>(o_.seq_len));
+  }
+
+  // One optimizer step (step is 0-based): micro-batches, the norm or an fp16 overflow skip, AdamW; its metrics.
+  StepMetrics train_step(std::int64_t step) {
+    Backend& backend = *backend_;
+    const bool fp16 = o_.engine.param_dtype == DType::f16;
+    Stopwatch step_clock;
+    mesh_.reset_counters();
+    backend.begin_step();
+    const float loss_scale = fp16 ? scaler_.scale() : 1.0f;
+    double loss = 0;
+    fault_point("step", rank_);
+    for (int micro = 0; micro < grad_accum_; ++micro) {
+      sampler_->next(inputs_, targets_);
+      loss += backend.forward_backward(inputs_, targets_, loss_scale / static_cast<float>(grad_accum_),
+                                       micro + 1 == grad_accum_);
+    }
+    loss = global_mean(data_parallel_, loss / grad_accum_);
+    const double lr = optim::learning_rate(o_.schedule, step);
     optim::ClipResult clip;
     bool skipped = false;
-    if (fp16 && scaler.update(backend.found_nonfinite())) {
+    if (fp16 && scaler_.update(backend.found_nonfinite())) {
       skipped = true;
-      log.info("step ", step + 1, ": fp16 gradients overflowed; step skipped, loss scale now ", scaler.scale());
+      log_.info("step ", step + 1, ": fp16 gradients overflowed; step skipped, loss scale now ", scaler_.scale());
     } else {
       const double scale_squared = static_cast<double>(loss_scale) * loss_scale;
-      clip = optim::clip_coefficient(backend.grad_norm_squared() / scale_squared, o.grad_clip);
+      clip = optim::clip_coefficient(backend.grad_norm_squared() / scale_squared, o_.grad_clip);
       // The loss and the norm are all-reduced, so every rank sees the same: every rank throws, rank 0 says it.
-      if (!clip.finite || !std::isfinite(loss)) throw comm::AgreedError(ErrorKind::diverged, divergence_text(step + 1, loss, last_finite, checkpoints, o));
-      optimizer_steps += 1;
-      const optim::AdamWStep update{static_cast<float>(lr), optimizer_steps, clip.coefficient / loss_scale};
-      backend.optimizer_step(o.adamw, update);
+      if (!clip.finite || !std::isfinite(loss)) {
+        throw comm::AgreedError(ErrorKind::diverged, divergence_text(step + 1, loss, last_finite_, *checkpoints_, o_));
+      }
+      optimizer_steps_ += 1;
+      const optim::AdamWStep update{static_cast<float>(lr), optimizer_steps_, clip.coefficient / loss_scale};
+      backend.optimizer_step(o_.adamw, update);
     }
-    const double comm_ms = backend.timing().comm_ms;
 
     StepMetrics m;
     m.step = step + 1;
     m.loss = loss;
     m.lr = lr;
     m.grad_norm = clip.norm;
-    m.tokens = tokens_per_step;
+    m.tokens = tokens_per_step_;
     m.step_ms = step_clock.milliseconds();
-    m.comm_ms = comm_ms;
+    m.comm_ms = backend.timing().comm_ms;
     m.exposed_comm_ms = backend.timing().exposed_comm_ms;
     m.skipped = skipped;
-    m.tokens_per_s = static_cast<double>(tokens_per_step) / (m.step_ms / 1e3);
-    comm::LinkBytes mine = mesh.total_counters().total();
+    m.tokens_per_s = static_cast<double>(tokens_per_step_) / (m.step_ms / 1e3);
+    comm::LinkBytes mine = mesh_.total_counters().total();
     mine += backend.own_bytes();
-    const JobBytes job = job_bytes(world, mine);
+    const JobBytes job = job_bytes(world_, mine);
     m.bytes = job.all_ranks;
     m.bytes_max_rank = job.max_rank;
-    tokens_seen += tokens_per_step;
-    if (step > first_step) {  // the first step pays for page faults and warm-up
-      timed_seconds += m.step_ms / 1e3;
-      timed_tokens += tokens_per_step;
+    tokens_seen_ += tokens_per_step_;
+    if (step > first_step_) {  // the first step pays for page faults and warm-up
+      timed_seconds_ += m.step_ms / 1e3;
+      timed_tokens_ += tokens_per_step_;
     }
-    const bool last = step + 1 == o.steps;
-    if (evaluator && ((o.eval_every > 0 && m.step % o.eval_every == 0) || last)) {
-      m.val_loss = evaluate(m.step);
-      summary.final_val_loss = m.val_loss;
-    }
-    summary.final_loss = loss;
-    last_finite = {m.step, loss};
-    steps_done = m.step;
-    if (log.is_root()) {
-      metrics->write(to_json(m, memory));
-      if (m.step == 1 || m.step % o.log_every == 0 || last) {
-        const double per_step = run_clock.seconds() / static_cast<double>(m.step - first_step);
-        log.info(progress_line(m, o.steps, memory, per_step * static_cast<double>(end_step - m.step)));
-      }
-      if (m.val_loss >= 0) {
-        std::ostringstream line;
-        line << "eval step " << m.step << " | val loss " << m.val_loss;
-        if (entropy_rate > 0) line << " | source entropy " << entropy_rate << " (ratio " << m.val_loss / entropy_rate << ")";
-        log.info(line.str());
-      }
-    }
-    // Stop requests are agreed at the step boundary, so every rank checkpoints the same step.
-    const bool stop = stop_agreed(world, signals);
-    const bool end_of_run = m.step == end_step || stop;
-    bool saved = false;
-    if (checkpoints.enabled() && (end_of_run || checkpoints.due(m.step))) {
-      saved = checkpoints.save({.step = m.step, .tokens = tokens_seen, .sampler = sampler->state(), .scaler = scaler.state(),
-                        .deck_text = {}, .strategy = {}, .world_size = 0, .nodes = 0, .mesh = {},
-                        .train_seconds = summary.earlier_seconds + run_clock.seconds(), .segments = summary.segments});
-    }
-    if (stop) {
-      summary.stopped_by_signal = true;
-      log.info("stop requested by a signal: ",
-               saved                   ? "checkpointed"
-               : checkpoints.enabled() ? "the checkpoint failed (checkpoint.on_error=continue), so NOT checkpointed"
-                                       : "no checkpoint.dir, so NOT checkpointed",
-               " at step ", m.step, "; exiting with code 3 (requeue me)");
-      break;
-    }
+    summary_.final_loss = loss;
+    last_finite_ = {m.step, loss};
+    steps_done_ = m.step;
+    return m;
   }
-  {
-    // Every rank arrives before MPI_Finalize, under the collective watchdog, which names a rank that does not.
-    const StallPhase phase("shutdown", o.comm.timeout_s, "comm.timeout_s");
-    fault_point("shutdown", rank);
-    world.barrier();
-  }
-  summary.steps = steps_done;
-  summary.seconds = summary.earlier_seconds + run_clock.seconds();
-  summary.tokens_per_s = timed_seconds > 0 ? static_cast<double>(timed_tokens) / timed_seconds : 0;
 
-  if (log.is_root()) {
-    JsonLine j;
-    j.add("steps", summary.steps).add("final_loss", summary.final_loss);
-    if (summary.final_val_loss >= 0) j.add("final_val_loss", summary.final_val_loss);
-    if (entropy_rate > 0) j.add("entropy_rate", entropy_rate);
-    // seconds: every segment of the run (each resume starts one), as steps counts every step.
-    j.add("tokens_per_s", summary.tokens_per_s).add("seconds", summary.seconds);
-    j.add("segment_seconds", summary.seconds - summary.earlier_seconds).add("segments", summary.segments);
-    j.add("world_size", mesh.topology().world_size).add("nodes", mesh.topology().num_nodes());
-    j.add("strategy", shard::to_string(o.engine.strategy));
-    j.add("param_dtype", to_string(o.engine.param_dtype)).add("reduce_dtype", to_string(o.engine.reduce_dtype));
-    j.add("params", static_cast<std::uint64_t>(layout->total_numel()));
-    j.add_raw("memory_peak", [&] {
-      JsonLine p;
-      for (const MemCategory c : kAllMemCategories) p.add(to_string(c), memory.peak(c));
-      p.add("total", memory.peak_total());
-      return p.str();
-    }());
-    j.add("deck", o.deck_text);
-    // eval_only never overwrites a training run's summary.json: its result has a file of its own.
-    const std::string name = o.eval_only ? "eval_step_" + std::to_string(first_step) + ".json" : "summary.json";
-    std::ofstream(metrics->dir() + "/" + name) << j.str() << "\n";
-    log.info("done: ", summary.steps, " steps in ", format_duration(summary.seconds), ", ",
-             static_cast<long long>(summary.tokens_per_s), " tokens/s; metrics in ", metrics->dir());
+  // metrics.jsonl, the progress line and the eval line, on rank 0.
+  void report(const StepMetrics& m, bool last) {
+    if (!log_.is_root()) return;
+    metrics_->write(to_json(m, memory_));
+    if (m.step == 1 || m.step % o_.log_every == 0 || last) {
+      const double per_step = run_clock_.seconds() / static_cast<double>(m.step - first_step_);
+      log_.info(progress_line(m, o_.steps, memory_, per_step * static_cast<double>(end_step_ - m.step)));
+    }
+    if (m.val_loss >= 0) {
+      std::ostringstream line;
+      line << "eval step " << m.step << " | val loss " << m.val_loss;
+      if (entropy_rate_ > 0) {
+        line << " | source entropy " << entropy_rate_ << " (ratio " << m.val_loss / entropy_rate_ << ")";
+      }
+      log_.info(line.str());
+    }
   }
-  return summary;
+
+  // At the end of `step` (1-based): a checkpoint when due, at the end, or on a stop request agreed by every rank (so
+  // every rank checkpoints the same step). True: stop here.
+  bool checkpoint_or_stop(std::int64_t step) {
+    const bool stop = stop_agreed(world_, signals_);
+    const bool end_of_run = step == end_step_ || stop;
+    bool saved = false;
+    if (checkpoints_->enabled() && (end_of_run || checkpoints_->due(step))) {
+      saved = checkpoints_->save({.step = step, .tokens = tokens_seen_, .sampler = sampler_->state(),
+                                  .scaler = scaler_.state(), .deck_text = {}, .strategy = {}, .world_size = 0,
+                                  .nodes = 0, .mesh = {},
+                                  .train_seconds = summary_.earlier_seconds + run_clock_.seconds(),
+                                  .segments = summary_.segments});
+    }
+    if (!stop) return false;
+    summary_.stopped_by_signal = true;
+    log_.info("stop requested by a signal: ",
+              saved                     ? "checkpointed"
+              : checkpoints_->enabled() ? "the checkpoint failed (checkpoint.on_error=continue), so NOT checkpointed"
+                                        : "no checkpoint.dir, so NOT checkpointed",
+              " at step ", step, "; exiting with code 3 (requeue me)");
+    return true;
+  }
+
+  const TrainOptions& o_;
+  comm::ProcessMesh& mesh_;
+  const StopSignals& signals_;
+  const Logger& log_;
+  comm::MpiCommunicator& world_;
+  // Every strategy is data-parallel over the whole world: each rank reads its own micro-batches.
+  comm::Communicator& data_parallel_;
+  const int rank_;
+  int thread_count_ = 1;
+  std::optional<device::ThreadCountScope> threads_;
+
+  MemoryAccountant memory_;
+  std::unique_ptr<model::ModelLayout> layout_;
+  std::unique_ptr<data::TokenFile> train_file_, val_file_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::unique_ptr<data::EvalLoader> evaluator_;
+  std::unique_ptr<MetricsLog> metrics_;
+  double entropy_rate_ = -1;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Checkpointer> checkpoints_;
+  optim::LossScaler scaler_;
+  std::vector<std::int32_t> inputs_, targets_;
+
+  int grad_accum_;  // a resume on another number of ranks may change it (accumulation_for_resume)
+  std::int64_t tokens_per_step_ = 0;
+  std::int64_t optimizer_steps_ = 0;  // AdamW's t: steps actually applied (fp16 overflow skips do not count)
+  std::int64_t first_step_ = 0;
+  std::int64_t end_step_ = 0;
+  std::int64_t steps_done_ = 0;  // the step the model is at
+  std::int64_t tokens_seen_ = 0;
+  FiniteLoss last_finite_;
+  Stopwatch run_clock_;
+  double timed_seconds_ = 0;
+  std::int64_t timed_tokens_ = 0;
+  TrainSummary summary_;
+};
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSignals& signals, const Logger& log) {
+  Run run(o, mesh, signals, log);
+  run.start_up();
+  run.resume();
+  run.announce();
+  if (o.eval_only) run.evaluate_only();
+  run.train_steps();
+  run.shut_down();
+  run.write_summary();
+  return run.summary();
 }
 
 }  // namespace hsdp::train
