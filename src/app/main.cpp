@@ -75,8 +75,8 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
     hsdp::comm::agree(MPI_COMM_WORLD,
                       [&] { topology = hsdp::comm::detect_topology(MPI_COMM_WORLD, options.topology); });
   }
-  hsdp::comm::MpiCommunicator world(hsdp::comm::MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank,
-                                    comm_options, log);
+  hsdp::comm::MpiCommunicator world(hsdp::comm::MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank, comm_options,
+                                    log);
   std::unique_ptr<hsdp::comm::ProcessMesh> mesh;
   {
     const hsdp::StallGuard op("building the process mesh");

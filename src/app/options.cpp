@@ -372,10 +372,18 @@ std::string help_text(const std::string& program) {
   return out.str();
 }
 
-const std::string& DeckValue::text() const { return deck.get(key); }
-long long DeckValue::integer() const { return deck.get_int(key); }
-double DeckValue::real() const { return deck.get_real(key); }
-bool DeckValue::boolean() const { return deck.get_bool(key); }
+const std::string& DeckValue::text() const {
+  return deck.get(key);
+}
+long long DeckValue::integer() const {
+  return deck.get_int(key);
+}
+double DeckValue::real() const {
+  return deck.get_real(key);
+}
+bool DeckValue::boolean() const {
+  return deck.get_bool(key);
+}
 
 train::TrainOptions train_options(const ConfigDeck& deck) {
   train::TrainOptions o;

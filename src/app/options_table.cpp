@@ -1,7 +1,6 @@
 // Every deck key hsdp-train understands, each spelled here only. Adding a key here makes it parse, validate, print
 // in --help and --print-config, and its `.into` puts its value into TrainOptions (train_options(), options.cpp).
 #include "hsdp/app/options.hpp"
-
 #include "hsdp/comm/types.hpp"
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/shard/strategy.hpp"
@@ -42,59 +41,61 @@ const std::vector<std::string>& section_order() {
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       // [model] GPT-2 as nanoGPT defines it; the defaults are GPT-2 124M.
-      integer("model.n_layer", "12", "transformer blocks", 1, 1024)
-          .into([](V v, O o) { o.model.n_layer = v.int32(); }),
-      integer("model.n_head", "12", "attention heads per block; must divide model.n_embd", 1, 1024)
-          .into([](V v, O o) { o.model.n_head = v.int32(); }),
-      integer("model.n_embd", "768", "embedding width C", 1, 65536)
-          .into([](V v, O o) { o.model.n_embd = v.int32(); }),
+      integer("model.n_layer", "12", "transformer blocks", 1, 1024).into([](V v, O o) { o.model.n_layer = v.int32(); }),
+      integer("model.n_head", "12", "attention heads per block; must divide model.n_embd", 1, 1024).into([](V v, O o) {
+        o.model.n_head = v.int32();
+      }),
+      integer("model.n_embd", "768", "embedding width C", 1, 65536).into([](V v, O o) { o.model.n_embd = v.int32(); }),
       integer("model.block_size", "1024", "maximum sequence length (rows of the position embedding)", 1, 1 << 20)
           .into([](V v, O o) { o.model.block_size = v.int32(); }),
-      integer("model.vocab_size", "50257", "vocabulary size V; every token id in the data must be < V", 1,
-              1 << 24)
+      integer("model.vocab_size", "50257", "vocabulary size V; every token id in the data must be < V", 1, 1 << 24)
           .into([](V v, O o) { o.model.vocab_size = v.int32(); }),
       integer("model.padded_vocab_size", "0",
               "rows of the token embedding (>= V; padded rows never enter the loss); 0 = V rounded up to a "
               "multiple of 128, as llm.c does",
               0, 1 << 24)
           .into([](V v, O o) { o.model.padded_vocab_size = v.int32(); }),
-      integer("model.seed", "1337", "seed of the parameter initialisation", 0)
-          .into([](V v, O o) { o.model_seed = static_cast<std::uint64_t>(v.integer()); }),
+      integer("model.seed", "1337", "seed of the parameter initialisation", 0).into([](V v, O o) {
+        o.model_seed = static_cast<std::uint64_t>(v.integer());
+      }),
 
       // [data] token files in llm.c's format (hsdp-data writes them).
       path("data.train", "data/train.bin", "training tokens (llm.c .bin: 256-int32 header, uint16 tokens)")
           .into([](V v, O o) { o.train_path = v.text(); }),
-      path("data.val", "data/val.bin", "validation tokens, same format")
-          .into([](V v, O o) { o.val_path = v.text(); }),
+      path("data.val", "data/val.bin", "validation tokens, same format").into([](V v, O o) { o.val_path = v.text(); }),
       path("data.entropy_json", "",
            "optional source.json from `hsdp-data synth`: its entropy rate is logged next to the val loss")
           .into([](V v, O o) { o.entropy_json = v.text(); }),
 
       // [train]
-      integer("train.steps", "1000", "optimizer steps to run", 1)
-          .into([](V v, O o) { o.steps = v.integer(); }),
+      integer("train.steps", "1000", "optimizer steps to run", 1).into([](V v, O o) { o.steps = v.integer(); }),
       integer("train.micro_batch", "4", "sequences per micro-batch per data-parallel rank", 1, 1 << 20)
           .into([](V v, O o) { o.micro_batch = v.int32(); }),
-      integer("train.seq_len", "64", "tokens per sequence (<= model.block_size)", 1, 1 << 20)
-          .into([](V v, O o) { o.seq_len = v.int32(); }),
-      integer("train.grad_accum", "1", "micro-batches accumulated per optimizer step", 1, 1 << 20)
-          .into([](V v, O o) { o.grad_accum = v.int32(); }),
-      real("train.lr", "6e-4", "peak learning rate", 0)
-          .into([](V v, O o) { o.schedule.lr = v.real(); }),
-      real("train.min_lr", "6e-5", "learning rate at the end of the cosine decay", 0)
-          .into([](V v, O o) { o.schedule.min_lr = v.real(); }),
-      integer("train.warmup_steps", "100", "linear warm-up steps before the cosine decay", 0)
-          .into([](V v, O o) { o.schedule.warmup_steps = v.integer(); }),
+      integer("train.seq_len", "64", "tokens per sequence (<= model.block_size)", 1, 1 << 20).into([](V v, O o) {
+        o.seq_len = v.int32();
+      }),
+      integer("train.grad_accum", "1", "micro-batches accumulated per optimizer step", 1, 1 << 20).into([](V v, O o) {
+        o.grad_accum = v.int32();
+      }),
+      real("train.lr", "6e-4", "peak learning rate", 0).into([](V v, O o) { o.schedule.lr = v.real(); }),
+      real("train.min_lr", "6e-5", "learning rate at the end of the cosine decay", 0).into([](V v, O o) {
+        o.schedule.min_lr = v.real();
+      }),
+      integer("train.warmup_steps", "100", "linear warm-up steps before the cosine decay", 0).into([](V v, O o) {
+        o.schedule.warmup_steps = v.integer();
+      }),
       real("train.weight_decay", "0.1", "AdamW decoupled weight decay (matrices and embeddings only)", 0)
           .into([](V v, O o) { o.adamw.weight_decay = static_cast<float>(v.real()); }),
-      real("train.beta1", "0.9", "AdamW beta1", 0, 1)
-          .into([](V v, O o) { o.adamw.beta1 = static_cast<float>(v.real()); }),
-      real("train.beta2", "0.95", "AdamW beta2", 0, 1)
-          .into([](V v, O o) { o.adamw.beta2 = static_cast<float>(v.real()); }),
-      real("train.eps", "1e-8", "AdamW epsilon", 0)
-          .into([](V v, O o) { o.adamw.eps = static_cast<float>(v.real()); }),
-      real("train.grad_clip", "1.0", "clip the global gradient norm to this; 0 = no clipping", 0)
-          .into([](V v, O o) { o.grad_clip = v.real(); }),
+      real("train.beta1", "0.9", "AdamW beta1", 0, 1).into([](V v, O o) {
+        o.adamw.beta1 = static_cast<float>(v.real());
+      }),
+      real("train.beta2", "0.95", "AdamW beta2", 0, 1).into([](V v, O o) {
+        o.adamw.beta2 = static_cast<float>(v.real());
+      }),
+      real("train.eps", "1e-8", "AdamW epsilon", 0).into([](V v, O o) { o.adamw.eps = static_cast<float>(v.real()); }),
+      real("train.grad_clip", "1.0", "clip the global gradient norm to this; 0 = no clipping", 0).into([](V v, O o) {
+        o.grad_clip = v.real();
+      }),
       integer("train.seed", "1337", "seed of the data order (all other randomness comes from model.seed)", 0)
           .into([](V v, O o) { o.data_seed = static_cast<std::uint64_t>(v.integer()); }),
       integer("train.eval_every", "100", "evaluate on data.val every N steps (and at the end); 0 = never", 0)
@@ -123,11 +124,14 @@ const std::vector<OptionSpec>& option_table() {
       path("checkpoint.dir", "",
            "directory of the HDF5 checkpoints step_<N>.h5 and the `latest` pointer; empty = no checkpoints")
           .into([](V v, O o) { o.checkpoint_dir = v.text(); }),
-      integer("checkpoint.every", "0", "write a checkpoint every N steps (and always after the last step); 0 = only "
-              "after the last step and on SIGUSR1/SIGTERM", 0)
+      integer("checkpoint.every", "0",
+              "write a checkpoint every N steps (and always after the last step); 0 = only "
+              "after the last step and on SIGUSR1/SIGTERM",
+              0)
           .into([](V v, O o) { o.checkpoint_every = v.integer(); }),
-      integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1)
-          .into([](V v, O o) { o.checkpoint_keep = v.int32(); }),
+      integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1).into([](V v, O o) {
+        o.checkpoint_keep = v.int32();
+      }),
       integer("checkpoint.keep_every", "0", "also keep every checkpoint whose step is a multiple of N, forever", 0)
           .into([](V v, O o) { o.checkpoint_keep_every = v.int32(); }),
       boolean("checkpoint.overwrite", "false",
@@ -192,8 +196,9 @@ const std::vector<OptionSpec>& option_table() {
               "qgZ: the gradient reduce-scatter becomes a two-hop quantized all-to-all (inside the node, then across "
               "nodes); on one node the exact reduce-scatter is kept (said once in the log)")
           .into([](V v, O o) { o.engine.zeropp.quantized_gradients = v.boolean(); }),
-      choice("zeropp.grad_bits", "4", "qgZ: bits per quantized gradient value", "4|8")
-          .into([](V v, O o) { o.engine.zeropp.grad_bits = v.text() == "8" ? quant::Bits::int8 : quant::Bits::int4; }),
+      choice("zeropp.grad_bits", "4", "qgZ: bits per quantized gradient value", "4|8").into([](V v, O o) {
+        o.engine.zeropp.grad_bits = v.text() == "8" ? quant::Bits::int8 : quant::Bits::int4;
+      }),
       integer("zeropp.block", "2048", "elements per quantization block (one fp32 scale each); even", 2, 1 << 24)
           .into([](V v, O o) { o.engine.zeropp.block = static_cast<std::size_t>(v.integer()); }),
 
@@ -236,8 +241,7 @@ const std::vector<OptionSpec>& option_table() {
              "precision.param=bf16, precision.reduce=fp32, no zeropp.* and no activation checkpointing",
              "cpu|cuda")
           .into([](V v, O o) { o.device_type = device::parse_device_type(v.text()); }),
-      integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0,
-              4096)
+      integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0, 4096)
           .into([](V v, O o) { o.threads = v.int32(); }),
       choice("device.streams", "inline",
              "how the engine's stream queues run on the CPU device: inline = the host runs each queue's work in order "
@@ -247,9 +251,9 @@ const std::vector<OptionSpec>& option_table() {
              "ordering a GPU's streams need, proven on the CPU; slower: for checking, not for training)",
              "inline|check|threads")
           .into([](V v, O o) {
-        o.engine.streams.check = v.text() != "inline";
-        o.engine.streams.threads = v.text() == "threads";
-      }),
+            o.engine.streams.check = v.text() != "inline";
+            o.engine.streams.threads = v.text() == "threads";
+          }),
       integer("device.streams_seed", "1", "device.streams=threads: the seed of the random delays (a seed replays them)",
               0)
           .into([](V v, O o) { o.engine.streams.seed = static_cast<std::uint64_t>(v.integer()); }),

@@ -226,8 +226,14 @@ std::string divergence_text(std::int64_t step, double loss, const FiniteLoss& la
 class Run {
  public:
   Run(const TrainOptions& o, comm::ProcessMesh& mesh, const StopSignals& signals, const Logger& log)
-      : o_(o), mesh_(mesh), signals_(signals), log_(log), world_(mesh.mpi_world()), data_parallel_(world_),
-        rank_(world_.rank()), grad_accum_(o.grad_accum) {}
+      : o_(o),
+        mesh_(mesh),
+        signals_(signals),
+        log_(log),
+        world_(mesh.mpi_world()),
+        data_parallel_(world_),
+        rank_(world_.rank()),
+        grad_accum_(o.grad_accum) {}
 
   // Start-up (watched as one phase by comm.timeout_s): threads, the data files and the model's backend.
   void start_up() {
@@ -271,14 +277,16 @@ class Run {
   void announce() const {
     log_.info("hsdp-train: ", layout_->total_numel(), " parameters (", layout_->num_units(), " units), ",
               mesh_.topology().world_size, " rank(s), strategy ", shard::to_string(o_.engine.strategy), " (param ",
-              to_string(o_.engine.param_dtype), ", reduce ", to_string(o_.engine.reduce_dtype), "), ",
-              tokens_per_step_, " tokens per step (micro_batch ", o_.micro_batch, " x seq_len ", o_.seq_len,
-              " x grad_accum ", grad_accum_, " x ", data_parallel_.size(), " data-parallel), ", thread_count_,
-              " thread(s) per rank");
+              to_string(o_.engine.param_dtype), ", reduce ", to_string(o_.engine.reduce_dtype), "), ", tokens_per_step_,
+              " tokens per step (micro_batch ", o_.micro_batch, " x seq_len ", o_.seq_len, " x grad_accum ",
+              grad_accum_, " x ", data_parallel_.size(), " data-parallel), ", thread_count_, " thread(s) per rank");
     // After every input was checked (a bad input ends with its one line of error only).
     if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
-      log_.warn("OpenBLAS runs its ", device::blas_core_name(), " kernels: it does not recognise this CPU. GEMMs are "
-                "several times faster with `export OPENBLAS_CORETYPE=", better, "` before launching (mpirun -x "
+      log_.warn("OpenBLAS runs its ", device::blas_core_name(),
+                " kernels: it does not recognise this CPU. GEMMs are "
+                "several times faster with `export OPENBLAS_CORETYPE=",
+                better,
+                "` before launching (mpirun -x "
                 "OPENBLAS_CORETYPE, or in the job script).");
     }
   }
@@ -375,8 +383,8 @@ class Run {
       layout_ = std::make_unique<model::ModelLayout>(o_.model);
       train_file_ = std::make_unique<data::TokenFile>(o_.train_path, "data.train");
       train_file_->validate_vocab(o_.model.vocab_size);
-      sampler_ = std::make_unique<data::Sampler>(*train_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size,
-                                                 o_.data_seed);
+      sampler_ =
+          std::make_unique<data::Sampler>(*train_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size, o_.data_seed);
       if (o_.eval_every > 0 || o_.eval_only) {
         val_file_ = std::make_unique<data::TokenFile>(o_.val_path, "data.val");
         val_file_->validate_vocab(o_.model.vocab_size);
@@ -508,9 +516,15 @@ class Run {
     const bool end_of_run = step == end_step_ || stop;
     bool saved = false;
     if (checkpoints_->enabled() && (end_of_run || checkpoints_->due(step))) {
-      saved = checkpoints_->save({.step = step, .tokens = tokens_seen_, .sampler = sampler_->state(),
-                                  .scaler = scaler_.state(), .deck_text = {}, .strategy = {}, .world_size = 0,
-                                  .nodes = 0, .mesh = {},
+      saved = checkpoints_->save({.step = step,
+                                  .tokens = tokens_seen_,
+                                  .sampler = sampler_->state(),
+                                  .scaler = scaler_.state(),
+                                  .deck_text = {},
+                                  .strategy = {},
+                                  .world_size = 0,
+                                  .nodes = 0,
+                                  .mesh = {},
                                   .train_seconds = summary_.earlier_seconds + run_clock_.seconds(),
                                   .segments = summary_.segments});
     }

@@ -164,8 +164,8 @@ TEST(StreamCheckerEngine, ShardsStagedThroughHostCopies_ResumeBitForBit) {
     const Outcome first = train(c, checked, {}, {.first = 0, .end = kSteps - 1, .host_visible = false});
     const Outcome in_place = train(c, {}, {}, {.first = 0, .end = kSteps - 1});
     EXPECT_TRUE(first.master == in_place.master && first.m == in_place.m && first.v == in_place.v) << c.name;
-    const Outcome rest =
-        train(c, checked, {}, {.first = kSteps - 1, .end = kSteps, .host_visible = false, .resume = &first, .seed = 99});
+    const Outcome rest = train(
+        c, checked, {}, {.first = kSteps - 1, .end = kSteps, .host_visible = false, .resume = &first, .seed = 99});
     EXPECT_TRUE(rest.master == whole.master && rest.m == whole.m && rest.v == whole.v) << c.name;
     EXPECT_EQ(rest.losses.back(), whole.losses.back()) << c.name;
   }

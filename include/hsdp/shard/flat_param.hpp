@@ -39,10 +39,10 @@ struct UnitShard {
 struct FlatParamUnit {
   int unit = 0;
   UnitGeometry geometry;
-  DeviceArray<float> master;      // [S] fp32 weights (MemCategory::params)
-  DeviceArray<float> exp_avg;     // [S] (optimizer)
-  DeviceArray<float> exp_avg_sq;  // [S] (optimizer)
-  DeviceArray<float> grad_shard;  // [S] fp32 reduced gradient (grads); empty for no_shard
+  DeviceArray<float> master;                  // [S] fp32 weights (MemCategory::params)
+  DeviceArray<float> exp_avg;                 // [S] (optimizer)
+  DeviceArray<float> exp_avg_sq;              // [S] (optimizer)
+  DeviceArray<float> grad_shard;              // [S] fp32 reduced gradient (grads); empty for no_shard
   std::vector<optim::DecaySegment> segments;  // decay segments of [0, valid) of the shard
 
   FlatParamUnit(const model::ModelLayout& layout, int unit, int shard_size, int shard_rank, bool with_grad_shard,
