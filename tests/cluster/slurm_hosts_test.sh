@@ -170,8 +170,12 @@ check_requeue() {
   local steps=120 ref job
   local run_args=(input/quickstart.ini "${data_args[@]}" --train.steps="$steps" --train.eval_every=0 --log.every=20
     --checkpoint.every="$steps" --parallel.sharding=hybrid_shard)
+  # --signal: the script's own warning (USR1 300 s before the limit) would come at the start of every run of a
+  # 5-minute job, whenever slurmctld's periodic check happened to fall into it (once: 0.2 s after the requeued run
+  # was launched, before hsdp-train could install its handler, and the task died of USR1). Here USR1 comes from
+  # the test alone.
   submit() {
-    sbatch --parsable --chdir="$repo" --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
+    sbatch --parsable --chdir="$repo" --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --time=5 --signal=B:USR1@30 \
       --output="$work/$1-%j.out" --export=ALL,HSDP_CKPT_DIR="$work/$1_ckpt" jobscripts/train_requeue.sbatch \
       "${run_args[@]}" --log.dir="$work/$1"
   }

@@ -147,8 +147,11 @@ requeue | requeue_stub)
     export HSDP_TRAIN=$repo/tests/slurm/stub_train.sh
     run_args=(input/quickstart.ini --train.steps="$steps")
   fi
+  # --signal: the script's own warning (USR1 300 s before the limit) is due at the start of every run of a 5-minute
+  # job and comes whenever slurmctld's periodic check falls into a run (it once killed a requeued run's task before
+  # hsdp-train had installed its handler). Here USR1 comes from the test alone.
   submit() { # $1 = name: log dir $work/$1, checkpoints $work/$1_ckpt
-    sbatch --parsable --chdir="$repo" --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 --time=5 \
+    sbatch --parsable --chdir="$repo" --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 --time=5 --signal=B:USR1@30 \
       --output="$work/$1-%j.out" --export=ALL,HSDP_CKPT_DIR="$work/$1_ckpt" jobscripts/train_requeue.sbatch \
       "${run_args[@]}" --log.dir="$work/$1"
   }
