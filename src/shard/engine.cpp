@@ -4,6 +4,18 @@
 #include "hsdp/shard/formulas.hpp"
 
 namespace hsdp::shard {
+namespace {
+
+// The compute copies this engine gathers are fp32 (the CPU device's); a model that computes in another dtype
+// needs a device that gathers into it.
+void require_fp32_compute(const model::UnitModel& model) {
+  if (model.compute_dtype() != DType::f32) {
+    throw_internal("shard::Engine: the model computes in " + std::string(to_string(model.compute_dtype())) +
+                   ", but this engine's compute copies are fp32");
+  }
+}
+
+}  // namespace
 
 Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
                std::uint64_t seed, MemoryAccountant& memory, const Logger* log, std::unique_ptr<Device> device)
@@ -169,9 +181,10 @@ void Engine::begin_step() {
   m.reduced_grads_zero = false;
 }
 
-float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
+float Engine::forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
                                std::span<const std::int32_t> targets, float dloss, bool last) {
   Impl& m = *impl_;
+  require_fp32_compute(model);
   const int L = m.n_layer;
   const int final_unit = L + 1;
   const QueueId compute = m.compute;
@@ -182,7 +195,7 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
     m.bucket_pending_units.clear();
     for (const Bucket& b : m.buckets) m.bucket_pending_units.push_back(b.last_unit - b.first_unit + 1);
   }
-  model::Gpt<float>* g = &gpt;
+  model::UnitModel* g = &model;
 
   // forward: embedding, blocks, head
   m.ensure(0);
@@ -205,17 +218,15 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
   if (m.free_after_forward && L > 0) m.maybe_prefetch(L, true);
   double* loss_slot = m.scalars.data();
   q.enqueue(compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(0)), writes(m.loss_id)},
-            [this, g, targets, loss_slot, pf = m.params(final_unit), pe = m.params(0)] {
-              // The CPU model returns the loss to the caller; into the device scalar it goes.
-              const double loss = g->forward_head(targets, pf, pe);
-              device_->copy_from_host(loss_slot, &loss, sizeof(double));
+            [g, targets, dloss, loss_slot, pf = m.params(final_unit), pe = m.params(0)] {
+              g->forward_head(targets, pf, pe, dloss, loss_slot);
             });
 
   // backward: head (final norm and the tied embedding), blocks, embedding
   q.enqueue(compute, "backward head",
             {reads(m.params_id(final_unit)), reads(m.params_id(0)), writes(m.grads_id(final_unit)), writes(m.grads_id(0))},
-            [g, dloss, pf = m.params(final_unit), pe = m.params(0), gf = m.grads(final_unit), ge = m.grads(0)] {
-              g->backward_head(pf, pe, gf, ge, dloss);
+            [g, pf = m.params(final_unit), pe = m.params(0), gf = m.grads(final_unit), ge = m.grads(0)] {
+              g->backward_head(pf, pe, gf, ge);
             });
   m.release(final_unit);
   m.release(0);
@@ -237,13 +248,14 @@ float Engine::forward_backward(model::Gpt<float>& gpt, std::span<const std::int3
   return static_cast<float>(m.read_scalar(0, m.loss_id, "read the loss"));
 }
 
-float Engine::evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
+float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens,
                        std::span<const std::int32_t> targets) {
   Impl& m = *impl_;
+  require_fp32_compute(model);
   const int L = m.n_layer;
   const QueueId compute = m.compute;
   StreamQueues& q = m.q;
-  model::Gpt<float>* g = &gpt;
+  model::UnitModel* g = &model;
   m.ensure(0);
   m.maybe_prefetch(1);
   q.enqueue(compute, "forward embedding", {reads(m.params_id(0))},
@@ -260,10 +272,8 @@ float Engine::evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tok
   m.ensure(0);
   double* loss_slot = m.scalars.data();
   q.enqueue(compute, "forward head", {reads(m.params_id(L + 1)), reads(m.params_id(0)), writes(m.loss_id)},
-            [this, g, targets, loss_slot, pf = m.params(L + 1), pe = m.params(0)] {
-              // The CPU model returns the loss to the caller; into the device scalar it goes.
-              const double loss = g->forward_head(targets, pf, pe);
-              device_->copy_from_host(loss_slot, &loss, sizeof(double));
+            [g, targets, loss_slot, pf = m.params(L + 1), pe = m.params(0)] {
+              g->evaluate_head(targets, pf, pe, loss_slot);
             });
   m.release(L + 1);
   m.release(0);

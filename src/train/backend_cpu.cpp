@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "hsdp/model/gpt.hpp"
+#include "hsdp/model/unit_model.hpp"
 #include "hsdp/train/backend.hpp"
 
 namespace hsdp::train {
@@ -13,12 +14,13 @@ class CpuBackend final : public Backend {
   CpuBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh, MemoryAccountant& memory,
              const Logger& log)
       : engine_(layout, mesh, o.engine, o.model_seed, memory, &log),
-        gpt_(layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing) {}
+        gpt_(layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing),
+        units_(gpt_) {}
 
   void begin_step() override { engine_.begin_step(); }
   float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
                          bool last) override {
-    return engine_.forward_backward(gpt_, tokens, targets, dloss, last);
+    return engine_.forward_backward(units_, tokens, targets, dloss, last);
   }
   double grad_norm_squared() override { return engine_.grad_norm_squared(); }
   bool found_nonfinite() override { return engine_.found_nonfinite(); }
@@ -27,7 +29,7 @@ class CpuBackend final : public Backend {
   }
   double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
                            std::size_t rows) override {
-    engine_.evaluate(gpt_, tokens, targets);
+    engine_.evaluate(units_, tokens, targets);
     const auto losses = gpt_.losses().first(rows * static_cast<std::size_t>(gpt_.seq_len()));
     double sum = 0;
     for (const float x : losses) sum += x;
@@ -42,6 +44,7 @@ class CpuBackend final : public Backend {
  private:
   shard::Engine engine_;
   model::Gpt<float> gpt_;
+  model::CpuUnitModel units_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "tiny_gpt.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
+#include "hsdp/model/unit_model.hpp"
 #include "hsdp/model/init.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
@@ -116,6 +117,7 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
   const int per_rank = global_rows / world;
   const int micro = per_rank / k;
   model::Gpt<float> gpt(layout, micro, kSeq, memory);
+  model::CpuUnitModel units(gpt);
   const comm::ByteCounters expected = step_traffic(layout, options, groups_of(mesh));
 
   Result result;
@@ -125,7 +127,7 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
     double loss = 0;
     for (int j = 0; j < k; ++j) {
       const int first = rank * per_rank + j * micro;
-      loss += engine.forward_backward(gpt, rows(step, first, micro, false), rows(step, first, micro, true),
+      loss += engine.forward_backward(units, rows(step, first, micro, false), rows(step, first, micro, true),
                                       1.0f / static_cast<float>(k), j + 1 == k);
     }
     loss /= k;
@@ -326,15 +328,16 @@ Traffic measure(comm::ProcessMesh& mesh, const EngineOptions& options, float ran
   MemoryAccountant memory;
   Engine engine(layout, mesh, options, kSeed, memory);
   model::Gpt<float> gpt(layout, 2, kSeq, memory);
+  model::CpuUnitModel units(gpt);
   const int first = ctx.world.rank() * 2;
   Traffic t;
   mesh.reset_counters();
-  engine.evaluate(gpt, rows(0, first, 2, false), rows(0, first, 2, true));
+  engine.evaluate(units, rows(0, first, 2, false), rows(0, first, 2, true));
   t.forward = summed_inter(mesh.total_counters().total().inter);
   mesh.reset_counters();
   engine.begin_step();
   const float dloss = ctx.world.rank() == 0 ? rank0_dloss : 1.0f;
-  engine.forward_backward(gpt, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true);
+  engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true);
   engine.grad_norm_squared();
   t.mine = mesh.total_counters();
   t.step = summed_inter(t.mine.total().inter);
@@ -447,13 +450,14 @@ TEST(ZeroPP, Fp16OverflowOnOneRank_IsSeenByEveryRankBeforeQuantizing) {
   o.zeropp.quantized_gradients = true;
   Engine engine(layout, mesh, o, kSeed, memory);
   model::Gpt<float> gpt(layout, 2, kSeq, memory);
+  model::CpuUnitModel units(gpt);
   const int first = ctx.world.rank() * 2;
   engine.begin_step();
   const float dloss = ctx.world.rank() == 0 ? std::numeric_limits<float>::infinity() : 1.0f;
-  EXPECT_NO_THROW(engine.forward_backward(gpt, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true));
+  EXPECT_NO_THROW(engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true));
   EXPECT_TRUE(engine.found_nonfinite());
   engine.begin_step();
-  engine.forward_backward(gpt, rows(0, first, 2, false), rows(0, first, 2, true), 1.0f, true);
+  engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), 1.0f, true);
   EXPECT_FALSE(engine.found_nonfinite());
 }
 

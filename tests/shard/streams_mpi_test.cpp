@@ -11,6 +11,7 @@
 #include "../comm/mpi_test_context.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
+#include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
 #include "hsdp/shard/engine.hpp"
@@ -79,13 +80,14 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
     engine.checkpoint_loaded();
   }
   model::Gpt<float> gpt(layout, kMicro, kSeq, memory, c.activation_checkpointing);
+  model::CpuUnitModel units(gpt);
   const bool fp16 = options.param_dtype == DType::f16;
   Outcome run;
   for (int step = segment.first; step < segment.end; ++step) {
     engine.begin_step();
     for (int j = 0; j < kAccum; ++j) {
       const int first = (ctx.world.rank() * kAccum + j) * kMicro;
-      run.losses.push_back(engine.forward_backward(gpt, rows(step, first, false), rows(step, first, true),
+      run.losses.push_back(engine.forward_backward(units, rows(step, first, false), rows(step, first, true),
                                                    1.0f / kAccum, j + 1 == kAccum));
     }
     run.overflows.push_back(fp16 && engine.found_nonfinite());

@@ -4,6 +4,11 @@
 // timed steps of forward + backward + AdamW, timed with CUDA events around each step (no host sync inside one).
 //
 // FLOPs per step: hsdp::bench::step_flops (gpt_bench.hpp), as hsdp-bench-train-cpu counts them.
+// --path units drives the model through its unit calls (model::UnitModel: what the sharding engine calls, the ids
+// uploaded from the host every step) instead of the whole-model calls; --activation_checkpointing keeps only each
+// block's input and recomputes the block in backward (FLOPs are counted without the recomputation, as MFU counts
+// them). device_memory_bytes is what the GPU has in use after the timed steps (cudaMemGetInfo: this process's
+// context, the model state, the activations, cuBLASLt's workspace).
 // MFU = achieved FLOP/s / the card's dense bf16 peak, from a table by device name (H100 SXM 989, H100 PCIe 756,
 // H200 989, A100 312 TFLOP/s) or --peak_tflops; and, measured side by side in the same run, the step's FLOP/s over
 // what a large bf16 GEMM reaches on this card (ratio_to_gemm). Exit 77 with a message when no GPU is visible.
@@ -44,6 +49,8 @@ struct Options {
   double peak_tflops = 0.0;
   int gemm_n = 8192;
   bool json_only = false;
+  std::string path = "whole";
+  bool activation_checkpointing = false;
 };
 
 struct Peak {
@@ -97,15 +104,23 @@ double measured_gemm_tflops(int n, cudaStream_t stream) {
 // and the step.
 class GpuTrainer {
  public:
-  GpuTrainer(const ModelLayout& layout, int B, int T)
-      : gpt_(layout, B, T), params_(layout, 1337, stream_), tokens_(gpt_.tokens()), targets_(gpt_.tokens()) {
+  GpuTrainer(const ModelLayout& layout, int B, int T, bool by_unit, bool activation_checkpointing)
+      : layout_(layout),
+        by_unit_(by_unit),
+        gpt_(layout, B, T, stream_, activation_checkpointing),
+        params_(layout, 1337, stream_),
+        tokens_(gpt_.tokens()),
+        targets_(gpt_.tokens()),
+        loss_(1) {
     const std::size_t N = gpt_.tokens();
     std::vector<std::int32_t> data(N + 1);
     hsdp::model::Rng rng(7);
     const auto vocab = static_cast<std::uint64_t>(layout.config().vocab_size);
     for (auto& t : data) t = static_cast<std::int32_t>(rng.next_u64() % vocab);
-    cuda::copy_to_device(tokens_.data(), data.data(), N, stream_);
-    cuda::copy_to_device(targets_.data(), data.data() + 1, N, stream_);
+    host_tokens_.assign(data.begin(), data.end() - 1);
+    host_targets_.assign(data.begin() + 1, data.end());
+    cuda::copy_to_device(tokens_.data(), host_tokens_.data(), N, stream_);
+    cuda::copy_to_device(targets_.data(), host_targets_.data(), N, stream_);
     stream_.synchronize();
   }
 
@@ -114,9 +129,13 @@ class GpuTrainer {
   // Forward, backward and AdamW, all enqueued on the stream; nothing waits for the GPU.
   void step(std::int64_t t) {
     params_.zero_grads(stream_);
-    gpt_.forward(params_.compute(), tokens_.data(), targets_.data(), 1.0f / static_cast<float>(gpt_.tokens()),
-                 stream_);
-    gpt_.backward(params_.compute(), params_.grads(), tokens_.data(), stream_);
+    if (by_unit_) {
+      units_step();
+    } else {
+      gpt_.forward(params_.compute(), tokens_.data(), targets_.data(), 1.0f / static_cast<float>(gpt_.tokens()),
+                   stream_);
+      gpt_.backward(params_.compute(), params_.grads(), tokens_.data(), stream_);
+    }
     hsdp::optim::cuda::AdamWValues values;
     values.lr = 3e-4f;
     values.bias_correction1 = hsdp::optim::cuda::adamw_bias_correction(values.beta1, t);
@@ -135,10 +154,28 @@ class GpuTrainer {
   std::size_t parameters() const { return params_.total(); }
 
  private:
+  // The engine's order of unit calls, each unit's weights and gradients at its offset in the flat buffers.
+  void units_step() {
+    hsdp::model::UnitModel& m = gpt_;
+    const auto w = [&](int u) { return static_cast<const void*>(params_.compute() + gpt_.unit_offset(u)); };
+    const auto g = [&](int u) { return params_.grads() + gpt_.unit_offset(u); };
+    const int L = layout_.config().n_layer, emb = ModelLayout::embedding_unit(), fin = layout_.final_norm_unit();
+    m.forward_embedding(host_tokens_, w(emb));
+    for (int l = 0; l < L; ++l) m.forward_block(l, w(ModelLayout::block_unit(l)));
+    m.forward_head(host_targets_, w(fin), w(emb), 1.0f, loss_.data());
+    m.backward_head(w(fin), w(emb), g(fin), g(emb));
+    for (int l = L - 1; l >= 0; --l) m.backward_block(l, w(ModelLayout::block_unit(l)), g(ModelLayout::block_unit(l)));
+    m.backward_embedding(g(emb));
+  }
+
+  const ModelLayout& layout_;
+  bool by_unit_;
   cuda::Stream stream_;
-  hsdp::model::cuda::GptCuda gpt_;
+  hsdp::model::cuda::GptCuda<hsdp::bf16_t> gpt_;
   hsdp::train::cuda::GptParameters params_;
   cuda::DeviceBuffer<std::int32_t> tokens_, targets_;
+  std::vector<std::int32_t> host_tokens_, host_targets_;
+  cuda::DeviceBuffer<double> loss_;
 };
 
 Options parse(int argc, char** argv) {
@@ -153,6 +190,10 @@ Options parse(int argc, char** argv) {
       ("warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed steps first (plans, caches, clocks)")
       ("peak_tflops", po::value(&o.peak_tflops)->default_value(0.0), "dense bf16 peak for MFU (0: by device name)")
       ("gemm_n", po::value(&o.gemm_n)->default_value(o.gemm_n), "size of the reference bf16 GEMM (n x n x n)")
+      ("path", po::value(&o.path)->default_value(o.path),
+       "whole: the whole-model calls; units: the unit calls the sharding engine makes")
+      ("activation_checkpointing", po::bool_switch(&o.activation_checkpointing),
+       "keep only each block's input; recompute the block in backward")
       ("json", po::bool_switch(&o.json_only), "print only the JSON line");
   // clang-format on
   po::variables_map vm;
@@ -167,6 +208,7 @@ Options parse(int argc, char** argv) {
   if (o.warmup < 0) hsdp::throw_config("--warmup (" + std::to_string(o.warmup) + ") must be >= 0");
   if (o.batch < 1 || o.seq_len < 1) hsdp::throw_config("--batch and --seq_len must be >= 1");
   if (o.gemm_n < 1) hsdp::throw_config("--gemm_n (" + std::to_string(o.gemm_n) + ") must be >= 1");
+  if (o.path != "whole" && o.path != "units") hsdp::throw_config("--path (" + o.path + ") must be whole or units");
   return o;
 }
 
@@ -181,7 +223,7 @@ int run(const Options& o) {
   const cuda::DeviceInfo device = cuda::current_device_info();
   const Peak peak = peak_for(device.name, o.peak_tflops);
   const ModelLayout layout(o.model);
-  GpuTrainer trainer(layout, o.batch, o.seq_len);
+  GpuTrainer trainer(layout, o.batch, o.seq_len, o.path == "units", o.activation_checkpointing);
   for (int s = 1; s <= o.warmup; ++s) trainer.step(s);
   std::vector<cuda::Event> marks;
   for (int s = 0; s <= o.steps; ++s) marks.emplace_back(cuda::Event::Timing::on);
@@ -202,6 +244,9 @@ int run(const Options& o) {
   const double tflops_best = flops / (best_ms * 1e-3) / 1e12;
   const double tokens_per_s = static_cast<double>(tokens) / (mean_ms * 1e-3);
   const double mfu = peak.tflops > 0 ? tflops_mean / peak.tflops : 0.0;
+  std::size_t free_bytes = 0, total_bytes = 0;
+  cuda::check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  const std::size_t used_bytes = total_bytes - free_bytes;
   const double gemm_tflops = measured_gemm_tflops(o.gemm_n, trainer.stream());
 
   hsdp::JsonLine json;
@@ -216,6 +261,9 @@ int run(const Options& o) {
       .add("batch", o.batch)
       .add("seq_len", o.seq_len)
       .add("steps", o.steps)
+      .add("path", o.path)
+      .add("activation_checkpointing", o.activation_checkpointing)
+      .add("device_memory_bytes", static_cast<std::uint64_t>(used_bytes))
       .add("loss", loss)
       .add("step_ms", mean_ms)
       .add("step_ms_best", best_ms)
@@ -232,8 +280,8 @@ int run(const Options& o) {
     std::printf("hsdp-bench-train-gpu: GPT L=%d C=%d H=%d V=%d (Vp=%d), %zu params, B=%d T=%d on %s\n", o.model.n_layer,
                 o.model.n_embd, o.model.n_head, o.model.vocab_size, o.model.padded_vocab_size, trainer.parameters(),
                 o.batch, o.seq_len, device.name.c_str());
-    std::printf("bf16 GEMMs (cuBLASLt, fp32 accumulation), fp32 grads and AdamW; %d warm-up + %d timed steps\n",
-                o.warmup, o.steps);
+    std::printf("bf16 GEMMs (cuBLASLt, fp32 accumulation), fp32 grads and AdamW; %d warm-up + %d timed steps; %s calls%s\n",
+                o.warmup, o.steps, o.path.c_str(), o.activation_checkpointing ? ", activation checkpointing" : "");
     std::printf("FLOPs/step = tokens * (6 * P_matmul + 6 * L * T * C) = %.2f TFLOP, P_matmul = 12 L C^2 + V C\n",
                 flops / 1e12);
     std::printf("%-30s %12s\n", "metric", "value");
@@ -250,6 +298,7 @@ int run(const Options& o) {
     std::printf("%-30s %12.1f  (bf16 GEMM %dx%dx%d, same run)\n", "GEMM TFLOP/s (measured)", gemm_tflops, o.gemm_n,
                 o.gemm_n, o.gemm_n);
     std::printf("%-30s %12.3f\n", "step / GEMM TFLOP/s", tflops_mean / gemm_tflops);
+    std::printf("%-30s %12.2f\n", "GPU memory in use (GiB)", static_cast<double>(used_bytes) / (1 << 30));
     std::printf("%-30s %12.4f\n", "loss (last step)", loss);
   }
   std::printf("%s\n", json.str().c_str());

@@ -44,7 +44,7 @@
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/core/memory.hpp"
-#include "hsdp/model/gpt.hpp"
+#include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/shard/device.hpp"
@@ -94,7 +94,8 @@ class Engine {
   void begin_step();
   // One micro-batch: forward and backward with gradients scaled by dloss (1/k, times a loss scale for fp16).
   // Returns the micro-batch's mean loss on this rank. `last` marks the last micro-batch of the step.
-  float forward_backward(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens,
+  // The model computes in fp32 (its compute_dtype(); the engine's compute copies are fp32 on the CPU device).
+  float forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
                          std::span<const std::int32_t> targets, float dloss, bool last);
   // The global squared gradient norm (every rank gets the same value). After the last micro-batch.
   double grad_norm_squared();
@@ -103,7 +104,7 @@ class Engine {
   // AdamW on the local shards, then whatever the strategy needs to make parameters current (zero1: all-gather).
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step);
   // Forward only (evaluation): mean loss of this rank's batch.
-  float evaluate(model::Gpt<float>& gpt, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+  float evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
 
   const StepTiming& timing() const { return timing_; }
   const std::vector<std::unique_ptr<FlatParamUnit>>& units() const { return units_; }

@@ -1,5 +1,8 @@
 #include "hsdp/model/cuda/gpt.hpp"
 
+#include <string>
+
+#include "hsdp/core/error.hpp"
 #include "hsdp/model/cuda/layers.hpp"
 
 namespace hsdp::model::cuda {
@@ -16,7 +19,8 @@ std::vector<std::size_t> unit_offsets(const ModelLayout& layout) {
   return offsets;
 }
 
-GptCuda::BlockActivations::BlockActivations(std::size_t N, std::size_t C, std::size_t att_n)
+template <typename T>
+GptCuda<T>::BlockActivations::BlockActivations(std::size_t N, std::size_t C, std::size_t att_n)
     : ln1(N * C),
       qkv(N * 3 * C),
       att(att_n),
@@ -27,30 +31,49 @@ GptCuda::BlockActivations::BlockActivations(std::size_t N, std::size_t C, std::s
       fch(N * 4 * C),
       fch_gelu(N * 4 * C),
       fcproj(N * C),
-      residual3(N * C),
       ln1_mean(N),
       ln1_rstd(N),
       ln2_mean(N),
       ln2_rstd(N) {}
 
-std::size_t GptCuda::BlockActivations::bytes() const {
+template <typename T>
+std::size_t GptCuda<T>::BlockActivations::bytes() const {
   std::size_t total = 0;
-  for (const Bf16Buffer* b :
-       {&ln1, &qkv, &att, &atty, &attproj, &residual2, &ln2, &fch, &fch_gelu, &fcproj, &residual3})
+  for (const Buffer* b : {&ln1, &qkv, &att, &atty, &attproj, &residual2, &ln2, &fch, &fch_gelu, &fcproj})
     total += b->size_bytes();
   for (const FloatBuffer* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) total += b->size_bytes();
   return total;
 }
 
-GptCuda::GptCuda(const ModelLayout& layout, int B, int T)
+namespace {
+
+// The CPU model's checks (model::Gpt), before anything is allocated.
+int checked_seq_len(const ModelLayout& layout, int B, int T) {
+  if (B <= 0) throw_config("train.micro_batch (" + std::to_string(B) + ") must be positive");
+  if (T <= 0) throw_config("train.seq_len (" + std::to_string(T) + ") must be positive");
+  if (T > layout.config().block_size) {
+    throw_config("train.seq_len (" + std::to_string(T) + ") exceeds model.block_size (" +
+                 std::to_string(layout.config().block_size) + ")");
+  }
+  return T;
+}
+
+}  // namespace
+
+template <typename T>
+GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t stream, bool activation_checkpointing)
     : layout_(layout),
       cfg_(layout.config()),
       B_(B),
-      T_(T),
-      N_(static_cast<std::size_t>(B) * static_cast<std::size_t>(T)),
+      T_(checked_seq_len(layout, B, seq_len)),
+      N_(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq_len)),
       total_(layout.total_numel()),
+      checkpointing_(activation_checkpointing),
+      stream_(stream),
       unit_base_(unit_offsets(layout)),
-      encoded_(N_ * C()),
+      ids_(N_),
+      target_ids_(N_),
+      residuals_((static_cast<std::size_t>(cfg_.n_layer) + 1) * N_ * C()),
       lnf_(N_ * C()),
       logits_(N_ * static_cast<std::size_t>(cfg_.padded_vocab_size)),
       lnf_mean_(N_),
@@ -63,111 +86,243 @@ GptCuda::GptCuda(const ModelLayout& layout, int B, int T)
       d_fch_(N_ * 4 * C()),
       d_fch_gelu_(N_ * 4 * C()),
       column_scratch_(column_sum_scratch_floats(4 * cfg_.n_embd, 2)),
-      att_scratch_(attention_scratch_bytes(T, cfg_.n_head)) {
+      att_scratch_(attention_scratch_bytes(seq_len, cfg_.n_head)) {
   const std::size_t att_n = static_cast<std::size_t>(B) * static_cast<std::size_t>(cfg_.n_head) *
-                            static_cast<std::size_t>(T) * static_cast<std::size_t>(T);
-  blocks_.reserve(static_cast<std::size_t>(cfg_.n_layer));
-  for (int l = 0; l < cfg_.n_layer; ++l) blocks_.emplace_back(N_, C(), att_n);
-  activation_bytes_ = dc::BlasLt::kDefaultWorkspaceBytes;
+                            static_cast<std::size_t>(seq_len) * static_cast<std::size_t>(seq_len);
+  const int sets = checkpointing_ ? 1 : cfg_.n_layer;
+  blocks_.reserve(static_cast<std::size_t>(sets));
+  for (int l = 0; l < sets; ++l) blocks_.emplace_back(N_, C(), att_n);
+  activation_bytes_ = dc::BlasLt::kDefaultWorkspaceBytes + ids_.size_bytes() + target_ids_.size_bytes();
   for (const auto& b : blocks_) activation_bytes_ += b.bytes();
-  for (const Bf16Buffer* b :
-       {&encoded_, &lnf_, &logits_, &dresidual_, &d_ln_, &d_atty_, &d_qkv_, &d_fch_, &d_fch_gelu_})
+  for (const Buffer* b : {&residuals_, &lnf_, &logits_, &dresidual_, &d_ln_, &d_atty_, &d_qkv_, &d_fch_, &d_fch_gelu_})
     activation_bytes_ += b->size_bytes();
   for (const FloatBuffer* b : {&lnf_mean_, &lnf_rstd_, &losses_, &column_scratch_})
     activation_bytes_ += b->size_bytes();
   activation_bytes_ += att_scratch_.size_bytes();
 }
 
-void GptCuda::forward(const bf16_t* weights, const std::int32_t* tokens, const std::int32_t* targets,
-                      float dloss_per_row, cudaStream_t stream) {
-  const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
-  const auto& e = layout_.embedding_offsets();
-  const auto& o = layout_.block_offsets();
-  const auto w = [&](int unit, std::size_t offset) { return weights + unit_offset(unit) + offset; };
-  const int emb = ModelLayout::embedding_unit();
-  encoder_forward(encoded_.data(), tokens, w(emb, e.wte), w(emb, e.wpe), B_, T_, C, stream);
-  const bf16_t* x = encoded_.data();
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const int u = ModelLayout::block_unit(l);
-    BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
-    layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w(u, o.ln_1_weight), w(u, o.ln_1_bias), N,
-                      C, stream);
-    matmul_forward(blas_, a.qkv.data(), a.ln1.data(), w(u, o.c_attn_weight), w(u, o.c_attn_bias), N, C, 3 * C, stream);
-    attention_forward(blas_, a.atty.data(), a.att.data(), a.qkv.data(), att_scratch_.data(), B_, T_, C, NH, stream);
-    matmul_forward(blas_, a.attproj.data(), a.atty.data(), w(u, o.attn_proj_weight), w(u, o.attn_proj_bias), N, C, C,
-                   stream);
-    residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
-    layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w(u, o.ln_2_weight),
-                      w(u, o.ln_2_bias), N, C, stream);
-    matmul_forward(blas_, a.fch.data(), a.ln2.data(), w(u, o.c_fc_weight), w(u, o.c_fc_bias), N, C, 4 * C, stream);
-    gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream);
-    matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), w(u, o.mlp_proj_bias), N, 4 * C,
-                   C, stream);
-    residual_forward(a.residual3.data(), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
-    x = a.residual3.data();
+template <typename T>
+DType GptCuda<T>::compute_dtype() const {
+  return std::is_same_v<T, float> ? DType::f32 : DType::bf16;
+}
+
+template <typename T>
+void GptCuda<T>::check_block(int block) const {
+  if (block < 0 || block >= cfg_.n_layer) {
+    throw_internal("block index " + std::to_string(block) + " out of range [0, " + std::to_string(cfg_.n_layer) + ")");
   }
-  const int fin = layout_.final_norm_unit();
+}
+
+template <typename T>
+void GptCuda<T>::upload_ids(dc::DeviceBuffer<std::int32_t>& dest, std::span<const std::int32_t> ids, const char* what) {
+  if (ids.size() != N_) {
+    throw_internal(std::string(what) + ": expected B*T = " + std::to_string(N_) + " ids, got " +
+                   std::to_string(ids.size()));
+  }
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size) {
+      throw_data(std::string(what) + " id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                 " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+    }
+  }
+  // From pageable memory: the call returns once the ids are staged, so the span may go after it.
+  dc::copy_to_device(dest.data(), ids.data(), ids.size(), stream_);
+}
+
+// ----------------------------------------------------------------------------------------------- the passes
+
+template <typename T>
+void GptCuda<T>::embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream) {
+  const auto& e = layout_.embedding_offsets();
+  encoder_forward(residual(0), tokens, emb + e.wte, emb + e.wpe, B_, T_, cfg_.n_embd, stream);
+  tokens_in_use_ = tokens;
+  resident_block_ = -1;
+}
+
+template <typename T>
+void GptCuda<T>::block_forward(int block, const T* p, cudaStream_t stream) {
+  const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
+  const auto& o = layout_.block_offsets();
+  BlockActivations& a = activations(block);
+  const T* x = residual(block);
+  layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + o.ln_1_weight, p + o.ln_1_bias, N, C,
+                    stream);
+  matmul_forward(blas_, a.qkv.data(), a.ln1.data(), p + o.c_attn_weight, p + o.c_attn_bias, N, C, 3 * C, stream);
+  attention_forward(blas_, a.atty.data(), a.att.data(), a.qkv.data(), att_scratch_.data(), B_, T_, C, NH, stream);
+  matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.attn_proj_weight, p + o.attn_proj_bias, N, C, C, stream);
+  residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
+  layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.ln_2_weight,
+                    p + o.ln_2_bias, N, C, stream);
+  matmul_forward(blas_, a.fch.data(), a.ln2.data(), p + o.c_fc_weight, p + o.c_fc_bias, N, C, 4 * C, stream);
+  gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream);
+  matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), p + o.mlp_proj_weight, p + o.mlp_proj_bias, N, 4 * C, C,
+                 stream);
+  residual_forward(residual(block + 1), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
+  resident_block_ = block;
+}
+
+template <typename T>
+void GptCuda<T>::head_forward(const std::int32_t* targets, const T* lnf, const T* emb, float dloss_per_row,
+                              bool for_backward, cudaStream_t stream) {
+  const int C = cfg_.n_embd, N = static_cast<int>(N_);
   const auto& f = layout_.final_norm_offsets();
-  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), x, w(fin, f.weight), w(fin, f.bias), N, C, stream);
-  lm_head_forward(blas_, logits_.data(), lnf_.data(), w(emb, e.wte), N, C, cfg_.vocab_size, cfg_.padded_vocab_size,
-                  stream);
-  // Loss and d-logits in one pass, written over the logits.
-  softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets, dloss_per_row, N,
-                                cfg_.vocab_size, cfg_.padded_vocab_size, stream);
+  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual(cfg_.n_layer), lnf + f.weight,
+                    lnf + f.bias, N, C, stream);
+  lm_head_forward(blas_, logits_.data(), lnf_.data(), emb + layout_.embedding_offsets().wte, N, C, cfg_.vocab_size,
+                  cfg_.padded_vocab_size, stream);
+  if (for_backward) {
+    // Loss and d-logits in one pass, written over the logits.
+    softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets, dloss_per_row, N,
+                                  cfg_.vocab_size, cfg_.padded_vocab_size, stream);
+  } else {
+    softmax_xent_forward(logits_.data(), losses_.data(), logits_.data(), targets, N, cfg_.vocab_size,
+                         cfg_.padded_vocab_size, stream);
+  }
 }
 
 // The residual stream's gradient lives in dresidual_: each residual add passes it through, and each layer norm
 // backward adds its input gradient into it.
-void GptCuda::backward(const bf16_t* weights, float* grads, const std::int32_t* tokens, cudaStream_t stream,
-                       const std::function<void(int unit)>& on_unit_done) {
-  const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
-  const auto& e = layout_.embedding_offsets();
-  const auto& o = layout_.block_offsets();
+template <typename T>
+void GptCuda<T>::head_backward(const T* lnf, const T* emb, float* lnf_grads, float* emb_grads, cudaStream_t stream) {
+  const int C = cfg_.n_embd, N = static_cast<int>(N_);
   const auto& f = layout_.final_norm_offsets();
-  const auto w = [&](int unit, std::size_t offset) { return weights + unit_offset(unit) + offset; };
-  const auto g = [&](int unit, std::size_t offset) { return grads + unit_offset(unit) + offset; };
+  const std::size_t wte = layout_.embedding_offsets().wte;
+  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+  lm_head_backward(blas_, d_ln_.data(), emb_grads + wte, logits_.data(), lnf_.data(), emb + wte, N, C, cfg_.vocab_size,
+                   cfg_.padded_vocab_size, stream);
+  dc::zero_on_device(dresidual_.data(), N_ * C, stream);
+  layernorm_backward(dresidual_.data(), lnf_grads + f.weight, lnf_grads + f.bias, column_scratch_.data(), d_ln_.data(),
+                     residual(cfg_.n_layer), lnf + f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C, stream);
+}
+
+template <typename T>
+void GptCuda<T>::block_backward(int block, const T* p, float* g, cudaStream_t stream) {
+  // Recompute this block's activations from its kept input: the same kernels, the same values as the forward.
+  if (checkpointing_ && resident_block_ != block) block_forward(block, p, stream);
+  const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
+  const auto& o = layout_.block_offsets();
+  BlockActivations& a = activations(block);
+  const T* x = residual(block);
+  float* scratch = column_scratch_.data();
+  dc::zero_on_device(d_fch_gelu_.data(), N_ * 4 * C, stream);
+  matmul_backward(blas_, d_fch_gelu_.data(), g + o.mlp_proj_weight, g + o.mlp_proj_bias, scratch, dresidual_.data(),
+                  a.fch_gelu.data(), p + o.mlp_proj_weight, N, 4 * C, C, stream);
+  dc::zero_on_device(d_fch_.data(), N_ * 4 * C, stream);
+  gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream);
+  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+  matmul_backward(blas_, d_ln_.data(), g + o.c_fc_weight, g + o.c_fc_bias, scratch, d_fch_.data(), a.ln2.data(),
+                  p + o.c_fc_weight, N, C, 4 * C, stream);
+  layernorm_backward(dresidual_.data(), g + o.ln_2_weight, g + o.ln_2_bias, scratch, d_ln_.data(), a.residual2.data(),
+                     p + o.ln_2_weight, a.ln2_mean.data(), a.ln2_rstd.data(), N, C, stream);
+  dc::zero_on_device(d_atty_.data(), N_ * C, stream);
+  matmul_backward(blas_, d_atty_.data(), g + o.attn_proj_weight, g + o.attn_proj_bias, scratch, dresidual_.data(),
+                  a.atty.data(), p + o.attn_proj_weight, N, C, C, stream);
+  dc::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream);
+  attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_, C,
+                     NH, stream);
+  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+  matmul_backward(blas_, d_ln_.data(), g + o.c_attn_weight, g + o.c_attn_bias, scratch, d_qkv_.data(), a.ln1.data(),
+                  p + o.c_attn_weight, N, C, 3 * C, stream);
+  layernorm_backward(dresidual_.data(), g + o.ln_1_weight, g + o.ln_1_bias, scratch, d_ln_.data(), x, p + o.ln_1_weight,
+                     a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream);
+}
+
+template <typename T>
+void GptCuda<T>::embedding_backward(float* emb_grads, cudaStream_t stream) {
+  const auto& e = layout_.embedding_offsets();
+  encoder_backward(emb_grads + e.wte, emb_grads + e.wpe, dresidual_.data(), tokens_in_use_, B_, T_, cfg_.n_embd,
+                   stream);
+}
+
+// ------------------------------------------------------------------------------------------------- by unit
+
+namespace {
+
+template <typename T>
+const T* typed(const void* p) {
+  return static_cast<const T*>(p);
+}
+
+}  // namespace
+
+template <typename T>
+void GptCuda<T>::forward_embedding(std::span<const std::int32_t> tokens, const void* emb_params) {
+  upload_ids(ids_, tokens, "token");
+  embed(ids_.data(), typed<T>(emb_params), stream_);
+}
+
+template <typename T>
+void GptCuda<T>::forward_block(int block, const void* block_params) {
+  check_block(block);
+  block_forward(block, typed<T>(block_params), stream_);
+}
+
+template <typename T>
+void GptCuda<T>::forward_head(std::span<const std::int32_t> targets, const void* lnf_params, const void* emb_params,
+                              float dloss, double* loss) {
+  upload_ids(target_ids_, targets, "target");
+  head_forward(target_ids_.data(), typed<T>(lnf_params), typed<T>(emb_params), dloss / static_cast<float>(N_), true,
+               stream_);
+  mean_loss(loss, losses_.data(), static_cast<int>(N_), stream_);
+}
+
+template <typename T>
+void GptCuda<T>::evaluate_head(std::span<const std::int32_t> targets, const void* lnf_params, const void* emb_params,
+                               double* loss) {
+  upload_ids(target_ids_, targets, "target");
+  head_forward(target_ids_.data(), typed<T>(lnf_params), typed<T>(emb_params), 0.0f, false, stream_);
+  mean_loss(loss, losses_.data(), static_cast<int>(N_), stream_);
+}
+
+template <typename T>
+void GptCuda<T>::backward_head(const void* lnf_params, const void* emb_params, float* lnf_grads, float* emb_grads) {
+  head_backward(typed<T>(lnf_params), typed<T>(emb_params), lnf_grads, emb_grads, stream_);
+}
+
+template <typename T>
+void GptCuda<T>::backward_block(int block, const void* block_params, float* block_grads) {
+  check_block(block);
+  block_backward(block, typed<T>(block_params), block_grads, stream_);
+}
+
+template <typename T>
+void GptCuda<T>::backward_embedding(float* emb_grads) {
+  embedding_backward(emb_grads, stream_);
+}
+
+// --------------------------------------------------------------------------------------------- whole model
+
+template <typename T>
+void GptCuda<T>::forward(const T* weights, const std::int32_t* tokens, const std::int32_t* targets, float dloss_per_row,
+                         cudaStream_t stream) {
+  const auto w = [&](int unit) { return weights + unit_offset(unit); };
+  embed(tokens, w(ModelLayout::embedding_unit()), stream);
+  for (int l = 0; l < cfg_.n_layer; ++l) block_forward(l, w(ModelLayout::block_unit(l)), stream);
+  head_forward(targets, w(layout_.final_norm_unit()), w(ModelLayout::embedding_unit()), dloss_per_row, true, stream);
+}
+
+template <typename T>
+void GptCuda<T>::backward(const T* weights, float* grads, const std::int32_t* tokens, cudaStream_t stream,
+                          const std::function<void(int unit)>& on_unit_done) {
+  const auto w = [&](int unit) { return weights + unit_offset(unit); };
+  const auto g = [&](int unit) { return grads + unit_offset(unit); };
   const auto done = [&](int unit) {
     if (on_unit_done) on_unit_done(unit);
   };
   const int emb = ModelLayout::embedding_unit(), fin = layout_.final_norm_unit();
-  float* scratch = column_scratch_.data();
-  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
-  lm_head_backward(blas_, d_ln_.data(), g(emb, e.wte), logits_.data(), lnf_.data(), w(emb, e.wte), N, C,
-                   cfg_.vocab_size, cfg_.padded_vocab_size, stream);
-  dc::zero_on_device(dresidual_.data(), N_ * C, stream);
-  const bf16_t* last = cfg_.n_layer > 0 ? blocks_.back().residual3.data() : encoded_.data();
-  layernorm_backward(dresidual_.data(), g(fin, f.weight), g(fin, f.bias), scratch, d_ln_.data(), last, w(fin, f.weight),
-                     lnf_mean_.data(), lnf_rstd_.data(), N, C, stream);
+  tokens_in_use_ = tokens;
+  head_backward(w(fin), w(emb), g(fin), g(emb), stream);
   done(fin);
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const int u = ModelLayout::block_unit(l);
-    BlockActivations& a = blocks_[static_cast<std::size_t>(l)];
-    const bf16_t* x = l > 0 ? blocks_[static_cast<std::size_t>(l - 1)].residual3.data() : encoded_.data();
-    dc::zero_on_device(d_fch_gelu_.data(), N_ * 4 * C, stream);
-    matmul_backward(blas_, d_fch_gelu_.data(), g(u, o.mlp_proj_weight), g(u, o.mlp_proj_bias), scratch,
-                    dresidual_.data(), a.fch_gelu.data(), w(u, o.mlp_proj_weight), N, 4 * C, C, stream);
-    dc::zero_on_device(d_fch_.data(), N_ * 4 * C, stream);
-    gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream);
-    dc::zero_on_device(d_ln_.data(), N_ * C, stream);
-    matmul_backward(blas_, d_ln_.data(), g(u, o.c_fc_weight), g(u, o.c_fc_bias), scratch, d_fch_.data(), a.ln2.data(),
-                    w(u, o.c_fc_weight), N, C, 4 * C, stream);
-    layernorm_backward(dresidual_.data(), g(u, o.ln_2_weight), g(u, o.ln_2_bias), scratch, d_ln_.data(),
-                       a.residual2.data(), w(u, o.ln_2_weight), a.ln2_mean.data(), a.ln2_rstd.data(), N, C, stream);
-    dc::zero_on_device(d_atty_.data(), N_ * C, stream);
-    matmul_backward(blas_, d_atty_.data(), g(u, o.attn_proj_weight), g(u, o.attn_proj_bias), scratch, dresidual_.data(),
-                    a.atty.data(), w(u, o.attn_proj_weight), N, C, C, stream);
-    dc::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream);
-    attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_, C,
-                       NH, stream);
-    dc::zero_on_device(d_ln_.data(), N_ * C, stream);
-    matmul_backward(blas_, d_ln_.data(), g(u, o.c_attn_weight), g(u, o.c_attn_bias), scratch, d_qkv_.data(),
-                    a.ln1.data(), w(u, o.c_attn_weight), N, C, 3 * C, stream);
-    layernorm_backward(dresidual_.data(), g(u, o.ln_1_weight), g(u, o.ln_1_bias), scratch, d_ln_.data(), x,
-                       w(u, o.ln_1_weight), a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream);
+    block_backward(l, w(u), g(u), stream);
     done(u);
   }
-  encoder_backward(g(emb, e.wte), g(emb, e.wpe), dresidual_.data(), tokens, B_, T_, C, stream);
+  embedding_backward(g(emb), stream);
   done(emb);
 }
+
+template class GptCuda<float>;
+template class GptCuda<bf16_t>;
 
 }  // namespace hsdp::model::cuda

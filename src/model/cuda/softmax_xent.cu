@@ -120,6 +120,31 @@ void softmax_xent_forward_backward(T* dlogits, float* losses, const T* logits, c
   launch_softmax_xent<Output::dlogits>(dlogits, losses, logits, targets, dloss_per_row, N, V, Vp, stream);
 }
 
+namespace {
+
+constexpr int kMeanThreads = 256;
+
+// One block: each thread sums a strided slice in double, then a tree over the threads; the order is fixed.
+__global__ void mean_loss_kernel(double* loss, const float* losses, int N) {
+  __shared__ double partial[kMeanThreads];
+  double sum = 0.0;
+  for (int i = static_cast<int>(threadIdx.x); i < N; i += kMeanThreads) sum += static_cast<double>(losses[i]);
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int width = kMeanThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = N > 0 ? partial[0] / static_cast<double>(N) : 0.0;
+}
+
+}  // namespace
+
+void mean_loss(double* loss, const float* losses, int N, cudaStream_t stream) {
+  mean_loss_kernel<<<1, kMeanThreads, 0, stream>>>(loss, losses, N);
+  check_launch("mean_loss_kernel");
+}
+
 #define HSDP_INSTANTIATE_SOFTMAX_XENT(T)                                                                          \
   template void softmax_xent_forward<T>(T*, float*, const T*, const std::int32_t*, int, int, int, cudaStream_t);  \
   template void softmax_xent_backward<T>(T*, const T*, const std::int32_t*, float, int, int, int, cudaStream_t);  \

@@ -239,7 +239,7 @@ class CudaBackend final : public Backend {
   device::SelectedDevice selected_;
   int world_size_;
   dc::Stream compute_;
-  model::cuda::GptCuda gpt_;
+  model::cuda::GptCuda<bf16_t> gpt_;
   std::size_t total_;
   cuda::GptParameters params_;
   dc::DeviceBuffer<std::int32_t> tokens_, targets_;

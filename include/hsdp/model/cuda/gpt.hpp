@@ -1,80 +1,130 @@
 #pragma once
 // GPT-2 (hsdp/model/gpt.hpp's model, the same layout and offset table) on one GPU, as kernels enqueued on a
-// stream: bf16 activations and bf16 compute weights, cuBLASLt bf16 GEMMs with fp32 accumulation, fp32 parameter
-// gradients, fp32 layer-norm statistics and losses (hsdp/model/cuda/layers.hpp). Nothing here waits for the GPU.
+// stream. T is the compute dtype: the storage type of the activations and of the compute copy of the weights
+// (bf16_t for training: cuBLASLt bf16 GEMMs with fp32 accumulation; float: true fp32, for checks against the CPU).
+// Parameter gradients, layer-norm statistics and losses are fp32 (hsdp/model/cuda/layers.hpp). Nothing here waits
+// for the GPU.
 //
-// Parameters live in flat device buffers laid out as the layout's units one after another (unit u starts at
-// unit_offset(u)): the caller owns them (hsdp/train/cuda/parameters.hpp's GptParameters holds a training run's)
-// and passes the bf16 compute copy and the gradients to forward/backward. backward ADDS into the gradients
-// (accumulation over micro-batches; zero them at the start of a step) and tells the caller, while it enqueues, when
-// each unit's gradient is complete, so that its reduction can be issued while the rest of backward still runs.
+// Two ways to drive it, the same kernels in the same order (so the same bits):
+//  - by unit, as model::UnitModel (hsdp/model/unit_model.hpp), on the stream given at construction: what the
+//    sharding engine calls, one gathered unit at a time. With activation checkpointing only each block's input is
+//    kept and backward_block recomputes that block's forward first (bit-identical results, as on the CPU).
+//  - whole model over flat device buffers laid out as the layout's units one after another (unit u starts at
+//    unit_offset(u)): forward/backward, on the stream of each call (the data-parallel backend's path; the caller
+//    owns the buffers: hsdp/train/cuda/parameters.hpp's GptParameters).
+// backward ADDS into the gradients (accumulation over micro-batches; zero them at the start of a step).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/device/cuda/blas.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/model/layout.hpp"
+#include "hsdp/model/unit_model.hpp"
 
 namespace hsdp::model::cuda {
 
-class GptCuda {
+template <typename T>
+class GptCuda final : public UnitModel {
  public:
-  // Activations for micro-batches of B sequences of T tokens (T <= block_size).
-  GptCuda(const ModelLayout& layout, int B, int T);
+  // Activations for micro-batches of B sequences of seq_len tokens (<= block_size, else a config Error). Unit calls
+  // are enqueued on `stream`.
+  GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t stream = nullptr,
+          bool activation_checkpointing = false);
 
   int batch() const { return B_; }
-  int seq_len() const { return T_; }
   std::size_t tokens() const { return N_; }
+  bool activation_checkpointing() const { return checkpointing_; }
   // Elements of the flat parameter buffers and where unit u starts in them.
   std::size_t total() const { return total_; }
   std::size_t unit_offset(int u) const { return unit_base_[static_cast<std::size_t>(u)]; }
   // Device bytes this object holds (activations, logits, scratch, the cuBLASLt workspace).
   std::size_t activation_bytes() const { return activation_bytes_; }
+  // Per-position losses of the last forward or head (device, tokens() floats).
+  const float* losses() const { return losses_.data(); }
 
+  // --- by unit (UnitModel) ---------------------------------------------------------------------------
+  const ModelLayout& layout() const override { return layout_; }
+  DType compute_dtype() const override;
+  int micro_batch() const override { return B_; }
+  int seq_len() const override { return T_; }
+  void forward_embedding(std::span<const std::int32_t> tokens, const void* emb_params) override;
+  void forward_block(int block, const void* block_params) override;
+  void forward_head(std::span<const std::int32_t> targets, const void* lnf_params, const void* emb_params, float dloss,
+                    double* loss) override;
+  void evaluate_head(std::span<const std::int32_t> targets, const void* lnf_params, const void* emb_params,
+                     double* loss) override;
+  void backward_head(const void* lnf_params, const void* emb_params, float* lnf_grads, float* emb_grads) override;
+  void backward_block(int block, const void* block_params, float* block_grads) override;
+  void backward_embedding(float* emb_grads) override;
+
+  // --- whole model ----------------------------------------------------------------------------------
   // Forward pass of tokens[B*T] (device) against targets[B*T] (device): per-position losses (losses()) and,
   // over the logits, d-logits for a loss gradient of dloss_per_row per position (the mean loss: 1 / (B*T)).
-  void forward(const bf16_t* weights, const std::int32_t* tokens, const std::int32_t* targets, float dloss_per_row,
+  void forward(const T* weights, const std::int32_t* tokens, const std::int32_t* targets, float dloss_per_row,
                cudaStream_t stream);
   // Backward pass of the last forward: grads += d loss / d params. on_unit_done(u) runs on the host right after
   // the last kernel that writes unit u's gradient was enqueued (blocks in reverse order, the final norm before
-  // them, the embedding last because the tied LM head and the encoder both write it).
-  void backward(const bf16_t* weights, float* grads, const std::int32_t* tokens, cudaStream_t stream,
+  // them, the embedding last because the tied LM head and the encoder both write it). `tokens` as forward's.
+  void backward(const T* weights, float* grads, const std::int32_t* tokens, cudaStream_t stream,
                 const std::function<void(int unit)>& on_unit_done = {});
-  // Per-position losses of the last forward (device, tokens() floats).
-  const float* losses() const { return losses_.data(); }
 
  private:
-  using Bf16Buffer = device::cuda::DeviceBuffer<bf16_t>;
+  using Buffer = device::cuda::DeviceBuffer<T>;
   using FloatBuffer = device::cuda::DeviceBuffer<float>;
-  // One block's activations, kept from forward to backward.
+  // One block's activations, kept from forward to backward (one set with checkpointing). The block's input and
+  // output are residual(l) and residual(l + 1).
   struct BlockActivations {
-    Bf16Buffer ln1, qkv, att, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj, residual3;
+    Buffer ln1, qkv, att, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj;
     FloatBuffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
     BlockActivations(std::size_t N, std::size_t C, std::size_t att_n);
     std::size_t bytes() const;
   };
 
   std::size_t C() const { return static_cast<std::size_t>(cfg_.n_embd); }
+  T* residual(int index) { return residuals_.data() + static_cast<std::size_t>(index) * N_ * C(); }
+  BlockActivations& activations(int block) { return blocks_[checkpointing_ ? 0 : static_cast<std::size_t>(block)]; }
+  void check_block(int block) const;
+  // Host ids checked against the vocabulary, copied to `dest` on the unit stream.
+  void upload_ids(device::cuda::DeviceBuffer<std::int32_t>& dest, std::span<const std::int32_t> ids, const char* what);
+
+  // The passes, on `stream`; tokens and targets are device ids.
+  void embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream);
+  void block_forward(int block, const T* p, cudaStream_t stream);
+  void head_forward(const std::int32_t* targets, const T* lnf, const T* emb, float dloss_per_row, bool for_backward,
+                    cudaStream_t stream);
+  void head_backward(const T* lnf, const T* emb, float* lnf_grads, float* emb_grads, cudaStream_t stream);
+  void block_backward(int block, const T* p, float* g, cudaStream_t stream);
+  void embedding_backward(float* emb_grads, cudaStream_t stream);
 
   const ModelLayout& layout_;
   const GptConfig& cfg_;
   int B_, T_;
   std::size_t N_, total_;
+  bool checkpointing_;
+  cudaStream_t stream_;
+  int resident_block_ = -1;                      // with checkpointing: the block whose activations the single set holds
+  const std::int32_t* tokens_in_use_ = nullptr;  // device ids of the last forward, for the encoder's backward
   std::vector<std::size_t> unit_base_;
   device::cuda::BlasLt blas_;
-  Bf16Buffer encoded_, lnf_, logits_;
+  device::cuda::DeviceBuffer<std::int32_t> ids_, target_ids_;  // unit calls' uploaded ids
+  Buffer residuals_;                                           // x_0 .. x_L: the input of every block and of the head
+  Buffer lnf_, logits_;
   FloatBuffer lnf_mean_, lnf_rstd_, losses_;
-  Bf16Buffer dresidual_, d_ln_, d_atty_, d_qkv_, d_fch_, d_fch_gelu_;
+  Buffer dresidual_, d_ln_, d_atty_, d_qkv_, d_fch_, d_fch_gelu_;
   FloatBuffer column_scratch_;
   device::cuda::DeviceBuffer<std::uint8_t> att_scratch_;
   std::vector<BlockActivations> blocks_;
   std::size_t activation_bytes_ = 0;
 };
+
+extern template class GptCuda<float>;
+extern template class GptCuda<bf16_t>;
 
 // Where each unit starts in GptCuda's flat parameter buffers: the layout's units one after another.
 std::vector<std::size_t> unit_offsets(const ModelLayout& layout);

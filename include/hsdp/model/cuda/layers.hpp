@@ -71,6 +71,10 @@ template <typename T>
 void softmax_xent_forward_backward(T* dlogits, float* losses, const T* logits, const std::int32_t* targets,
                                    float dloss_per_row, int N, int V, int Vp, cudaStream_t stream);
 
+// *loss = the mean of losses[0, N) (device memory), summed in double in a fixed order: one scalar the host reads
+// once, instead of N floats.
+void mean_loss(double* loss, const float* losses, int N, cudaStream_t stream);
+
 // Element type conversions (the bf16 compute copy of fp32 parameters, and back for checks).
 void convert(bf16_t* out, const float* in, std::size_t n, cudaStream_t stream);
 void convert(float* out, const bf16_t* in, std::size_t n, cudaStream_t stream);
