@@ -89,24 +89,23 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
   }
   quant::validate({z.grad_bits, z.block});
   const comm::Topology& topo = mesh_.topology();
-  m.qwz = z.quantized_weights;
+  if (z.quantized_weights) m.forward_gather = make_quantized_gather();
   if (z.hpz_partition_size > 0) {
     if (!mesh_.has_hpz()) {
       throw_config("zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size) +
                    ": the process mesh was built without an hpZ group (internal: pass it to ProcessMesh)");
     }
     m.hpz = true;
+    m.secondary_gather = make_secondary_gather();
   }
-  m.qgz = z.quantized_gradients;
-  if (!m.qgz) return;
+  if (!z.quantized_gradients) return;
   if (!topo.nodes_equal_size()) {
     throw_config("zeropp.quantized_gradients: the two-hop all-to-all needs nodes of equal size");
   }
   if (m.hybrid) {
     m.one_group_at = qgz_one_node(mesh_.shard().size());
   } else {
-    if (topo.num_nodes() == 1) {
-      m.qgz_exact_fallback = true;
+    if (topo.num_nodes() == 1) {  // the exact reduce-scatter stays
       if (m.log != nullptr) {
         m.log->info("zeropp: qgZ falls back to the exact reduce-scatter: all ranks are on one node, so no gradient "
                       "crosses a node (quantizing would only add error)");
@@ -117,6 +116,7 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
     if (mesh_.shard().rank() != topo.world_rank) throw_internal("qgZ: shard ranks are not world ranks");
     for (int j = 0; j < topo.num_nodes(); ++j) m.shard_rank_at.push_back(topo.ranks_on_node(j));
   }
+  m.shard_reduction = make_quantized_reduce_scatter();
 }
 
 Engine::~Engine() {

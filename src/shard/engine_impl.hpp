@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "collective_variants.hpp"
 #include "hsdp/core/buffer.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
@@ -87,9 +88,12 @@ struct Engine::Impl {
   DeviceArray<double> scalars;
   BufferId loss_id = -1, norm_id = -1, flag_id = -1;
 
-  // ZeRO++
-  bool qwz = false, hpz = false, qgz = false;
-  bool qgz_exact_fallback = false;  // one node: nothing crosses nodes, the exact reduce-scatter is used
+  // The collectives' variants (collective_variants.hpp), chosen by Engine::configure_zeropp: qwZ makes the forward
+  // gather quantized, hpZ adds the secondary gather, qgZ makes the reduction quantized.
+  std::unique_ptr<ParamGather> forward_gather = make_exact_gather(), backward_gather = make_exact_gather();
+  std::unique_ptr<ParamGather> secondary_gather;
+  std::unique_ptr<ShardReduction> shard_reduction = make_exact_reduce_scatter();
+  bool hpz = false;
   std::vector<Staging> secondary;   // hpZ: this rank's 1/k slice of each block, fwd -> bwd
   // The last optimizer step zeroed the reduced gradients (the flat gradients of no_shard, the gradient shards) in its
   // AdamW pass, so begin_step need not clear them again.
@@ -186,82 +190,21 @@ struct Engine::Impl {
   quant::QuantSpec weight_spec() const { return {quant::Bits::int8, o.zeropp.block}; }
   quant::QuantSpec grad_spec() const { return {o.zeropp.grad_bits, o.zeropp.block}; }
 
-  // Enqueues on the gather queue the gather of unit u's weights into `dest` [Pp] fp32: from the hpZ secondary group
-  // when the unit's secondary slice exists (a block's backward, the embedding's second use at the head), else over
-  // the shard group: int8 blocks with qwZ for forward gathers, else o.param_dtype. hpZ keeps this rank's slice of a
-  // block (and of the embedding) gathered over the shard group. Returns the event after the gather.
+  // Enqueues on the gather queue the gather of unit u's weights into `dest` [Pp] fp32, by the variant that applies
+  // (collective_variants.hpp): hpZ's from the unit's kept slice when there is one (a block's backward, the
+  // embedding's second use at the head), else the forward or backward gather over the shard group. With hpZ, a
+  // gather over the shard group keeps this rank's slice of a block (and of the embedding). Returns the event after.
   StreamEvent gather_into(int u, Tracked<float>& dest, bool for_backward = false) {
-    const UnitGeometry& g = geo(u);
-    FlatParamUnit& fp = unit(u);
-    const std::size_t padded = g.padded_numel;
-    const DType t = o.param_dtype;
-    const BufferId master = master_id[static_cast<std::size_t>(u)];
-    float* out = dest.data();
     q.wait(gather, params_updated);
-    Staging& second = secondary[static_cast<std::size_t>(u)];
-    if (hpz && second) {
-      const std::size_t slice = padded / static_cast<std::size_t>(mesh.hpz().size());
-      Staging recv = staging(padded, t, name_of("hpZ receive", u));
-      Staging from = second;
-      q.collective(gather, name_of("all_gather (hpZ)", u), {&mesh.hpz()}, {reads(from->id), writes(recv->id)},
-                   [this, from, recv, slice, t] {
-                     return mesh.hpz().all_gather_async(from->data(), recv->data(), slice, t);
-                   });
-      q.enqueue(gather, name_of("convert gathered", u), {reads(recv->id), writes(dest.id)},
-                [this, recv, out, padded, t] { dev.convert(recv->data(), t, out, DType::f32, padded); });
-      const StreamEvent done = q.record(gather);
-      release_after(recv, done, name_of("free hpZ receive", u));
-      return done;
+    std::vector<ReleaseAfter> staging_used;
+    if (secondary[static_cast<std::size_t>(u)]) {
+      secondary_gather->enqueue(*this, u, dest, staging_used);
+    } else {
+      (for_backward ? backward_gather : forward_gather)->enqueue(*this, u, dest, staging_used);
+      if (hpz && (is_block(u) || u == 0)) keep_secondary(u, dest);
     }
-    const bool keep = hpz && (is_block(u) || u == 0);
-    if (qwz && !for_backward) {
-      const quant::QuantSpec spec = weight_spec();
-      const std::size_t s = g.shard_numel;
-      const std::size_t m = message_bytes(s, spec);
-      const auto n = static_cast<std::size_t>(shard().size());
-      Staging send = staging(m, DType::u8, name_of("qwZ send", u));
-      Staging recv = staging(m * n, DType::u8, name_of("qwZ receive", u));
-      const float* from = fp.master.data();
-      q.enqueue(gather, name_of("quantize", u), {reads(master), writes(send->id)},
-                [this, from, s, spec, send] {
-                  dev.quantize(from, s, spec, reinterpret_cast<std::uint8_t*>(send->data()));
-                });
-      q.collective(gather, name_of("all_gather (qwZ)", u), {&shard()}, {reads(send->id), writes(recv->id)},
-                   [this, send, recv, m] { return shard().all_gather_async(send->data(), recv->data(), m, DType::u8); });
-      q.enqueue(gather, name_of("dequantize", u), {reads(recv->id), writes(dest.id)},
-                [this, recv, out, s, m, n, spec, padded, t] {
-                  const auto* bytes = reinterpret_cast<const std::uint8_t*>(recv->data());
-                  for (std::size_t j = 0; j < n; ++j) dev.dequantize(bytes + j * m, s, spec, out + j * s);
-                  dev.round_to(out, padded, t);
-                });
-      if (keep) keep_secondary(u, dest);
-      const StreamEvent done = q.record(gather);
-      release_after(send, done, name_of("free qwZ send", u));
-      release_after(recv, done, name_of("free qwZ receive", u));
-      return done;
-    }
-    if (t == DType::f32) {
-      const float* from = fp.master.data();
-      const std::size_t s = g.shard_numel;
-      q.collective(gather, name_of("all_gather", u), {&shard()}, {reads(master), writes(dest.id)},
-                   [this, from, out, s] { return shard().all_gather_async(from, out, s, DType::f32); });
-      if (keep) keep_secondary(u, dest);
-      return q.record(gather);
-    }
-    Staging send = staging(g.shard_numel, t, name_of("gather send", u));
-    Staging recv = staging(padded, t, name_of("gather receive", u));
-    const float* from = fp.master.data();
-    const std::size_t s = g.shard_numel;
-    q.enqueue(gather, name_of("convert master", u), {reads(master), writes(send->id)},
-              [this, from, send, s, t] { dev.convert(from, DType::f32, send->data(), t, s); });
-    q.collective(gather, name_of("all_gather", u), {&shard()}, {reads(send->id), writes(recv->id)},
-                 [this, send, recv, s, t] { return shard().all_gather_async(send->data(), recv->data(), s, t); });
-    q.enqueue(gather, name_of("convert gathered", u), {reads(recv->id), writes(dest.id)},
-              [this, recv, out, padded, t] { dev.convert(recv->data(), t, out, DType::f32, padded); });
-    if (keep) keep_secondary(u, dest);
     const StreamEvent done = q.record(gather);
-    release_after(send, done, name_of("free gather send", u));
-    release_after(recv, done, name_of("free gather receive", u));
+    for (ReleaseAfter& r : staging_used) release_after(std::move(r.buffer), done, r.what);
     return done;
   }
   // hpZ: this rank's slice of the gathered unit, kept for the backward gather inside the hpZ group.
@@ -419,125 +362,21 @@ struct Engine::Impl {
     release_after(whole, done, "free whole " + what);
     release_after(part, done, "free part " + what);
   }
+  // Unit u's full gradient into this rank's gradient shard by the engine's ShardReduction (collective_variants.hpp);
+  // then the full gradient goes (zero1 keeps it for the next step, zeroed in begin_step) and, for the hybrids on
+  // the last micro-batch, the shard is averaged across replicas.
   void reduce_scatter_unit(int u, bool last) {
     q.wait(reduce, q.record(compute));
-    if (qgz && !qgz_exact_fallback) {
-      quantized_reduce_scatter(u, last);
-      return;
-    }
-    const UnitGeometry& g = geo(u);
-    float* full = grads(u);
-    const BufferId full_id = grads_id(u);
-    const DType t = o.reduce_dtype;
-    const std::size_t s = g.shard_numel;
-    const std::size_t padded = g.padded_numel;
-    Staging recv = staging(s, t, name_of("reduce_scatter receive", u));
-    Staging send;
-    const void* send_data = full;
-    BufferId send_id = full_id;
-    if (t != DType::f32) {
-      send = staging(padded, t, name_of("reduce_scatter send", u));
-      q.enqueue(reduce, name_of("convert gradients", u), {reads(full_id), writes(send->id)},
-                [this, full, send, padded, t] { dev.convert(full, DType::f32, send->data(), t, padded); });
-      send_data = send->data();
-      send_id = send->id;
-    }
-    q.collective(reduce, name_of("reduce_scatter", u), {&shard()}, {reads(send_id), writes(recv->id)},
-                 [this, send, send_data, recv, s, t] {
-                   return shard().reduce_scatter_async(send_data, recv->data(), s, t, comm::ReduceOp::avg);
-                 });
-    FlatParamUnit& fp = unit(u);
-    float* shard_grad = fp.grad_shard.data();
-    const BufferId shard_id = grad_shard_id[static_cast<std::size_t>(u)];
-    if (faults.early_staging_free) release_after(recv, q.record(reduce), name_of("free reduce_scatter receive", u));
-    q.enqueue(reduce, name_of("accumulate gradient shard", u), {reads(recv->id), writes(shard_id)},
-              [this, shard_grad, recv, s, t] { dev.accumulate_from(shard_grad, recv->data(), t, s, 1.0f); });
+    std::vector<ReleaseAfter> staging_used;
+    shard_reduction->enqueue(*this, u, staging_used);
     const StreamEvent done = q.record(reduce);
-    release_after(recv, done, name_of("free reduce_scatter receive", u));
-    if (send) release_after(send, done, name_of("free reduce_scatter send", u));
-    // zero1 keeps its full gradients for the next step (zeroed in begin_step); the others free them once sent.
+    for (ReleaseAfter& r : staging_used) release_after(std::move(r.buffer), done, r.what);
     if (!st.grads_whole) release_after(unit_grads[static_cast<std::size_t>(u)], done, name_of("free gradients", u));
     if (hybrid && last) {
       q.wait(cross, done);
-      all_reduce_range(cross, shard_grad, s, {writes(shard_id)}, replicate(), name_of("gradient shard", u));
-    }
-  }
-
-  // qgZ (zeropp.hpp): the unit's gradient reduced to this rank's shard through quantized all-to-alls, enqueued on
-  // the reduce queue as its steps with the hops as nonblocking collectives (full_shard: hop 1 inside the node, hop 2
-  // across nodes; hybrid_shard: one hop inside the node).
-  void quantized_reduce_scatter(int u, bool last) {
-    const UnitGeometry& g = geo(u);
-    float* full = grads(u);
-    const BufferId full_id = grads_id(u);
-    const std::size_t s = g.shard_numel;
-    const std::size_t padded = g.padded_numel;
-    const quant::QuantSpec spec = grad_spec();
-    const std::size_t m = message_bytes(s, spec);
-    const std::vector<std::vector<int>>* at = &shard_rank_at;
-    comm::Communicator* last_hop = &mesh.cross_node();
-    if (hybrid) {
-      at = &one_group_at;
-      last_hop = &shard();
-    }
-    const std::size_t nodes = at->size();
-    const std::size_t p = at->front().size();
-    if (o.param_dtype == DType::f16) {
-      // fp16 overflow: quantizing would throw on this rank only. The rank sends zeros and sets the flag, and the
-      // scaler skips the step.
-      double* flag = scalars.data() + 2;
-      q.enqueue(reduce, name_of("overflow check", u), {writes(full_id), writes(flag_id)},
-                [this, full, padded, flag] { dev.zero_if_nonfinite(full, padded, flag); });
-    }
-    Staging sum = staging(s, DType::f32, name_of("qgZ sum", u));
-    Staging hop2_send = staging(nodes * m, DType::u8, name_of("qgZ hop-2 send", u));
-    Staging hop2_recv = staging(nodes * m, DType::u8, name_of("qgZ hop-2 receive", u));
-    auto bytes = [](const Staging& b) { return reinterpret_cast<std::uint8_t*>(b->data()); };
-    if (p == 1) {
-      q.enqueue(reduce, name_of("qgZ quantize", u), {reads(full_id), writes(hop2_send->id)},
-                [this, full, s, spec, at, hop2_send, bytes] { qgz_quantize_slices(dev, full, s, spec, *at, bytes(hop2_send)); });
-    } else {
-      Staging send = staging(p * nodes * m, DType::u8, name_of("qgZ hop-1 send", u));
-      Staging recv = staging(p * nodes * m, DType::u8, name_of("qgZ hop-1 receive", u));
-      q.enqueue(reduce, name_of("qgZ quantize", u), {reads(full_id), writes(send->id)},
-                [this, full, s, spec, at, send, bytes] { qgz_quantize_slices(dev, full, s, spec, *at, bytes(send)); });
-      q.collective(reduce, name_of("qgZ all_to_all (node)", u), {&mesh.node()}, {reads(send->id), writes(recv->id)},
-                   [this, send, recv, nodes, m] {
-                     return mesh.node().all_to_all_async(send->data(), recv->data(), nodes * m, DType::u8);
-                   });
-      q.enqueue(reduce, name_of("qgZ requantize", u), {reads(recv->id), writes(hop2_send->id)},
-                [this, recv, hop2_send, s, spec, p, nodes, bytes] {
-                  qgz_requantize(dev, bytes(recv), s, spec, p, nodes, bytes(hop2_send));
-                });
-      const StreamEvent requantized = q.record(reduce);
-      release_after(send, requantized, name_of("free qgZ hop-1 send", u));
-      release_after(recv, requantized, name_of("free qgZ hop-1 receive", u));
-    }
-    q.collective(reduce, name_of("qgZ all_to_all", u), {last_hop}, {reads(hop2_send->id), writes(hop2_recv->id)},
-                 [last_hop, hop2_send, hop2_recv, m] {
-                   return last_hop->all_to_all_async(hop2_send->data(), hop2_recv->data(), m, DType::u8);
-                 });
-    q.enqueue(reduce, name_of("qgZ sum", u), {reads(hop2_recv->id), writes(sum->id)},
-              [this, hop2_recv, sum, nodes, s, spec, bytes] {
-                qgz_sum(dev, bytes(hop2_recv), nodes, s, spec, reinterpret_cast<float*>(sum->data()));
-              });
-    const StreamEvent summed = q.record(reduce);
-    release_after(hop2_send, summed, name_of("free qgZ hop-2 send", u));
-    release_after(hop2_recv, summed, name_of("free qgZ hop-2 receive", u));
-    const float inverse = 1.0f / static_cast<float>(shard().size());
-    FlatParamUnit& fp = unit(u);
-    float* shard_grad = fp.grad_shard.data();
-    const BufferId shard_id = grad_shard_id[static_cast<std::size_t>(u)];
-    q.enqueue(reduce, name_of("accumulate gradient shard", u), {reads(sum->id), writes(shard_id)},
-              [this, shard_grad, sum, s, inverse] {
-                dev.accumulate(shard_grad, reinterpret_cast<const float*>(sum->data()), s, inverse);
-              });
-    const StreamEvent done = q.record(reduce);
-    release_after(sum, done, name_of("free qgZ sum", u));
-    if (!st.grads_whole) release_after(unit_grads[static_cast<std::size_t>(u)], done, name_of("free gradients", u));
-    if (hybrid && last) {
-      q.wait(cross, done);
-      all_reduce_range(cross, shard_grad, s, {writes(shard_id)}, replicate(), name_of("gradient shard", u));
+      const BufferId shard_id = grad_shard_id[static_cast<std::size_t>(u)];
+      all_reduce_range(cross, unit(u).grad_shard.data(), geo(u).shard_numel, {writes(shard_id)}, replicate(),
+                       name_of("gradient shard", u));
     }
   }
 };

@@ -118,7 +118,8 @@ class Engine {
   bool is_checkpoint_writer() const;
   // Tests of the stream checker only.
   void inject(const StreamFaults& faults);
-
+  // The internals, opaque outside src/shard (engine_impl.hpp).
+  struct Impl;
 
  private:
   void configure_zeropp(const ZeroPPOptions& z);
@@ -126,7 +127,6 @@ class Engine {
   void refresh_derived_state();
   std::unique_ptr<Device> device_;
   std::unique_ptr<StreamQueues> queues_;
-  struct Impl;
   std::unique_ptr<Impl> impl_;
   comm::ProcessMesh& mesh_;
   std::vector<std::unique_ptr<FlatParamUnit>> units_;
