@@ -30,7 +30,7 @@ class ExactGather final : public ParamGather {
     }
     Staging send = m.staging(s, t, Engine::Impl::name_of("gather send", u));
     Staging recv = m.staging(padded, t, Engine::Impl::name_of("gather receive", u));
-    Device& dev = m.dev;
+    DeviceOps& dev = m.dev;
     m.q.enqueue(m.gather, Engine::Impl::name_of("convert master", u), {reads(master), writes(send->id)},
                 [&dev, from, send, s, t] { dev.convert(from, DType::f32, send->data(), t, s); });
     m.q.collective(m.gather, Engine::Impl::name_of("all_gather", u), {&shard}, {reads(send->id), writes(recv->id)},
@@ -54,7 +54,7 @@ class QuantizedGather final : public ParamGather {
     const BufferId master = m.master_id[static_cast<std::size_t>(u)];
     const float* from = m.unit(u).master.data();
     float* out = dest.data();
-    Device& dev = m.dev;
+    DeviceOps& dev = m.dev;
     comm::Communicator& shard = m.shard();
     Staging send = m.staging(bytes_per_rank, DType::u8, Engine::Impl::name_of("qwZ send", u));
     Staging recv = m.staging(bytes_per_rank * n, DType::u8, Engine::Impl::name_of("qwZ receive", u));
@@ -83,7 +83,7 @@ class SecondaryGather final : public ParamGather {
     const std::size_t slice = padded / static_cast<std::size_t>(hpz.size());
     const DType t = m.o.param_dtype;
     float* out = dest.data();
-    Device& dev = m.dev;
+    DeviceOps& dev = m.dev;
     Staging recv = m.staging(padded, t, Engine::Impl::name_of("hpZ receive", u));
     Staging from = m.secondary[static_cast<std::size_t>(u)];
     m.q.collective(m.gather, Engine::Impl::name_of("all_gather (hpZ)", u), {&hpz}, {reads(from->id), writes(recv->id)},
@@ -105,7 +105,7 @@ class ExactReduceScatter final : public ShardReduction {
     const DType t = m.o.reduce_dtype;
     const std::size_t s = g.shard_numel;
     const std::size_t padded = g.padded_numel;
-    Device& dev = m.dev;
+    DeviceOps& dev = m.dev;
     comm::Communicator& shard = m.shard();
     Staging recv = m.staging(s, t, Engine::Impl::name_of("reduce_scatter receive", u));
     Staging send;
@@ -154,7 +154,7 @@ class QuantizedReduceScatter final : public ShardReduction {
     }
     const std::size_t nodes = at->size();
     const std::size_t p = at->front().size();
-    Device& dev = m.dev;
+    DeviceOps& dev = m.dev;
     StreamQueues& q = m.q;
     const QueueId reduce = m.reduce;
     const auto name = [u](const char* what) { return Engine::Impl::name_of(what, u); };

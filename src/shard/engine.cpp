@@ -18,8 +18,8 @@ void require_fp32_compute(const model::UnitModel& model) {
 }  // namespace
 
 Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
-               std::uint64_t seed, MemoryAccountant& memory, const Logger* log, std::unique_ptr<Device> device)
-    : device_(device ? std::move(device) : make_cpu_device(memory)),
+               std::uint64_t seed, MemoryAccountant& memory, const Logger* log, std::unique_ptr<DeviceOps> device)
+    : device_(device ? std::move(device) : make_cpu_device_ops(memory)),
       queues_(std::make_unique<StreamQueues>(options.streams)), mesh_(mesh) {
   if (options.grad_accum < 1) throw_config("train.grad_accum must be >= 1");
   for (const DType t : {options.param_dtype, options.reduce_dtype}) {

@@ -20,7 +20,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 #include "hsdp/shard/buckets.hpp"
-#include "hsdp/shard/device.hpp"
+#include "hsdp/shard/device_ops.hpp"
 #include "hsdp/shard/engine.hpp"
 #include "hsdp/shard/stream_queues.hpp"
 
@@ -45,7 +45,7 @@ using Staging = std::shared_ptr<Tracked<std::byte>>;
 struct Engine::Impl {
   comm::ProcessMesh& mesh;
   EngineOptions o;
-  Device& dev;
+  DeviceOps& dev;
   StreamQueues& q;
   std::vector<std::unique_ptr<FlatParamUnit>>& units;
   StepTiming& timing;
@@ -101,7 +101,7 @@ struct Engine::Impl {
   std::vector<std::vector<int>> shard_rank_at;  // [node][local] -> shard rank (full_shard qgZ)
   std::vector<std::vector<int>> one_group_at;   // hybrid_shard qgZ: the node's ranks as nodes of one (zeropp.hpp)
 
-  Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, Device& device,
+  Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, DeviceOps& device,
        StreamQueues& queues, std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t, const Logger* logger)
       : mesh(m), o(options), dev(device), q(queues), units(u), timing(t), n_layer(l.config().n_layer),
         n_units(l.num_units()), log(logger), st(strategy(options.strategy)) {

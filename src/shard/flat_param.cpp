@@ -19,7 +19,7 @@ UnitGeometry UnitGeometry::make(std::size_t numel, int shard_size, int shard_ran
 }
 
 FlatParamUnit::FlatParamUnit(const model::ModelLayout& layout, int unit_index, int shard_size, int shard_rank,
-                             bool with_grad_shard, Device& device)
+                             bool with_grad_shard, DeviceOps& device)
     : unit(unit_index), geometry(UnitGeometry::make(layout.unit(unit_index).numel, shard_size, shard_rank)) {
   const std::size_t s = geometry.shard_numel;
   master = device.array<float>(s, MemCategory::params);
@@ -36,7 +36,7 @@ FlatParamUnit::FlatParamUnit(const model::ModelLayout& layout, int unit_index, i
   }
 }
 
-void FlatParamUnit::init_master(const model::ModelLayout& layout, std::uint64_t seed, Device& device) {
+void FlatParamUnit::init_master(const model::ModelLayout& layout, std::uint64_t seed, DeviceOps& device) {
   Buffer<float> full(geometry.numel);
   model::init_unit<float>(layout, unit, full.span(), seed);
   device.copy_from_host(master.data(), full.data() + geometry.begin, geometry.valid * sizeof(float));

@@ -136,18 +136,17 @@ std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& o, int
   const auto bp = static_cast<std::int64_t>(size_of(o.param_dtype));
   const auto br = static_cast<std::int64_t>(size_of(o.reduce_dtype));
   const Strategy& st = strategy(o.strategy);
-  const bool replicated = st.params_whole;
   const bool keeps_gathered = !st.params_whole && !st.free_after_forward;
   std::int64_t bytes = 0;
   if (keeps_gathered)
     bytes += 4 * padded_total;
-  else if (!replicated)
+  else if (!st.params_whole)
     bytes += 3 * 4 * largest;
-  if (!replicated) {
+  if (!st.params_whole) {
     bytes += (o.grad_accum > 1 && !st.reduce_every_micro_batch) ? 4 * padded_total : 3 * 4 * largest;
     if (bp != 4) bytes += bp * largest;
   }
-  if (br != 4) bytes += br * (replicated ? padded_total : 3 * largest);
+  if (br != 4) bytes += br * (st.params_whole ? padded_total : 3 * largest);
   if (st.shard_scope != comm::ShardScope::self) bytes += br * shard_total;
   if (o.zeropp.hpz_partition_size > 0) bytes += bp * hpz_units / o.zeropp.hpz_partition_size;
   return bytes;

@@ -1,6 +1,6 @@
 #include "hsdp/shard/zeropp.hpp"
 
-#include "hsdp/shard/device.hpp"
+#include "hsdp/shard/device_ops.hpp"
 
 // Derivation of the qgZ bound in zeropp.hpp: quantization with scale s changes an element by at most s/2, and
 // s = absmax/qmax rounded up by at most 2^-16 relative. Hop 1 adds, for each rank i of a node, at most
@@ -36,7 +36,7 @@ void pack_message(std::span<const float> values, quant::QuantSpec spec, std::uin
   quant::quantize(values, message_span(out, values.size(), spec));
 }
 
-void qgz_quantize_slices(Device& device, const float* full, std::size_t s, quant::QuantSpec spec,
+void qgz_quantize_slices(DeviceOps& device, const float* full, std::size_t s, quant::QuantSpec spec,
                          const std::vector<std::vector<int>>& shard_rank_at, std::uint8_t* out) {
   const std::size_t m = message_bytes(s, spec);
   const std::size_t nodes = shard_rank_at.size();
@@ -49,7 +49,7 @@ void qgz_quantize_slices(Device& device, const float* full, std::size_t s, quant
   }
 }
 
-void qgz_requantize(Device& device, const std::uint8_t* received, std::size_t s, quant::QuantSpec spec, std::size_t p,
+void qgz_requantize(DeviceOps& device, const std::uint8_t* received, std::size_t s, quant::QuantSpec spec, std::size_t p,
                     std::size_t nodes, std::uint8_t* out) {
   const std::size_t m = message_bytes(s, spec);
   std::vector<const std::uint8_t*> parts;
@@ -60,7 +60,7 @@ void qgz_requantize(Device& device, const std::uint8_t* received, std::size_t s,
   }
 }
 
-void qgz_sum(Device& device, const std::uint8_t* received, std::size_t parts_count, std::size_t s,
+void qgz_sum(DeviceOps& device, const std::uint8_t* received, std::size_t parts_count, std::size_t s,
              quant::QuantSpec spec, float* slice_sum) {
   const std::size_t m = message_bytes(s, spec);
   std::vector<const std::uint8_t*> parts;
@@ -68,7 +68,7 @@ void qgz_sum(Device& device, const std::uint8_t* received, std::size_t parts_cou
   device.reduce_dequantize(parts, s, spec, slice_sum);
 }
 
-void qgz_one_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+void qgz_one_hop(DeviceOps& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& group) {
   const std::size_t s = slice_sum.size();
   const std::size_t m = message_bytes(s, spec);
@@ -86,7 +86,7 @@ std::vector<std::vector<int>> qgz_one_node(int ranks) {
   return at;
 }
 
-void qgz_two_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+void qgz_two_hop(DeviceOps& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& node, comm::Communicator& cross_node,
                  const std::vector<std::vector<int>>& shard_rank_at) {
   const std::size_t s = slice_sum.size();

@@ -258,7 +258,7 @@ TEST_P(QgzBits, TwoHopAllToAll_IsWithinTheBoundOfTwoQuantizations) {
   const quant::QuantSpec spec{GetParam(), 256};
   std::vector<float> out(s);
   MemoryAccountant memory;
-  const auto device = make_cpu_device(memory);
+  const auto device = make_cpu_device_ops(memory);
   qgz_two_hop(*device, inputs[static_cast<std::size_t>(ctx.world.rank())], out, spec, mesh.node(), mesh.cross_node(),
               rank_at);
   const std::size_t begin = static_cast<std::size_t>(ctx.world.rank()) * s;
@@ -288,7 +288,7 @@ TEST_P(QgzBits, OneHopInsideTheNode_IsWithinTheBoundOfOneQuantization) {
   const quant::QuantSpec spec{GetParam(), 128};
   std::vector<float> out(s);
   MemoryAccountant memory;
-  const auto device = make_cpu_device(memory);
+  const auto device = make_cpu_device_ops(memory);
   qgz_one_hop(*device, inputs[static_cast<std::size_t>(group.rank())], out, spec, group);
   const std::size_t begin = static_cast<std::size_t>(group.rank()) * s;
   const double q = quant::qmax(spec.bits);

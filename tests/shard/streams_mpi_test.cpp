@@ -68,7 +68,7 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
   MemoryAccountant memory;
   EngineOptions options = c.options;
   options.streams = streams;
-  Engine engine(layout, mesh, options, segment.seed, memory, nullptr, make_cpu_device(memory, segment.host_visible));
+  Engine engine(layout, mesh, options, segment.seed, memory, nullptr, make_cpu_device_ops(memory, segment.host_visible));
   engine.inject(faults);
   if (segment.resume != nullptr) {
     const std::vector<UnitShard> views = engine.shard_views();

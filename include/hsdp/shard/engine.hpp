@@ -47,7 +47,7 @@
 #include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/core/log.hpp"
-#include "hsdp/shard/device.hpp"
+#include "hsdp/shard/device_ops.hpp"
 #include "hsdp/shard/flat_param.hpp"
 #include "hsdp/shard/strategy.hpp"
 #include "hsdp/shard/stream_queues.hpp"
@@ -82,10 +82,10 @@ struct StepTiming {
 class Engine {
  public:
   // `log` (optional) receives one-time notes, e.g. that qgZ falls back to an exact reduce-scatter on one node.
-  // `device` does the element work on its memory (device.hpp); null: the CPU (make_cpu_device(memory)).
+  // `device` does the element work on its memory (device_ops.hpp); null: the CPU (make_cpu_device_ops(memory)).
   Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
          std::uint64_t seed, MemoryAccountant& memory, const Logger* log = nullptr,
-         std::unique_ptr<Device> device = nullptr);
+         std::unique_ptr<DeviceOps> device = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -109,7 +109,7 @@ class Engine {
   const StepTiming& timing() const { return timing_; }
   const std::vector<std::unique_ptr<FlatParamUnit>>& units() const { return units_; }
   // Host views of this rank's shards for a checkpoint (after all queued work): the device memory itself where the
-  // host can reach it (Device::host_address), else host copies. Valid until the next call.
+  // host can reach it (DeviceOps::host_address), else host copies. Valid until the next call.
   std::vector<UnitShard> shard_views();
   // After a checkpoint was loaded into shard_views()' views: staged copies go to the device, derived state (the
   // persistent full parameters) is rebuilt.
@@ -125,7 +125,7 @@ class Engine {
   void configure_zeropp(const ZeroPPOptions& z);
   // After the masters changed (AdamW, a checkpoint load): the persistent full parameters follow.
   void refresh_derived_state();
-  std::unique_ptr<Device> device_;
+  std::unique_ptr<DeviceOps> device_;
   std::unique_ptr<StreamQueues> queues_;
   std::unique_ptr<Impl> impl_;
   comm::ProcessMesh& mesh_;

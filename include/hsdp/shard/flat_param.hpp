@@ -4,15 +4,15 @@
 //   Rank r of the shard group owns elements [r S, r S + S) of the padded buffer; those beyond N are padding:
 //   always zero, never updated, never in a norm or a checkpoint.
 // The owned shard holds the fp32 master weights and the AdamW moments, plus (sharded-gradient strategies)
-// the fp32 gradient shard, all in the engine's Device memory (device.hpp). Full (gathered) parameters and
-// gradients are transient buffers the engine allocates around each use, charged to the accountant while they live.
-// The host reaches the shard only through the engine's checkpoint views (Engine::shard_views).
+// the fp32 gradient shard, all in the device memory of the engine's DeviceOps (device_ops.hpp). Full (gathered)
+// parameters and gradients are transient buffers the engine allocates around each use, charged to the accountant while
+// they live. The host reaches the shard only through the engine's checkpoint views (Engine::shard_views).
 #include <cstddef>
 #include <vector>
 
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/adamw.hpp"
-#include "hsdp/shard/device.hpp"
+#include "hsdp/shard/device_ops.hpp"
 
 namespace hsdp::shard {
 
@@ -46,10 +46,10 @@ struct FlatParamUnit {
   std::vector<optim::DecaySegment> segments;  // decay segments of [0, valid) of the shard
 
   FlatParamUnit(const model::ModelLayout& layout, int unit, int shard_size, int shard_rank, bool with_grad_shard,
-                Device& device);
+                DeviceOps& device);
   // Initialises the owned shard from the model's deterministic init (identical to one-rank training), computed on
   // the host and copied to the device.
-  void init_master(const model::ModelLayout& layout, std::uint64_t seed, Device& device);
+  void init_master(const model::ModelLayout& layout, std::uint64_t seed, DeviceOps& device);
 };
 
 }  // namespace hsdp::shard

@@ -27,7 +27,7 @@
 
 namespace hsdp::shard {
 
-class Device;
+class DeviceOps;
 
 struct ZeroPPOptions {
   bool quantized_weights = false;    // qwZ: int8 forward all-gather
@@ -49,7 +49,7 @@ quant::QuantizedSpan message_span(std::uint8_t* out, std::size_t count, quant::Q
 // sum over all ranks of this rank's slice (not averaged). `node` has this node's p ranks in local-rank order,
 // `cross_node` the ranks with this local rank in node order; shard_rank_at[node][local] maps to shard ranks.
 // `device` quantizes, reduces and holds the messages; the hops are blocking all-to-alls.
-void qgz_two_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+void qgz_two_hop(DeviceOps& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& node, comm::Communicator& cross_node,
                  const std::vector<std::vector<int>>& shard_rank_at);
 // The steps of both, which the engine enqueues with the hops as nonblocking collectives between them (m =
@@ -58,16 +58,16 @@ void qgz_two_hop(Device& device, std::span<const float> full, std::span<float> s
 //                    and node j (p = shard_rank_at[0].size(): with p == 1 these are the hop-2 messages)
 //   requantize       hop 1's p x nodes received messages into the node's partial sums, message j at j * m of `out`
 //   sum              the fp32 sum of `parts` received messages, in order, into slice_sum [s]
-void qgz_quantize_slices(Device& device, const float* full, std::size_t s, quant::QuantSpec spec,
+void qgz_quantize_slices(DeviceOps& device, const float* full, std::size_t s, quant::QuantSpec spec,
                          const std::vector<std::vector<int>>& shard_rank_at, std::uint8_t* out);
-void qgz_requantize(Device& device, const std::uint8_t* received, std::size_t s, quant::QuantSpec spec, std::size_t p,
+void qgz_requantize(DeviceOps& device, const std::uint8_t* received, std::size_t s, quant::QuantSpec spec, std::size_t p,
                     std::size_t nodes, std::uint8_t* out);
-void qgz_sum(Device& device, const std::uint8_t* received, std::size_t parts, std::size_t s, quant::QuantSpec spec,
+void qgz_sum(DeviceOps& device, const std::uint8_t* received, std::size_t parts, std::size_t s, quant::QuantSpec spec,
              float* slice_sum);
 // One group seen as `ranks` nodes of one rank (qgZ inside one group: slice l to rank l).
 std::vector<std::vector<int>> qgz_one_node(int ranks);
 // qgZ inside one group (hybrid_shard's node): one quantized all-to-all; rank l receives slice l.
-void qgz_one_hop(Device& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
+void qgz_one_hop(DeviceOps& device, std::span<const float> full, std::span<float> slice_sum, quant::QuantSpec spec,
                  comm::Communicator& group);
 
 }  // namespace hsdp::shard

@@ -1,4 +1,4 @@
-// The CPU device of the sharding engine (device.hpp): host memory and the kernels of core, quant and optim.
+// The sharding engine's DeviceOps on the CPU (device_ops.hpp): host memory and the kernels of core, quant and optim.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -8,7 +8,7 @@
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
 #include "hsdp/quant/fused.hpp"
-#include "hsdp/shard/device.hpp"
+#include "hsdp/shard/device_ops.hpp"
 #include "hsdp/shard/zeropp.hpp"
 
 namespace hsdp::shard {
@@ -32,9 +32,9 @@ std::vector<quant::QuantizedView> views(std::span<const std::uint8_t* const> mes
   return out;
 }
 
-class CpuDevice final : public Device {
+class CpuDeviceOps final : public DeviceOps {
  public:
-  CpuDevice(MemoryAccountant& memory, bool host_visible) : memory_(memory), host_visible_(host_visible) {}
+  CpuDeviceOps(MemoryAccountant& memory, bool host_visible) : memory_(memory), host_visible_(host_visible) {}
   const char* name() const override { return "cpu"; }
 
   std::unique_ptr<DeviceMemory> allocate(std::size_t bytes, MemCategory category) override {
@@ -122,8 +122,8 @@ class CpuDevice final : public Device {
 
 }  // namespace
 
-std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory, bool host_visible) {
-  return std::make_unique<CpuDevice>(memory, host_visible);
+std::unique_ptr<DeviceOps> make_cpu_device_ops(MemoryAccountant& memory, bool host_visible) {
+  return std::make_unique<CpuDeviceOps>(memory, host_visible);
 }
 
 }  // namespace hsdp::shard

@@ -1,7 +1,9 @@
 #pragma once
-// The sharding engine's device interface: the element work the engine's schedule needs, on the memory of one
-// device. The engine (engine.cpp) decides WHAT is gathered, reduced, freed and updated, and WHEN; a Device does it
-// on its memory:
+// DeviceOps: what the sharding engine needs of the processor it trains on (device.type: the CPU or one GPU): its
+// memory and the element work of the engine's schedule. (Not to be confused with the device layer, hsdp/device/:
+// the libraries a DeviceOps and the model call, BLAS and OpenMP on the CPU, the CUDA runtime and cuBLASLt.) The
+// engine (engine.cpp) decides WHAT is gathered, reduced, freed and updated, and WHEN; a DeviceOps does it on its
+// memory:
 //   allocate          memory charged to the accountant while it lives (no allocation in the device's own
 //                     allocator inside a step on a GPU: a stream-ordered pool or arena)
 //   convert, round    dtype conversion (fp32 <-> bf16/fp16, round to nearest even) and rounding in place
@@ -12,8 +14,8 @@
 //   squared_sum, flag_nonfinite   the norm's partial sum and the fp16 overflow check of a shard, into device scalars
 //   copy_to_host       the one read of the step's scalars (and checkpoints' staging)
 //   host_address       device memory the host may read and write in place (the CPU's), else checkpoints stage
-// Pointers passed to a Device are its memory (host memory for the CPU device); the engine never dereferences them:
-// it hands them to the Device, to communicators (which take device memory: NCCL, CUDA-aware MPI) and to the model's
+// Pointers passed to a DeviceOps are its memory (host memory for the CPU); the engine never dereferences them: it
+// hands them to the DeviceOps, to communicators (which take device memory: NCCL, CUDA-aware MPI) and to the model's
 // kernels, and reaches the shard state from the host only through copies or host_address.
 //
 // Ordering: every call is issued inside work the engine enqueued on a queue (stream_queues.hpp); the engine orders
@@ -59,9 +61,9 @@ class DeviceArray {
   std::size_t count_ = 0;
 };
 
-class Device {
+class DeviceOps {
  public:
-  virtual ~Device() = default;
+  virtual ~DeviceOps() = default;
   virtual const char* name() const = 0;
 
   // `bytes` of zeroed memory charged to `category` while the block lives.
@@ -115,6 +117,6 @@ class Device {
 
 // The CPU: host memory (64-byte aligned), the OpenMP-parallel kernels of core, quant and optim. host_visible =
 // false makes host_address answer null as a GPU's does, so tests prove the staged checkpoint path on the CPU.
-std::unique_ptr<Device> make_cpu_device(MemoryAccountant& memory, bool host_visible = true);
+std::unique_ptr<DeviceOps> make_cpu_device_ops(MemoryAccountant& memory, bool host_visible = true);
 
 }  // namespace hsdp::shard
