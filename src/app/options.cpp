@@ -385,11 +385,16 @@ bool DeckValue::boolean() const {
   return deck.get_bool(key);
 }
 
-train::TrainOptions train_options(const ConfigDeck& deck) {
+train::TrainOptions deck_values(const ConfigDeck& deck) {
   train::TrainOptions o;
   for (const OptionSpec& spec : option_table()) {
     if (spec.read) spec.read(DeckValue{deck, spec.key}, o);
   }
+  return o;
+}
+
+train::TrainOptions train_options(const ConfigDeck& deck) {
+  train::TrainOptions o = deck_values(deck);
   // Values derived from several keys, and the checks across keys.
   if (o.model.padded_vocab_size == 0) o.model.padded_vocab_size = (o.model.vocab_size + 127) / 128 * 128;
   if (o.model.padded_vocab_size < o.model.vocab_size) {

@@ -12,6 +12,7 @@
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/quant/blockwise.hpp"
+#include "hsdp/train/options.hpp"
 #include "plan/calibrate.hpp"
 #include "plan/planner.hpp"
 #include "plan/report.hpp"
@@ -206,13 +207,14 @@ std::string model_overrides_text(const Overrides& overrides) {
 }
 
 // A Llama shape with the command line's model.n_layer and model.vocab_size; other model keys have no meaning there.
-hsdp::plan::PlanModel llama_of(const std::string& name, const ConfigDeck& deck, const Overrides& overrides) {
+hsdp::plan::PlanModel llama_of(const std::string& name, const hsdp::train::TrainOptions& d,
+                               const Overrides& overrides) {
   hsdp::plan::LlamaShape shape = hsdp::plan::llama_shape(name);
   for (const auto& [key, value] : overrides) {
     if (key == "model.n_layer") {
-      shape.n_layer = static_cast<int>(deck.get_int(key));
+      shape.n_layer = d.model.n_layer;
     } else if (key == "model.vocab_size") {
-      shape.vocab = static_cast<int>(deck.get_int(key));
+      shape.vocab = d.model.vocab_size;
     } else if (key.rfind("model.", 0) == 0 && key != "model.seed") {
       hsdp::throw_config("--" + key + ": a Llama shape (--model " + name +
                          ") takes model.n_layer and model.vocab_size only (its heads, KV width, MLP size and "
@@ -222,18 +224,11 @@ hsdp::plan::PlanModel llama_of(const std::string& name, const ConfigDeck& deck, 
   return hsdp::plan::llama_model(shape, name + model_overrides_text(overrides));
 }
 
-hsdp::plan::PlanModel model_of(const Flags& f, const ConfigDeck& deck, const Overrides& overrides,
+hsdp::plan::PlanModel model_of(const Flags& f, const hsdp::train::TrainOptions& d, const Overrides& overrides,
                                std::int64_t seq_len) {
-  if (f.model && f.model->rfind("llama", 0) == 0) return llama_of(*f.model, deck, overrides);
+  if (f.model && f.model->rfind("llama", 0) == 0) return llama_of(*f.model, d, overrides);
   if (f.model) hsdp::plan::named_model(*f.model);  // an unknown name fails here, naming --model
-  hsdp::model::GptConfig c;
-  const auto integer = [&](const char* key) { return static_cast<int>(deck.get_int(key)); };
-  c.n_layer = integer("model.n_layer");
-  c.n_head = integer("model.n_head");
-  c.n_embd = integer("model.n_embd");
-  c.block_size = integer("model.block_size");
-  c.vocab_size = integer("model.vocab_size");
-  c.padded_vocab_size = integer("model.padded_vocab_size");
+  hsdp::model::GptConfig c = d.model;
   if (c.padded_vocab_size == 0) c.padded_vocab_size = (c.vocab_size + 127) / 128 * 128;  // as hsdp-train
   if (c.padded_vocab_size < c.vocab_size) {
     hsdp::throw_config("model.padded_vocab_size (" + std::to_string(c.padded_vocab_size) +
@@ -301,21 +296,22 @@ int run(int argc, char** argv) {
   whole("seq-len", f.seq_len);
   whole("grad-accum", f.grad_accum);
 
-  const ConfigDeck deck = build_deck(f, overrides);
+  // Every key read where the option table reads it for hsdp-train (build_deck wrote the flags into the deck).
+  const hsdp::train::TrainOptions d = hsdp::app::deck_values(build_deck(f, overrides));
   hsdp::plan::PlanInputs in;
-  in.work.micro_batch = deck.get_int("train.micro_batch");
-  in.work.seq_len = deck.get_int("train.seq_len");
-  in.work.grad_accum = static_cast<int>(deck.get_int("train.grad_accum"));
-  in.activation_checkpointing = deck.get_bool("train.activation_checkpointing");
-  in.model = model_of(f, deck, overrides, in.work.seq_len);
+  in.work.micro_batch = d.micro_batch;
+  in.work.seq_len = d.seq_len;
+  in.work.grad_accum = d.grad_accum;
+  in.activation_checkpointing = d.activation_checkpointing;
+  in.model = model_of(f, d, overrides, in.work.seq_len);
 
   Cluster& c = in.cluster;
   c = f.cluster;
   c.nodes = f.nodes;
-  const long long deck_ranks = deck.get_int("topology.ranks_per_node");
-  c.ranks_per_node = f.ranks_per_node > 0 ? f.ranks_per_node : deck_ranks > 0 ? static_cast<int>(deck_ranks) : 8;
+  const int deck_ranks = d.topology.ranks_per_node;
+  c.ranks_per_node = f.ranks_per_node > 0 ? f.ranks_per_node : deck_ranks > 0 ? deck_ranks : 8;
   if (f.ranks_per_node < 0) hsdp::throw_config("--ranks-per-node must be >= 0");
-  c.placement = hsdp::comm::parse_placement(deck.get("topology.placement"));
+  c.placement = d.topology.placement;
   hsdp::plan::ReportContext context;
   if (!f.calibrate.empty()) {
     const hsdp::plan::Calibration cal = hsdp::plan::read_calibration(f.calibrate);
@@ -352,19 +348,15 @@ int run(int argc, char** argv) {
   check_cluster(c);
 
   hsdp::shard::EngineOptions& o = in.base;
-  o.param_dtype = hsdp::parse_dtype(deck.get("precision.param"), "precision.param");
-  o.reduce_dtype = hsdp::parse_dtype(deck.get("precision.reduce"), "precision.reduce");
-  o.prefetch = deck.get_bool("parallel.prefetch");
-  o.bucket_mb = deck.get_real("parallel.bucket_mb");
+  o.param_dtype = d.engine.param_dtype;
+  o.reduce_dtype = d.engine.reduce_dtype;
+  o.prefetch = d.engine.prefetch;
+  o.bucket_mb = d.engine.bucket_mb;
   o.grad_accum = in.work.grad_accum;
-  in.deck_zeropp.grad_bits = deck.get("zeropp.grad_bits") == "8" ? hsdp::quant::Bits::int8 : hsdp::quant::Bits::int4;
-  in.deck_zeropp.block = static_cast<std::size_t>(deck.get_int("zeropp.block"));
-  in.deck_zeropp.quantized_weights = deck.get_bool("zeropp.quantized_weights");
-  in.deck_zeropp.quantized_gradients = deck.get_bool("zeropp.quantized_gradients");
-  in.deck_zeropp.hpz_partition_size = static_cast<int>(deck.get_int("zeropp.hpz_partition_size"));
+  in.deck_zeropp = d.engine.zeropp;
   hsdp::quant::validate({in.deck_zeropp.grad_bits, in.deck_zeropp.block});
   if (f.hpz < 0) hsdp::throw_config("--hpz-partition-size must be >= 0");
-  in.hpz_partition_size = f.hpz > 0 ? f.hpz : static_cast<int>(deck.get_int("zeropp.hpz_partition_size"));
+  in.hpz_partition_size = f.hpz > 0 ? f.hpz : d.engine.zeropp.hpz_partition_size;
 
   const hsdp::plan::Plan plan = hsdp::plan::make_plan(in);
   if (f.json) {

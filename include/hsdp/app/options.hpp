@@ -81,8 +81,11 @@ class ConfigDeck {
   std::map<std::string, std::string> values_;
 };
 
-// hsdp-train's typed options: every key's value where its table entry reads it, then the values derived from several
-// keys and the checks across keys (a config Error names the keys).
+// Every key's value where its table entry reads it, nothing derived and nothing checked across keys (hsdp-plan
+// reads decks whose shapes hsdp-train would refuse, e.g. a Llama's sequence beyond the GPT block size).
+train::TrainOptions deck_values(const ConfigDeck& deck);
+// hsdp-train's typed options: deck_values, then the values derived from several keys and the checks across keys (a
+// config Error names the keys).
 train::TrainOptions train_options(const ConfigDeck& deck);
 
 // `hsdp-train --help`: usage, program flags, exit codes, and every deck key with default and help.
