@@ -170,6 +170,7 @@ struct Engine::Impl {
     q.host_read(id, what);
     double value = 0;
     dev.copy_to_host(&value, scalars.data() + index, sizeof(double));
+    dev.raise_deferred_errors();
     return value;
   }
   // The scalar summed over the world (on the reduce queue, after compute; compute then after it).

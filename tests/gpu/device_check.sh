@@ -6,17 +6,18 @@
 #   tests/gpu/device_check.sh pack [BUILD] [DIR]   here: copy the GPU test and benchmark binaries of BUILD (default
 #                                                   build) and the libraries they load into DIR (default .gpu), except
 #                                                   glibc's, the C++ runtime's and CUDA's (the GPU machine has its own)
-#   tests/gpu/device_check.sh run [DIR] [OUT]      there: the GPU's kernels and the GPT by unit against the CPU
-#                                                   (gtest), then the training benchmarks (GPT-2 124M: whole-model
+#   tests/gpu/device_check.sh run [DIR] [OUT] [tests]  there: the GPU's kernels, the GPT by unit and the engine's
+#                                                   DeviceOps against the CPU (gtest), then (unless `tests`) the
+#                                                   training benchmarks (GPT-2 124M: whole-model
 #                                                   calls against unit calls, side by side, and with activation
 #                                                   checkpointing; GPT-2 XL shapes with and without checkpointing);
 #                                                   logs and JSON lines under OUT (default $OUT, else DIR/out)
 # With the device tool: `echo /.gpu/ >> .git/info/exclude; tests/gpu/device_check.sh pack`, then run with carry
 # [".gpu"] the command `bash tests/gpu/device_check.sh run .gpu "$OUT"`.
-# Exit status of run: the gtest binary's (the benchmarks only report).
+# Exit status of run: non-zero when a gtest binary failed (the benchmarks only report).
 set -uo pipefail
 
-binaries=(gpu_probe gpu_kernels_test hsdp-bench-train-gpu)
+binaries=(gpu_probe gpu_kernels_test gpu_device_ops_test hsdp-bench-train-gpu)
 
 pack() {
   local build=${1:-build} dir=${2:-.gpu}
@@ -55,9 +56,19 @@ bench() { # NAME ARGS...: one benchmark line into bench.jsonl, its table into NA
   tail -n 12 "$out/$name.log"
 }
 
+gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on stdout
+  echo "== $1"
+  timeout 600 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
+  local status=$?
+  grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(float|bf16): ' "$out/$1.log"
+  grep -B2 -A10 'Failure' "$out/$1.log" | head -60
+  return $status
+}
+
 run() {
   dir=${1:-.gpu}
   out=${2:-${OUT:-$dir/out}}
+  local what=${3:-all}
   mkdir -p "$out"
   local cuda_lib status
   cuda_lib=$(cuda_library_path | paste -sd:)
@@ -65,11 +76,13 @@ run() {
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
   "$dir/bin/gpu_probe" || { echo "device_check.sh: no GPU visible"; exit 77; }
-  echo "== gpu_kernels_test"
-  timeout 600 "$dir/bin/gpu_kernels_test" --gtest_output="json:$out/gpu_kernels_test.json" >"$out/gpu_kernels_test.log" 2>&1
-  status=$?
-  grep -E '^\[  (FAILED|PASSED) |^\[==========\]|GPU |^  unit |^(float|bf16): ' "$out/gpu_kernels_test.log"
-  grep -A12 '^\[ RUN' "$out/gpu_kernels_test.log" | grep -B2 -A10 'Failure' | head -60
+  status=0
+  gtest gpu_kernels_test || status=1
+  gtest gpu_device_ops_test || status=1
+  if [[ $what == tests ]]; then
+    echo "gtest status $status"
+    return "$status"
+  fi
   : >"$out/bench.jsonl"
   # Whole-model calls against unit calls, side by side (whole, units, units, whole), then checkpointing.
   bench whole_1 --path whole
@@ -80,7 +93,7 @@ run() {
   # GPT-2 XL shapes (48 blocks, C = 1600, 25 heads), B = 8, T = 1024, with and without checkpointing.
   bench xl_ckpt --n_layer 48 --n_embd 1600 --n_head 25 --path units --activation_checkpointing --steps 5 --warmup 2
   bench xl --n_layer 48 --n_embd 1600 --n_head 25 --path units --steps 5 --warmup 2
-  echo "gpu_kernels_test exit $status"
+  echo "gtest status $status"
   return "$status"
 }
 

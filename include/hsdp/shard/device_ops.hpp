@@ -110,6 +110,9 @@ class DeviceOps {
   virtual void accumulate_from(float* sum, const void* x, DType t, std::size_t count, float scale) = 0;
   virtual void copy_to_host(void* host, const void* device, std::size_t bytes) = 0;
   virtual void copy_from_host(void* device, const void* host, std::size_t bytes) = 0;
+  // Errors a device finds while the host goes on (a GPU's quantize meeting a non-finite value cannot throw): thrown
+  // here, as the CPU would have thrown them at the call. The engine calls it with each read of a step scalar.
+  virtual void raise_deferred_errors() {}
   // The host address of device memory when the host can read and write it in place (the CPU device: the memory
   // itself), else null (a GPU's memory: checkpoints stage through a host copy).
   virtual void* host_address(void* device) = 0;
