@@ -7,6 +7,7 @@
 #include "diagnose.hpp"
 #include "h5.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 #include "meta.hpp"
 #include "plan.hpp"
 
@@ -15,6 +16,7 @@ namespace {
 
 // Opens a checkpoint in this process (POSIX driver), explaining a failure in words.
 h5::Handle open_local(const std::string& path) {
+  require_regular_input(path, "checkpoint", ErrorKind::checkpoint);  // a FIFO would block HDF5's open forever
   h5::silence_errors();
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) {

@@ -12,6 +12,7 @@
 #include "hsdp/ckpt/checksum.hpp"
 #include "hsdp/ckpt/commit.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 #include "hsdp/core/fault.hpp"
 #include "hsdp/core/stall.hpp"
 #include "meta.hpp"
@@ -38,6 +39,7 @@ h5::Handle open_file(MPI_Comm world, const std::string& path, const model::Model
   h5::Handle file;
   agreed(world, [&] {
     std::error_code ec;
+    require_regular_input(path, "checkpoint", ErrorKind::checkpoint);
     if (!fs::is_regular_file(path, ec)) throw_checkpoint("checkpoint '" + path + "' does not exist");
   });
   agreed(world, [&] {

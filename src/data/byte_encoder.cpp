@@ -7,6 +7,7 @@
 #include <string>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 
 namespace hsdp::data {
 
@@ -17,8 +18,7 @@ std::vector<std::uint16_t> encode_bytes(std::string_view text) {
 }
 
 std::vector<std::uint16_t> encode_text_file(const std::filesystem::path& input) {
-  if (std::filesystem::is_directory(input))
-    throw_data("encode: '" + input.string() + "' is a directory, not a text file");
+  require_regular_input(input.string(), "encode");  // a FIFO would block the read forever
   std::ifstream in(input, std::ios::binary);
   if (!in) throw_data("encode: cannot open '" + input.string() + "': " + std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

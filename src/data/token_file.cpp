@@ -44,7 +44,8 @@ class FileDescriptor {
 
 TokenFile::TokenFile(const std::filesystem::path& path, std::string what) : path_(path), what_(std::move(what)) {
   const std::string where = what_ + ": " + quoted(path_);
-  const FileDescriptor fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of blocking until a writer comes.
+  const FileDescriptor fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) throw_data(what_ + ": cannot open " + quoted(path_) + ": " + std::strerror(errno));
   struct stat info {};
   if (::fstat(fd.get(), &info) != 0) throw_data(where + ": cannot stat: " + std::strerror(errno));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -35,6 +36,8 @@ namespace hsdp::train {
 
 namespace {
 
+// hsdp-data synth's source.json: "entropy_nats_per_token": a finite number >= 0 (anything else is a data Error: a
+// wrong entropy rate would make every "x the entropy rate" figure of the run wrong).
 double read_entropy_rate(const std::string& path) {
   if (path.empty()) return -1;
   std::ifstream file(path);
@@ -42,10 +45,20 @@ double read_entropy_rate(const std::string& path) {
   std::stringstream text;
   text << file.rdbuf();
   const std::string s = text.str();
-  const std::string key = "\"entropy_nats_per_token\":";
-  const auto at = s.find(key);
+  const std::string key = "\"entropy_nats_per_token\"";
+  auto at = s.find(key);
   if (at == std::string::npos) throw_data("data.entropy_json: '" + path + "' has no entropy_nats_per_token");
-  return std::strtod(s.c_str() + at + key.size(), nullptr);
+  at = s.find_first_not_of(" \t\r\n", at + key.size());
+  if (at != std::string::npos && s[at] == ':') at = s.find_first_not_of(" \t\r\n", at + 1);
+  const char* begin = at == std::string::npos ? s.c_str() + s.size() : s.c_str() + at;
+  char* end = nullptr;
+  const double rate = std::strtod(begin, &end);
+  if (end == begin || !std::isfinite(rate) || rate < 0) {
+    const std::string shown = std::string(begin, std::min<std::size_t>(std::strcspn(begin, ",}\n"), 40));
+    throw_data("data.entropy_json: '" + path + "': entropy_nats_per_token is '" + shown +
+               "', not a finite number >= 0 (hsdp-data synth writes it)");
+  }
+  return rate;
 }
 
 // device.threads = 0: share the node's cores among its ranks, within this rank's affinity mask.

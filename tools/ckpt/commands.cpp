@@ -16,6 +16,7 @@
 #include "hsdp/ckpt/inspect.hpp"
 #include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 
 namespace po = boost::program_options;
 
@@ -147,11 +148,12 @@ int run_consolidate(const std::vector<std::string>& args) {
                         "mesh 1x1), verifying every checksum on the way. Any checkpoint already loads at any\n"
                         "world size; this makes one that says so and is independent of the original run.\n");
   if (!vm) return kExitOk;
+  const std::string output = (*vm)["output"].as<std::string>();
+  require_regular_output(output, "--output");
   ckpt::FullCheckpoint full = ckpt::read_full_checkpoint((*vm)["file"].as<std::string>());
   full.state.world_size = 1;
   full.state.nodes = 1;
   full.state.mesh = "1x1";
-  const std::string output = (*vm)["output"].as<std::string>();
   write_one_rank(output, full);
   std::cout << "wrote " << output << ": step " << full.state.step << ", world_size 1\n";
   return kExitOk;
@@ -192,6 +194,7 @@ int run_export(const std::vector<std::string>& args) {
   }
   const std::string path = (*vm)["file"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
+  if (format != "hf") require_regular_output(output, "--output");  // hf: a directory of two files
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
   const model::ModelLayout layout(full.config);
   if (format == "safetensors") {
@@ -247,6 +250,12 @@ int run_import(const std::vector<std::string>& args) {
   }
   const std::string input = (*vm)["input"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
+  require_regular_output(output, "--output");
+  if (format == "llmc") {
+    require_regular_input(input, "import");
+  } else {
+    for (const char* name : {"config.json", "model.safetensors"}) require_regular_input(input + "/" + name, "import");
+  }
   ckpt::FullCheckpoint full;
   std::string source;
   if (format == "llmc") {

@@ -11,6 +11,7 @@
 
 #include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 #include "hsdp/data/byte_encoder.hpp"
 #include "hsdp/data/synth_dataset.hpp"
 #include "hsdp/data/token_file.hpp"
@@ -51,6 +52,8 @@ int run_encode(const std::vector<std::string>& args) {
 
   const std::filesystem::path input = (*vm)["input"].as<std::string>();
   const std::filesystem::path output = (*vm)["output"].as<std::string>();
+  require_regular_output(output.string(), "--output");
+  if (vm->count("val-output")) require_regular_output((*vm)["val-output"].as<std::string>(), "--val-output");
   const std::vector<std::uint16_t> tokens = data::encode_text_file(input);
   std::span<const std::uint16_t> train(tokens);
   if (!vm->count("val-output") && !(*vm)["val-fraction"].defaulted()) {

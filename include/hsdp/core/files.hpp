@@ -1,0 +1,18 @@
+#pragma once
+// Checks on the paths tools read and write, before anything opens them.
+#include <string>
+#include <string_view>
+
+#include "hsdp/core/error.hpp"
+
+namespace hsdp {
+
+// A path to read must be a regular file when it exists (a FIFO would block the read forever; a device or a
+// directory is not data): else an Error of `kind` "<what>: '<path>' is a FIFO, not a regular file". A path that
+// does not exist is left to the caller's open, whose message says so.
+void require_regular_input(const std::string& path, std::string_view what, ErrorKind kind = ErrorKind::data);
+// A path to write (through a temporary file renamed over it) must be new or a regular file: else a config Error
+// naming it (the rename would replace a device node such as /dev/full, a FIFO or a socket with a regular file).
+void require_regular_output(const std::string& path, std::string_view what);
+
+}  // namespace hsdp
