@@ -1,5 +1,6 @@
 #include "safetensors.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
@@ -24,6 +25,15 @@ std::string shape_json(const std::vector<std::int64_t>& shape) {
   std::string text = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? "," : "") + std::to_string(shape[i]);
   return text + "]";
+}
+
+// Bytes per element of the format's dtypes (0: not a safetensors dtype).
+std::uint64_t dtype_bytes(const std::string& dtype) {
+  static const std::map<std::string, std::uint64_t> kSizes{
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"I64", 8}, {"U64", 8},
+      {"I32", 4}, {"U32", 4}, {"I16", 2}, {"U16", 2},  {"I8", 1},      {"U8", 1},      {"BOOL", 1}};
+  const auto it = kSizes.find(dtype);
+  return it == kSizes.end() ? 0 : it->second;
 }
 
 std::uint64_t element_count(const std::vector<std::int64_t>& shape) {
@@ -95,6 +105,7 @@ File::File(const std::string& path) : path_(path) {
   data_.resize(file_bytes - sizeof header_bytes - header_bytes);
   if (std::fread(data_.data(), 1, data_.size(), f.get()) != data_.size()) fail(path, "read failed in the data");
 
+  if (text.empty() || text.front() != '{') fail(path, "not a safetensors file: its header does not start with '{'");
   boost::property_tree::ptree root;
   try {
     std::istringstream in(text);
@@ -109,6 +120,7 @@ File::File(const std::string& path) : path_(path) {
       continue;
     }
     const std::string what = "tensor '" + name + "'";
+    if (tensors_.count(name) > 0) fail(path, what + " appears twice in the header");
     TensorEntry entry;
     const auto dtype = node.get_child_optional("dtype");
     const auto shape = node.get_child_optional("shape");
@@ -122,12 +134,43 @@ File::File(const std::string& path) : path_(path) {
     }
     entry.begin = static_cast<std::uint64_t>(range[0]);
     entry.end = static_cast<std::uint64_t>(range[1]);
-    if (entry.dtype == "F32" && entry.end - entry.begin != element_count(entry.shape) * sizeof(float)) {
+    const std::uint64_t element_bytes = dtype_bytes(entry.dtype);
+    if (element_bytes == 0) fail(path, what + " has dtype '" + entry.dtype + "', not a safetensors dtype");
+    if (entry.end - entry.begin != element_count(entry.shape) * element_bytes) {
       fail(path, what + " holds " + std::to_string(entry.end - entry.begin) + " bytes, its shape " +
-                     shape_json(entry.shape) + " of F32 needs " +
-                     std::to_string(element_count(entry.shape) * sizeof(float)));
+                     shape_json(entry.shape) + " of " + entry.dtype + " needs " +
+                     std::to_string(element_count(entry.shape) * element_bytes));
     }
     tensors_[name] = std::move(entry);
+  }
+  check_layout();
+}
+
+// As the format defines it: the tensors' byte ranges tile the data section, with no overlap and no byte that
+// belongs to no tensor. A header length off by a few bytes (the tensors' data shifted) or trailing bytes end here.
+void File::check_layout() const {
+  std::vector<std::pair<const std::string*, const TensorEntry*>> order;
+  for (const auto& [name, entry] : tensors_) order.emplace_back(&name, &entry);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  std::uint64_t covered = 0;
+  const std::string* previous = nullptr;
+  for (const auto& [name, entry] : order) {
+    if (entry->begin < covered) {
+      fail(path_, "tensor '" + *name + "'s data_offsets [" + std::to_string(entry->begin) + ", " +
+                      std::to_string(entry->end) + ") overlap tensor '" + *previous + "'s");
+    }
+    if (entry->begin > covered) {
+      fail(path_, "bytes [" + std::to_string(covered) + ", " + std::to_string(entry->begin) +
+                      ") of the data section belong to no tensor (a wrong header length, or a damaged file)");
+    }
+    covered = entry->end;
+    previous = name;
+  }
+  if (covered != data_.size()) {
+    fail(path_, "bytes [" + std::to_string(covered) + ", " + std::to_string(data_.size()) +
+                    ") of the data section belong to no tensor (a wrong header length, or trailing bytes)");
   }
 }
 

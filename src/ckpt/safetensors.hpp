@@ -28,9 +28,10 @@ struct TensorEntry {
   std::uint64_t end = 0;
 };
 
-// A whole safetensors file in memory, its header validated: JSON of the shape above, every tensor's byte range
-// inside the data section and of the size its dtype and shape imply (for F32; other dtypes are listed, and
-// floats() refuses them). A checkpoint Error names the file and what is wrong.
+// A whole safetensors file in memory, its header validated: JSON of the shape above, no name twice, every tensor's
+// byte range of the size its dtype and shape imply, the ranges tiling the data section exactly (no overlap, no
+// byte outside every tensor: a header length a few bytes off would shift every tensor). Only F32 tensors can be
+// read (floats() refuses others). A checkpoint Error names the file and what is wrong.
 class File {
  public:
   explicit File(const std::string& path);
@@ -41,6 +42,8 @@ class File {
   std::vector<float> floats(const std::string& name) const;
 
  private:
+  void check_layout() const;
+
   std::string path_;
   std::map<std::string, std::string> metadata_;
   std::map<std::string, TensorEntry> tensors_;

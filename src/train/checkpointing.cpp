@@ -1,9 +1,13 @@
 #include "hsdp/train/checkpointing.hpp"
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -79,6 +83,15 @@ std::optional<ckpt::TrainState> Checkpointer::resume() {
         throw_config("checkpoint.dir '" + options_.checkpoint_dir + "' cannot be a checkpoint directory: " +
                      (ec ? ec.message() : "it exists and is not a directory"));
       }
+      // A directory the job cannot write (a read-only file system, no permission): said before any step is spent.
+      const std::string probe = options_.checkpoint_dir + "/.hsdp_write_probe." + std::to_string(::getpid());
+      const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+      if (fd < 0) {
+        throw_config("checkpoint.dir '" + options_.checkpoint_dir + "' is not writable: " + std::strerror(errno) +
+                     " (the first checkpoint would fail after checkpoint.every steps)");
+      }
+      ::close(fd);
+      ::unlink(probe.c_str());
     });
   }
   std::optional<std::string> from;

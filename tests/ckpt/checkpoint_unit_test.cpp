@@ -13,6 +13,7 @@
 #include "hsdp/ckpt/commit.hpp"
 #include "hsdp/ckpt/export.hpp"
 #include "hsdp/core/error.hpp"
+#include "safetensors.hpp"
 
 namespace hsdp::ckpt::testing {
 namespace {
@@ -186,6 +187,57 @@ TEST(Safetensors, HeaderIsAlignedJsonWithContiguousOffsets) {
   EXPECT_NE(header.find("\"lm_head.weight\""), std::string::npos);
   // Every logical parameter plus the lm_head copy.
   EXPECT_EQ(bytes.size(), 8 + n + 4 * (layout.logical_numel() + 50 * 16));
+}
+
+// A safetensors file of the given header text (not padded) and `data_bytes` bytes of data.
+std::string safetensors_bytes(const std::string& header, std::size_t data_bytes) {
+  const std::uint64_t n = header.size();
+  std::string bytes(reinterpret_cast<const char*>(&n), 8);
+  return bytes + header + std::string(data_bytes, '\x01');
+}
+
+// The layout as the format defines it: a header length 1 or 2 bytes short (the spaces that pad it to 8 bytes read
+// as data: every tensor shifted), trailing bytes, overlapping or gapped data_offsets, a name twice, a dtype's size.
+TEST(Safetensors, LayoutIsCheckedExactly_ShiftedOverlappingOrTrailingDataIsRefused) {
+  TempDir tmp;
+  const auto refuses = [&](const std::string& bytes, const std::string& words) {
+    std::ofstream(tmp / "x.safetensors", std::ios::binary) << bytes;
+    try {
+      safetensors::File file(tmp / "x.safetensors");
+      ADD_FAILURE() << "accepted; expected an error saying '" << words << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::checkpoint);
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  const model::ModelLayout layout(tiny_config());
+  write_safetensors(tmp / "m.safetensors", layout, unit_values(layout), {true, {{"step", "1"}}});
+  const std::string good = file_bytes(tmp / "m.safetensors");
+  std::uint64_t n = 0;
+  std::memcpy(&n, good.data(), 8);
+  ASSERT_EQ(good.substr(8 + n - 2, 2), "  ") << "the writer pads this header: the shifted cases below need it";
+  EXPECT_NO_THROW(safetensors::File(tmp / "m.safetensors"));
+  for (const std::uint64_t short_by : {1u, 2u}) {
+    std::string shifted = good;
+    const std::uint64_t wrong = n - short_by;
+    std::memcpy(shifted.data(), &wrong, 8);
+    refuses(shifted, "belong to no tensor (a wrong header length");
+  }
+  refuses(good + std::string(4, '\0'), "belong to no tensor (a wrong header length, or trailing bytes)");
+
+  const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  EXPECT_NO_THROW(std::ofstream(tmp / "ok.safetensors", std::ios::binary) << safetensors_bytes("{" + a + "}", 8));
+  EXPECT_NO_THROW(safetensors::File(tmp / "ok.safetensors"));
+  refuses(safetensors_bytes("{" + a + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12),
+          "tensor 'b's data_offsets [4, 12) overlap tensor 'a's");
+  refuses(safetensors_bytes("{" + a + R"(,"b":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})", 16),
+          "bytes [8, 12) of the data section belong to no tensor");
+  refuses(safetensors_bytes("{" + a + "," + a + "}", 8), "tensor 'a' appears twice");
+  refuses(safetensors_bytes(R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}})", 8),
+          "holds 8 bytes, its shape [2] of BF16 needs 4");
+  refuses(safetensors_bytes(R"({"a":{"dtype":"F13","shape":[2],"data_offsets":[0,8]}})", 8), "not a safetensors dtype");
+  refuses(safetensors_bytes(R"( {"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
+          "does not start with '{'");
 }
 
 }  // namespace

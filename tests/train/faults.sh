@@ -17,6 +17,9 @@
 #                                                    hardware threads: exit 2, one line from rank 0, no step taken
 #   faults.sh diverge ...                            a learning rate that makes the loss non-finite: exit 5 and one
 #                                                    line from rank 0 naming the step and the last finite loss
+#   faults.sh read_only ...                          checkpoint.dir on a read-only file system: exit 2 at start-up,
+#                                                    one line naming it, no step taken (skipped, exit 77, where
+#                                                    mounting a tmpfs is not allowed)
 #   faults.sh full_disk ...                          checkpoint.dir on a tmpfs too small for the second checkpoint:
 #                                                    one line naming checkpoint.dir and the bytes needed, exit 2
 #                                                    (on_error=stop) or the run goes on (on_error=continue)
@@ -158,6 +161,24 @@ case $check in
       fail "continue: the previous checkpoint changed"
     grep -q '"steps":6' "$run/continue/summary.json" || fail "continue: the run did not finish"
     echo "full disk, on_error=continue: exit 0, 6 steps: $(grep "training goes on" "$run/continue.err" | cut -c1-160)..."
+    ;;
+  read_only)
+    # A checkpoint.dir that exists but cannot be written (here a tmpfs remounted read-only): exit 2 at start-up, one
+    # line naming it, before any step (it used to be found by the first save, checkpoint.every steps later).
+    mnt=$run/ro
+    mkdir -p "$mnt"
+    mount -t tmpfs -o size=1m tmpfs "$mnt" 2>/dev/null || { echo "SKIP: cannot mount a tmpfs here (not root, or no permission)"; exit 77; }
+    trap 'umount "$mnt" 2>/dev/null || true' EXIT
+    mkdir -p "$mnt/ck"
+    mount -o remount,ro "$mnt" || fail "cannot remount $mnt read-only"
+    launch ro 60 "" -- --train.steps=4 --checkpoint.every=2 --train.eval_every=0 --checkpoint.dir="$mnt/ck" \
+      --checkpoint.resume=none
+    [[ $code -eq 2 ]] || { cat "$run/ro.err"; fail "read-only checkpoint.dir: exit $code, expected 2"; }
+    line=$(own_lines ro)
+    [[ $(wc -l <<<"$line") -eq 1 && $line == *"checkpoint.dir '$mnt/ck' is not writable: Read-only file system"* ]] ||
+      { cat "$run/ro.err"; fail "read-only checkpoint.dir: expected one line naming it"; }
+    grep -q "tokens per step" "$run/ro.out" && fail "read-only checkpoint.dir: training started"
+    echo "read-only checkpoint.dir: exit 2: $line"
     ;;
   bad_input)
     # Errors every rank sees: said once, by rank 0, before any step.
