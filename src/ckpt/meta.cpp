@@ -1,5 +1,6 @@
 #include "meta.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -48,6 +49,64 @@ void take(const std::vector<char>& in, std::size_t& at, std::string& text) {
   at += n;
 }
 
+// Every value of the state a resume relies on, in a fixed order (what the broadcast sends; the checksum covers it
+// with the model's shape).
+std::vector<char> pack(const TrainState& s) {
+  std::vector<char> packed;
+  append(packed, &s.step, sizeof s.step);
+  append(packed, &s.tokens, sizeof s.tokens);
+  append(packed, &s.sampler.epoch, sizeof s.sampler.epoch);
+  append(packed, &s.sampler.position, sizeof s.sampler.position);
+  append(packed, &s.scaler.scale, sizeof s.scaler.scale);
+  append(packed, &s.scaler.good_steps, sizeof s.scaler.good_steps);
+  append(packed, &s.scaler.skipped_steps, sizeof s.scaler.skipped_steps);
+  append(packed, &s.world_size, sizeof s.world_size);
+  append(packed, &s.nodes, sizeof s.nodes);
+  append(packed, &s.train_seconds, sizeof s.train_seconds);
+  append(packed, &s.segments, sizeof s.segments);
+  append(packed, s.deck_text);
+  append(packed, s.strategy);
+  append(packed, s.mesh);
+  return packed;
+}
+
+// The tensors' hsdp-sum64 applied to 8-byte words: sum over words w_i (the last zero-padded) of
+// splitmix64(i * golden + w_i), mod 2^64. Any change of one word changes it.
+std::uint64_t metadata_checksum(const TrainState& s, const model::GptConfig& c) {
+  std::vector<char> bytes = pack(s);
+  for (const int v : {c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, c.padded_vocab_size}) {
+    append(bytes, &v, sizeof v);
+  }
+  bytes.resize((bytes.size() + 7) / 8 * 8, '\0');
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < bytes.size() / 8; ++i) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + 8 * i, 8);
+    std::uint64_t z = i * 0x9E3779B97F4A7C15ull + word;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    sum += z ^ (z >> 31);
+  }
+  return sum;
+}
+
+// Values no writer produces: refused even in files from before the metadata checksum.
+void check_ranges(const TrainState& s, const std::string& path) {
+  const auto bad = [&](const std::string& what) {
+    throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "': " + what + " (an edited or damaged file)");
+  };
+  if (s.step < 0) bad("/meta step " + std::to_string(s.step) + " is negative");
+  if (s.tokens < 0) bad("/meta tokens " + std::to_string(s.tokens) + " is negative");
+  if (s.world_size < 1) bad("/meta world_size " + std::to_string(s.world_size) + " is below 1");
+  if (s.nodes < 1 || s.nodes > s.world_size) {
+    bad("/meta nodes " + std::to_string(s.nodes) + " is not in [1, world_size " + std::to_string(s.world_size) + "]");
+  }
+  if (s.segments < 1) bad("/meta segments " + std::to_string(s.segments) + " is below 1");
+  if (!(s.train_seconds >= 0) || !std::isfinite(s.train_seconds)) bad("/meta train_seconds is not a finite number >= 0");
+  if (!(s.scaler.scale > 0) || !std::isfinite(s.scaler.scale)) bad("/scaler scale is not a finite number > 0");
+  if (s.scaler.good_steps < 0 || s.scaler.skipped_steps < 0) bad("/scaler good_steps or skipped_steps is negative");
+}
+
 }  // namespace
 
 void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
@@ -70,6 +129,7 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::write_attribute(m.get(), "block_size", std::int64_t{config.block_size});
   h5::write_attribute(m.get(), "vocab_size", std::int64_t{config.vocab_size});
   h5::write_attribute(m.get(), "padded_vocab_size", std::int64_t{config.padded_vocab_size});
+  h5::write_attribute(m.get(), "meta_checksum", metadata_checksum(s, config));
 
   h5::Handle d = create_group(file, "/data");
   h5::write_attribute(d.get(), "epoch", static_cast<std::uint64_t>(s.sampler.epoch));
@@ -123,6 +183,18 @@ TrainState read_state(hid_t file, const std::string& path) {
     s.scaler.good_steps = h5::read_int_attribute(sc.get(), "good_steps", where);
     s.scaler.skipped_steps = h5::read_int_attribute(sc.get(), "skipped_steps", where);
   }
+  check_ranges(s, path);
+  // Files written since the checksum covers the metadata: every value above and the model's shape as written.
+  h5::Handle m = open_group(file, "/meta", path);
+  if (h5::has_attribute(m.get(), "meta_checksum")) {
+    const std::string where = "checkpoint '" + path + "' /meta";
+    const std::uint64_t stored = h5::read_uint_attribute(m.get(), "meta_checksum", where);
+    if (stored != metadata_checksum(s, read_model_config(file, path))) {
+      throw Error(ErrorKind::checkpoint, where + ": the step, data position, loss scaler, deck or model attributes "
+                                                 "do not match meta_checksum (edited or damaged): step " +
+                                                 std::to_string(s.step) + " cannot be trusted");
+    }
+  }
   return s;
 }
 
@@ -149,22 +221,7 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   std::vector<char> packed;
-  if (rank == 0) {
-    const TrainState& s = state;
-    append(packed, &s.step, sizeof s.step);
-    append(packed, &s.tokens, sizeof s.tokens);
-    append(packed, &s.sampler, sizeof s.sampler);
-    append(packed, &s.scaler.scale, sizeof s.scaler.scale);
-    append(packed, &s.scaler.good_steps, sizeof s.scaler.good_steps);
-    append(packed, &s.scaler.skipped_steps, sizeof s.scaler.skipped_steps);
-    append(packed, &s.world_size, sizeof s.world_size);
-    append(packed, &s.nodes, sizeof s.nodes);
-    append(packed, &s.train_seconds, sizeof s.train_seconds);
-    append(packed, &s.segments, sizeof s.segments);
-    append(packed, s.deck_text);
-    append(packed, s.strategy);
-    append(packed, s.mesh);
-  }
+  if (rank == 0) packed = pack(state);
   std::uint64_t bytes = packed.size();
   MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, comm);
   packed.resize(bytes);
@@ -174,7 +231,8 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   std::size_t at = 0;
   take(packed, at, &s.step, sizeof s.step);
   take(packed, at, &s.tokens, sizeof s.tokens);
-  take(packed, at, &s.sampler, sizeof s.sampler);
+  take(packed, at, &s.sampler.epoch, sizeof s.sampler.epoch);
+  take(packed, at, &s.sampler.position, sizeof s.sampler.position);
   take(packed, at, &s.scaler.scale, sizeof s.scaler.scale);
   take(packed, at, &s.scaler.good_steps, sizeof s.scaler.good_steps);
   take(packed, at, &s.scaler.skipped_steps, sizeof s.scaler.skipped_steps);

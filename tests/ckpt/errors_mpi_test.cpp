@@ -2,6 +2,7 @@
 // Also: writers that overlap, retention, `latest` and resolve_resume.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -63,6 +64,39 @@ TEST(Damage, FlippedByteInsideAModelDataset_IsACheckpointErrorNamingFileAndDatas
   EXPECT_THAT(error, HasSubstr(path));
   EXPECT_THAT(error, HasSubstr(dataset));
   EXPECT_THAT(error, HasSubstr("checksum"));
+}
+
+// Replaces the int64 attribute /meta/<name> of the file by another value, as an editor (h5py, HDFView) would.
+void set_meta_attribute(const std::string& path, const char* name, std::int64_t value) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  const hid_t meta = H5Gopen2(file, "/meta", H5P_DEFAULT);
+  ASSERT_GE(meta, 0);
+  EXPECT_GE(H5Adelete(meta, name), 0);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(meta, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+  EXPECT_GE(H5Awrite(attr, H5T_NATIVE_INT64, &value), 0);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Gclose(meta);
+  H5Fclose(file);
+}
+
+// The metadata a resume relies on are covered by a checksum too: a step edited from 20 to 5 (it would resume at
+// step 5 with step-20 weights) or to 2^62 (it would train nothing and exit 0) is refused; a negative one is refused
+// by its range, as in files written before the checksum.
+TEST(Damage, EditedStepInTheMetadata_IsACheckpointError) {
+  for (const std::int64_t edited : {std::int64_t{5}, std::int64_t{1} << 62, std::int64_t{-3}}) {
+    SharedDir dir;
+    const std::string path = save_tiny(dir, 20);
+    EXPECT_EQ(load_error(path), "no error");
+    on_rank0([&] { set_meta_attribute(path, "step", edited); });
+    const std::string error = load_error(path);
+    EXPECT_THAT(error, HasSubstr(path));
+    EXPECT_THAT(error, HasSubstr(edited < 0 ? "/meta step -3 is negative" : "do not match meta_checksum")) << edited;
+    const std::string verify = checkpoint_error([&] { inspect_checkpoint(path); });
+    EXPECT_NE(verify, "no error") << "inspect/verify must refuse it too";
+  }
 }
 
 TEST(Damage, FlippedByteInsideAnOptimizerDataset_IsACheckpointErrorNamingFileAndDataset) {

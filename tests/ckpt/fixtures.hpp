@@ -1,6 +1,7 @@
 #pragma once
 // What the checkpoint tests share: a tiny GPT shape, deterministic per-element values, and the ways a sharding
 // engine can split units over ranks (disjoint ranges, replicas of ranges, whole replicas, ...).
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -178,8 +179,8 @@ inline TrainState state_for(std::int64_t step, int world) {
   s.deck_text = "[model]\nn_layer = 2\n# a deck with \"quotes\", tabs\tand UTF-8: \xc3\xa9\n";
   s.strategy = "full_shard";
   s.world_size = world;
-  s.nodes = 2;
-  s.mesh = "2x" + std::to_string((world + 1) / 2);
+  s.nodes = std::min(2, world);  // a node holds at least one rank
+  s.mesh = std::to_string(s.nodes) + "x" + std::to_string((world + s.nodes - 1) / s.nodes);
   return s;
 }
 
