@@ -123,6 +123,27 @@ bool link_exists(hid_t location, const std::string& path) {
   return true;
 }
 
+std::string link_not_hard(hid_t location, const std::string& path) {
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    const std::size_t next = path.find('/', pos + 1);
+    const std::string prefix = path.substr(0, next);
+    pos = next;
+    if (prefix.empty() || prefix == "/") continue;
+    H5L_info_t info{};
+    if (H5Lget_info(location, prefix.c_str(), &info, H5P_DEFAULT) < 0) return "unreadable";
+    if (info.type == H5L_TYPE_HARD) continue;
+    if (info.type == H5L_TYPE_SOFT) {
+      std::string target(info.u.val_size, '\0');
+      if (H5Lget_val(location, prefix.c_str(), target.data(), target.size(), H5P_DEFAULT) < 0) target.clear();
+      target.resize(std::strlen(target.c_str()));
+      return prefix + " is a soft link to " + (target.empty() ? "an unreadable target" : target);
+    }
+    return prefix + (info.type == H5L_TYPE_EXTERNAL ? " is an external link" : " is a user-defined link");
+  }
+  return "";
+}
+
 std::vector<std::int64_t> dataset_shape(hid_t dataset) {
   Handle space = dataspace(H5Dget_space(dataset), "reading a dataset's shape");
   const int rank = H5Sget_simple_extent_ndims(space.get());

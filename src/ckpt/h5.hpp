@@ -69,6 +69,9 @@ Handle mpio_file_access(MPI_Comm comm, const std::string& dir_for_block_size);
 Handle collective_transfer();
 
 bool link_exists(hid_t location, const std::string& path);
+// "" when every link on `path` (an existing one) is a hard link, as hsdp writes them; else what the first other one
+// is ("a soft link to /model/x", "an external link"): readers refuse it rather than follow it.
+std::string link_not_hard(hid_t location, const std::string& path);
 std::vector<std::int64_t> dataset_shape(hid_t dataset);
 
 void write_attribute(hid_t object, const std::string& name, std::int64_t value);

@@ -49,6 +49,10 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
   const model::ModelLayout layout(info.config);
   for (const std::string& name : plan::dataset_paths(layout)) {
     if (!h5::link_exists(file.get(), name)) continue;
+    if (const std::string link = h5::link_not_hard(file.get(), name); !link.empty()) {
+      throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "': " + link +
+                                             ", not a dataset as hsdp writes them (the file was edited or is damaged)");
+    }
     h5::Handle d = h5::dataset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), "checkpoint '" + path + "': " + name);
     DatasetInfo ds;
     ds.path = name;

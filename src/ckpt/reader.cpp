@@ -63,6 +63,10 @@ void check_shapes(hid_t file, const std::string& path, const model::ModelLayout&
         throw_checkpoint("checkpoint '" + path + "' has no dataset " + name + " (the model expects " +
                          h5::shape_text(p.logical_shape) + ")");
       }
+      if (const std::string link = h5::link_not_hard(file, name); !link.empty()) {
+        throw_checkpoint("checkpoint '" + path + "': " + link + ", not a dataset as hsdp writes them (the file was "
+                         "edited or is damaged; readers do not follow links)");
+      }
       h5::Handle d = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "checkpoint '" + path + "': " + name);
       const std::vector<std::int64_t> shape = h5::dataset_shape(d.get());
       if (shape != p.logical_shape) {

@@ -99,6 +99,27 @@ TEST(Damage, EditedStepInTheMetadata_IsACheckpointError) {
   }
 }
 
+// A dataset replaced by a soft link to another dataset of the same shape (it once stalled a resume until
+// checkpoint.timeout_s, and verify said MPI_ERR_TYPE): refused by load, inspect and verify, naming the link.
+TEST(Damage, DatasetReplacedByASoftLink_IsACheckpointErrorNamingIt) {
+  SharedDir dir;
+  const std::string path = save_tiny(dir, 7);
+  const std::string name = "/model/transformer.h.1.attn.c_proj.weight";
+  on_rank0([&] {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    EXPECT_GE(H5Ldelete(file, name.c_str(), H5P_DEFAULT), 0);
+    EXPECT_GE(H5Lcreate_soft("/model/transformer.h.0.attn.c_proj.weight", file, name.c_str(), H5P_DEFAULT,
+                             H5P_DEFAULT),
+              0);
+    H5Fclose(file);
+  });
+  const std::string error = load_error(path);
+  EXPECT_THAT(error, HasSubstr(path));
+  EXPECT_THAT(error, HasSubstr(name + " is a soft link to /model/transformer.h.0.attn.c_proj.weight"));
+  EXPECT_THAT(checkpoint_error([&] { inspect_checkpoint(path); }), HasSubstr(name + " is a soft link"));
+}
+
 TEST(Damage, FlippedByteInsideAnOptimizerDataset_IsACheckpointErrorNamingFileAndDataset) {
   SharedDir dir;
   const std::string path = save_tiny(dir, 5);
