@@ -156,16 +156,7 @@ TEST_F(GpuTest, AdamW_MatchesOptimAdamwUpdate_OverSeveralSteps_WithDecaySegments
     const optim::AdamWStep step{1e-3f * static_cast<float>(t), t, 0.5f};
     optim::adamw_update(config, step, params, grads, m, v, segments);
     auto d_grads = upload(grads);
-    oc::AdamWValues values;
-    values.lr = step.lr;
-    values.beta1 = config.beta1;
-    values.beta2 = config.beta2;
-    values.eps = config.eps;
-    values.weight_decay = config.weight_decay;
-    values.grad_scale = step.grad_scale;
-    values.bias_correction1 = oc::adamw_bias_correction(config.beta1, t);
-    values.bias_correction2 = oc::adamw_bias_correction(config.beta2, t);
-    oc::adamw_update(values, d_segments, d_params.data(), d_grads.data(), d_m.data(), d_v.data(), d_copy.data(),
+    oc::adamw_update(oc::adamw_values(config, step), d_segments, d_params.data(), d_grads.data(), d_m.data(), d_v.data(), d_copy.data(),
                      stream());
   }
   const Tolerance tight{1e-6, 1e-6};

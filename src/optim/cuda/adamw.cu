@@ -78,6 +78,19 @@ float adamw_bias_correction(float beta, std::int64_t t) {
   return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(t)));
 }
 
+AdamWValues adamw_values(const AdamWConfig& config, const AdamWStep& step) {
+  AdamWValues values;
+  values.lr = step.lr;
+  values.beta1 = config.beta1;
+  values.beta2 = config.beta2;
+  values.eps = config.eps;
+  values.weight_decay = config.weight_decay;
+  values.grad_scale = step.grad_scale;
+  values.bias_correction1 = adamw_bias_correction(config.beta1, step.t);
+  values.bias_correction2 = adamw_bias_correction(config.beta2, step.t);
+  return values;
+}
+
 void adamw_update(const AdamWValues& values, const DeviceDecaySegments& segments, float* params, const float* grads,
                   float* m, float* v, bf16_t* param_copy, cudaStream_t stream) {
   const std::size_t n = segments.total();

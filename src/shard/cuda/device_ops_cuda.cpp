@@ -121,16 +121,7 @@ void CudaDeviceOps::adamw(const optim::AdamWConfig& config, const optim::AdamWSt
                           float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments,
                           bool zero_grads) {
   if (count == 0) return;
-  optim::cuda::AdamWValues values;
-  values.lr = step.lr;
-  values.beta1 = config.beta1;
-  values.beta2 = config.beta2;
-  values.eps = config.eps;
-  values.weight_decay = config.weight_decay;
-  values.grad_scale = step.grad_scale;
-  values.bias_correction1 = optim::cuda::adamw_bias_correction(config.beta1, step.t);
-  values.bias_correction2 = optim::cuda::adamw_bias_correction(config.beta2, step.t);
-  optim::cuda::adamw_update(values, segments_of(params, segments, count), params, grads, m, v, nullptr, stream_);
+  optim::cuda::adamw_update(optim::cuda::adamw_values(config, step), segments_of(params, segments, count), params, grads, m, v, nullptr, stream_);
   if (zero_grads) fill_zero(grads, count * sizeof(float));
 }
 

@@ -135,16 +135,7 @@ class CudaBackend final : public Backend {
   bool found_nonfinite() override { return false; }
 
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
-    oc::AdamWValues values;
-    values.lr = step.lr;
-    values.beta1 = config.beta1;
-    values.beta2 = config.beta2;
-    values.eps = config.eps;
-    values.weight_decay = config.weight_decay;
-    values.grad_scale = step.grad_scale;
-    values.bias_correction1 = oc::adamw_bias_correction(config.beta1, step.t);
-    values.bias_correction2 = oc::adamw_bias_correction(config.beta2, step.t);
-    params_.adamw_update(values, compute_);
+    params_.adamw_update(oc::adamw_values(config, step), compute_);
   }
 
   double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,

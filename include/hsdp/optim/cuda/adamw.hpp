@@ -47,6 +47,8 @@ struct AdamWValues {
 
 // 1 - beta^t, computed as optim::adamw_update does (in double, rounded to float once). t >= 1.
 float adamw_bias_correction(float beta, std::int64_t t);
+// The values of one step: the CPU's AdamWConfig and AdamWStep, with the bias corrections of step.t.
+AdamWValues adamw_values(const AdamWConfig& config, const AdamWStep& step);
 
 // Updates params, m and v (segments.total() elements each, device memory) in place on `stream`. When
 // param_copy is not null it also receives the updated params rounded to bf16 (the compute copy), in the same pass.
