@@ -15,6 +15,10 @@ using O = train::TrainOptions&;
 OptionSpec integer(std::string key, std::string def, std::string help, double min, double max = 1e18) {
   return {std::move(key), std::move(def), std::move(help), OptionKind::integer, "", min, max, {}};
 }
+// The watchdogs' limits count nanoseconds in 64 bits (9.2e9 s at most): beyond 1e9 s (31 years) a limit would wrap
+// around and fire at once.
+constexpr double kMaxTimeoutS = 1e9;
+
 OptionSpec real(std::string key, std::string def, std::string help, double min, double max = 1e300) {
   return {std::move(key), std::move(def), std::move(help), OptionKind::real, "", min, max, {}};
 }
@@ -146,7 +150,7 @@ const std::vector<OptionSpec>& option_table() {
            "watchdog of checkpoint I/O: a resume read, a checkpoint write or its commit that makes no progress for "
            "this many seconds (a rank stopped or frozen, a file system that does not answer) ends the job with exit 4, "
            "naming the phase and the operation; the previous checkpoint and `latest` stay as they were",
-           0.001)
+           0.001, kMaxTimeoutS)
           .into([](V v, O o) { o.checkpoint_timeout_s = v.real(); }),
       choice("checkpoint.on_error", "stop",
              "a checkpoint that cannot be written (a full disk, a quota, a permission): stop = exit 2 with one line "
@@ -218,7 +222,7 @@ const std::vector<OptionSpec>& option_table() {
       real("comm.timeout_s", "300",
            "watchdog: a collective unfinished after this many seconds aborts the job, naming the collective, its "
            "group and its sequence number",
-           0.001)
+           0.001, kMaxTimeoutS)
           .into([](V v, O o) { o.comm.timeout_s = v.real(); }),
 
       choice("comm.intra", "nccl",
