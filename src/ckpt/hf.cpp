@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include "hsdp/core/error.hpp"
@@ -57,8 +59,13 @@ std::string file_in(const std::string& dir, const char* name) {
 class ConfigReader {
  public:
   explicit ConfigReader(std::string path) : path_(std::move(path)) {
+    std::ifstream file(path_, std::ios::binary);
+    if (!file) fail(path_, std::string("cannot open: ") + std::strerror(errno));
+    std::stringstream text;
+    text << file.rdbuf();
+    model_file::check_json_nesting(text.str(), path_);
     try {
-      boost::property_tree::read_json(path_, root_);
+      boost::property_tree::read_json(text, root_);
     } catch (const boost::property_tree::json_parser_error& e) {
       fail(path_, "not valid JSON: " + e.message());
     }

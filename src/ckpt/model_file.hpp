@@ -16,6 +16,30 @@ namespace hsdp::ckpt::model_file {
   throw Error(ErrorKind::checkpoint, "'" + path + "': " + what);
 }
 
+// JSON nested deeper than any file hsdp reads (a config.json, a safetensors header) is refused before it is parsed:
+// Boost's JSON parser recurses once per level, and 100,000 '[' overflowed its stack.
+inline constexpr int kMaxJsonNesting = 64;
+inline void check_json_nesting(const std::string& text, const std::string& path) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character is part of the string
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonNesting) {
+        fail(path, "JSON nested deeper than " + std::to_string(kMaxJsonNesting) + " levels (at byte " +
+                       std::to_string(i) + "): not a file hsdp reads");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 using FilePtr = std::unique_ptr<std::FILE, int (*)(std::FILE*)>;
 
 inline FilePtr open_file(const std::string& path, const char* mode) {

@@ -106,6 +106,7 @@ File::File(const std::string& path) : path_(path) {
   if (std::fread(data_.data(), 1, data_.size(), f.get()) != data_.size()) fail(path, "read failed in the data");
 
   if (text.empty() || text.front() != '{') fail(path, "not a safetensors file: its header does not start with '{'");
+  model_file::check_json_nesting(text, path);
   boost::property_tree::ptree root;
   try {
     std::istringstream in(text);

@@ -12,6 +12,7 @@
 #include "hsdp/ckpt/checksum.hpp"
 #include "hsdp/ckpt/commit.hpp"
 #include "hsdp/ckpt/export.hpp"
+#include "hsdp/ckpt/hf.hpp"
 #include "hsdp/core/error.hpp"
 #include "safetensors.hpp"
 
@@ -238,6 +239,30 @@ TEST(Safetensors, LayoutIsCheckedExactly_ShiftedOverlappingOrTrailingDataIsRefus
   refuses(safetensors_bytes(R"({"a":{"dtype":"F13","shape":[2],"data_offsets":[0,8]}})", 8), "not a safetensors dtype");
   refuses(safetensors_bytes(R"( {"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8),
           "does not start with '{'");
+}
+
+// 100,000 nested '[' once overflowed the JSON parser's stack (a segfault of hsdp-ckpt import --format hf).
+TEST(ModelFiles, DeeplyNestedJson_IsRefusedBeforeParsing) {
+  TempDir tmp;
+  const std::string deep(100000, '[');
+  fs::create_directories(tmp / "hf");
+  std::ofstream(tmp / "hf/config.json") << deep;
+  std::ofstream(tmp / "hf/model.safetensors") << "unused";
+  try {
+    read_hf(tmp / "hf");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::checkpoint);
+    EXPECT_NE(std::string(e.what()).find("JSON nested deeper than 64 levels (at byte 64)"), std::string::npos)
+        << e.what();
+  }
+  std::ofstream(tmp / "deep.safetensors", std::ios::binary) << safetensors_bytes("{\"a\":" + deep, 0);
+  try {
+    safetensors::File file(tmp / "deep.safetensors");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("JSON nested deeper than 64 levels"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
