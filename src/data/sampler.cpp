@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/data/random.hpp"
@@ -44,7 +45,9 @@ void check_spans(std::span<std::int32_t> inputs, std::span<std::int32_t> targets
 
 void copy_window(const TokenFile& file, std::uint64_t window, std::size_t seq_len, std::int32_t* inputs,
                  std::int32_t* targets) {
-  const std::uint16_t* tokens = file.tokens().data() + window * seq_len;
+  thread_local std::vector<std::uint16_t> tokens;
+  tokens.resize(seq_len + 1);
+  file.copy_tokens(window * seq_len, seq_len + 1, tokens.data());  // a file cut under the job: a data Error
   for (std::size_t i = 0; i < seq_len; ++i) {
     inputs[i] = tokens[i];
     targets[i] = tokens[i + 1];

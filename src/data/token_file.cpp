@@ -1,6 +1,8 @@
 #include "hsdp/data/token_file.hpp"
 
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "hsdp/core/error.hpp"
@@ -40,6 +43,44 @@ class FileDescriptor {
   int fd_;
 };
 
+// A token file cut shorter under a running job (cp over it truncates it in place) makes every read of the mapping
+// beyond the new end a SIGBUS. Reads go through TokenFile::copy_tokens, whose guard turns that SIGBUS into a data
+// Error naming the file; a SIGBUS anywhere else goes to the handler installed before ours (Open MPI's backtrace, or
+// the default action).
+// volatile: the compiler must not drop the store before the copy as dead (memcpy does not read it; the handler does).
+thread_local sigjmp_buf* volatile t_copy_guard = nullptr;
+struct sigaction g_previous_sigbus {};
+
+void on_sigbus(int sig, siginfo_t* info, void* context) {
+  if (t_copy_guard != nullptr) siglongjmp(*t_copy_guard, 1);
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) != 0 && g_previous_sigbus.sa_sigaction != nullptr) {
+    g_previous_sigbus.sa_sigaction(sig, info, context);
+    return;
+  }
+  if ((g_previous_sigbus.sa_flags & SA_SIGINFO) == 0 && g_previous_sigbus.sa_handler != SIG_DFL &&
+      g_previous_sigbus.sa_handler != SIG_IGN) {
+    g_previous_sigbus.sa_handler(sig);
+    return;
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// At every opening, not once: a library initialised after an earlier opening (MPI_Init installs Open MPI's handler)
+// may have replaced ours since.
+void install_sigbus_guard() {
+  static std::mutex mutex;
+  const std::lock_guard lock(mutex);
+  struct sigaction current {};
+  ::sigaction(SIGBUS, nullptr, &current);
+  if ((current.sa_flags & SA_SIGINFO) != 0 && current.sa_sigaction == on_sigbus) return;
+  struct sigaction action {};
+  action.sa_sigaction = on_sigbus;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGBUS, &action, &g_previous_sigbus);
+}
+
 }  // namespace
 
 TokenFile::TokenFile(const std::filesystem::path& path, std::string what) : path_(path), what_(std::move(what)) {
@@ -60,6 +101,7 @@ TokenFile::TokenFile(const std::filesystem::path& path, std::string what) : path
   if (mapping == MAP_FAILED) throw_data(where + ": cannot map: " + std::strerror(errno));
   mapping_ = mapping;
   mapping_bytes_ = file_bytes;
+  install_sigbus_guard();
 
   std::array<std::int32_t, kTokenFileHeaderInts> header{};
   std::memcpy(header.data(), mapping_, kTokenFileHeaderBytes);
@@ -90,6 +132,23 @@ TokenFile::TokenFile(const std::filesystem::path& path, std::string what) : path
     unmap();
     throw;
   }
+}
+
+void TokenFile::copy_tokens(std::size_t first, std::size_t count, std::uint16_t* out) const {
+  if (first > token_count_ || count > token_count_ - first) {
+    throw_internal(what_ + ": tokens [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                   ") are beyond the " + std::to_string(token_count_) + " of '" + path_.string() + "'");
+  }
+  sigjmp_buf guard;
+  if (sigsetjmp(guard, 1) != 0) {  // a SIGBUS inside the copy below
+    t_copy_guard = nullptr;
+    throw_data(what_ + ": '" + path_.string() + "' was cut shorter while this job was reading it (a data file must " +
+               "not change under a running job: write a new file and rename it over the old one, as hsdp-data " +
+               "does; cp over it truncates it in place)");
+  }
+  t_copy_guard = &guard;
+  std::memcpy(out, tokens_ + first, count * sizeof(std::uint16_t));
+  t_copy_guard = nullptr;
 }
 
 TokenFile::~TokenFile() {

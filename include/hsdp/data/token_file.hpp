@@ -29,6 +29,10 @@ class TokenFile {
   // Throws a data Error naming the file, the position and the id of the first token >= vocab_size.
   void validate_vocab(int vocab_size) const;
 
+  // tokens [first, first + count) into `out`. Where the file was cut shorter under the running job (cp over it),
+  // a data Error naming it instead of the SIGBUS a read of the mapping gets: training reads through this.
+  void copy_tokens(std::size_t first, std::size_t count, std::uint16_t* out) const;
+  // The mapping itself (a read past a truncation is a SIGBUS: for checks at opening, and tools).
   std::span<const std::uint16_t> tokens() const { return {tokens_, token_count_}; }
   std::size_t size() const { return token_count_; }
   const std::filesystem::path& path() const { return path_; }
