@@ -1,7 +1,9 @@
 #include "hsdp/train/metrics.hpp"
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <system_error>
@@ -100,6 +102,14 @@ void MetricsLog::keep_through_step(std::int64_t step) {
   file_.flush();
 }
 
-void MetricsLog::write(const std::string& json_line) { file_ << json_line << '\n' << std::flush; }
+bool MetricsLog::write(const std::string& json_line) {
+  if (!failure_.empty()) return false;
+  errno = 0;
+  file_ << json_line << '\n' << std::flush;
+  if (file_) return false;
+  failure_ = "log.dir: cannot write '" + dir_ + "/metrics.jsonl'" +
+             (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string());
+  return true;
+}
 
 }  // namespace hsdp::train

@@ -1,6 +1,7 @@
 #include "hsdp/train/trainer.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -23,9 +24,9 @@
 #include "hsdp/device/blas_info.hpp"
 #include "hsdp/device/threads.hpp"
 #include "hsdp/model/layout.hpp"
-#include "hsdp/shard/formulas.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
+#include "hsdp/shard/formulas.hpp"
 #include "hsdp/train/backend.hpp"
 #include "hsdp/train/checkpointing.hpp"
 #include "hsdp/train/cuda_backend.hpp"
@@ -378,7 +379,17 @@ class Run {
     j.add("deck", o_.deck_text);
     // eval_only never overwrites a training run's summary.json: its result has a file of its own.
     const std::string name = o_.eval_only ? "eval_step_" + std::to_string(first_step_) + ".json" : "summary.json";
-    std::ofstream(metrics_->dir() + "/" + name) << j.str() << "\n";
+    {
+      errno = 0;
+      std::ofstream summary(metrics_->dir() + "/" + name);
+      summary << j.str() << "\n" << std::flush;
+      if (!summary) {
+        // Checkpoints hold the model; what is lost is the run's record: said, and exit 2.
+        throw_data("log.dir: cannot write '" + metrics_->dir() + "/" + name + "'" +
+                   (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()) + " after " +
+                   std::to_string(summary_.steps) + " steps (final loss " + std::to_string(summary_.final_loss) + ")");
+      }
+    }
     log_.info("done: ", summary_.steps, " steps in ", format_duration(summary_.seconds), ", ",
               static_cast<long long>(summary_.tokens_per_s), " tokens/s; metrics in ", metrics_->dir());
   }
@@ -507,7 +518,9 @@ class Run {
   // metrics.jsonl, the progress line and the eval line, on rank 0.
   void report(const StepMetrics& m, bool last) {
     if (!log_.is_root()) return;
-    metrics_->write(to_json(m, memory_));
+    if (metrics_->write(to_json(m, memory_))) {
+      log_.warn(metrics_->failure(), " (from step ", m.step, " on, metrics.jsonl misses the steps; training goes on)");
+    }
     if (m.step == 1 || m.step % o_.log_every == 0 || last) {
       const double per_step = run_clock_.seconds() / static_cast<double>(m.step - first_step_);
       log_.info(progress_line(m, o_.steps, memory_, per_step * static_cast<double>(end_step_ - m.step)));

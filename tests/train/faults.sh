@@ -17,6 +17,9 @@
 #                                                    hardware threads: exit 2, one line from rank 0, no step taken
 #   faults.sh diverge ...                            a learning rate that makes the loss non-finite: exit 5 and one
 #                                                    line from rank 0 naming the step and the last finite loss
+#   faults.sh full_log ...                           log.dir on a full tmpfs: said once, training goes on, the
+#                                                    summary that cannot be written is exit 2 (skipped, exit 77,
+#                                                    where mounting a tmpfs is not allowed)
 #   faults.sh read_only ...                          checkpoint.dir on a read-only file system: exit 2 at start-up,
 #                                                    one line naming it, no step taken (skipped, exit 77, where
 #                                                    mounting a tmpfs is not allowed)
@@ -161,6 +164,32 @@ case $check in
       fail "continue: the previous checkpoint changed"
     grep -q '"steps":6' "$run/continue/summary.json" || fail "continue: the run did not finish"
     echo "full disk, on_error=continue: exit 0, 6 steps: $(grep "training goes on" "$run/continue.err" | cut -c1-160)..."
+    ;;
+  full_log)
+    # log.dir on a full file system: one warning when metrics.jsonl stops taking lines, training goes on to the end
+    # (the checkpoints elsewhere hold the model), and the summary that cannot be written is one line and exit 2
+    # (it used to be exit 0 with metrics.jsonl cut and summary.json empty, without a word).
+    mnt=$run/logfs
+    mkdir -p "$mnt"
+    mount -t tmpfs -o size=64k tmpfs "$mnt" 2>/dev/null || { echo "SKIP: cannot mount a tmpfs here (not root, or no permission)"; exit 77; }
+    trap 'umount "$mnt" 2>/dev/null || true' EXIT
+    set +e
+    timeout -k 5 120 "${mpiexec[@]}" "$train" "${common[@]}" --log.dir="$mnt/log" --train.steps=40 --train.eval_every=0 \
+      --log.every=1 --checkpoint.dir="$run/full_log_ck" --checkpoint.every=40 --checkpoint.resume=none \
+      >"$run/full_log.out" 2>"$run/full_log.err" &
+    pid=$!
+    for _ in $(seq 200); do [[ -s $mnt/log/metrics.jsonl ]] && break; sleep 0.05; done
+    head -c 100000 /dev/zero >"$mnt/filler" 2>/dev/null  # the rest of the 64 KiB
+    wait "$pid"
+    code=$?
+    set -e
+    [[ $code -eq 2 ]] || { cat "$run/full_log.err"; fail "full log.dir: exit $code, expected 2"; }
+    [[ $(grep -c "cannot write '$mnt/log/metrics.jsonl'" "$run/full_log.out" "$run/full_log.err" | awk -F: '{ s += $2 } END { print s }') -eq 1 ]] ||
+      { cat "$run/full_log.out" "$run/full_log.err"; fail "full log.dir: the metrics failure not said exactly once"; }
+    grep -q "log.dir: cannot write '$mnt/log/summary.json'" "$run/full_log.err" ||
+      { cat "$run/full_log.err"; fail "full log.dir: the summary failure not said"; }
+    [[ -f $run/full_log_ck/step_40.h5 ]] || fail "full log.dir: training did not go on to its checkpoint at step 40"
+    echo "full log.dir: exit 2 after 40 steps, step_40.h5 written: $(grep -h "cannot write" "$run/full_log.out" "$run/full_log.err" | cut -c1-140 | head -2 | paste -sd'|')"
     ;;
   read_only)
     # A checkpoint.dir that exists but cannot be written (here a tmpfs remounted read-only): exit 2 at start-up, one

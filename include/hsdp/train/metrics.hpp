@@ -47,7 +47,10 @@ std::string format_duration(double seconds);
 class MetricsLog {
  public:
   explicit MetricsLog(const std::string& dir);  // creates dir; data Error naming it if that fails
-  void write(const std::string& json_line);
+  // Appends the line. A line the file system does not take (a full disk, a quota) is lost, and training goes on:
+  // true only for the first such failure, so that the caller says it once (failure() says what it was).
+  bool write(const std::string& json_line);
+  const std::string& failure() const { return failure_; }
   // On resume: keep the lines of steps <= `step` (0: none), so the log reads like one uninterrupted run.
   void keep_through_step(std::int64_t step);
   const std::string& dir() const { return dir_; }
@@ -55,6 +58,7 @@ class MetricsLog {
  private:
   std::string dir_;
   std::ofstream file_;
+  std::string failure_;
 };
 
 }  // namespace hsdp::train
