@@ -53,20 +53,27 @@ inline void write_bytes(std::FILE* f, const void* data, std::size_t bytes, const
     fail(path, std::string("write failed: ") + std::strerror(errno));
 }
 
-// Writes through `path.tmp` (body(file, tmp_path)), renamed over `path` once complete.
+// Writes through `path.tmp` (body(file, tmp_path)), renamed over `path` once complete. A write that fails (a full
+// disk, a quota) removes the temporary file: nothing is left behind, and `path` is as it was.
 template <typename Body>
 void write_atomically(const std::string& path, Body&& body) {
   const std::string tmp = path + ".tmp";
-  {
-    FilePtr f = open_file(tmp, "wb");
-    body(f.get(), tmp);
-    if (std::fflush(f.get()) != 0) fail(tmp, std::string("write failed: ") + std::strerror(errno));
-    std::FILE* raw = f.release();
-    if (std::fclose(raw) != 0) fail(tmp, std::string("close failed: ") + std::strerror(errno));
+  try {
+    {
+      FilePtr f = open_file(tmp, "wb");
+      body(f.get(), tmp);
+      if (std::fflush(f.get()) != 0) fail(tmp, std::string("write failed: ") + std::strerror(errno));
+      std::FILE* raw = f.release();
+      if (std::fclose(raw) != 0) fail(tmp, std::string("close failed: ") + std::strerror(errno));
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) fail(path, "cannot rename from " + tmp + ": " + ec.message());
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(path, "cannot rename from " + tmp + ": " + ec.message());
 }
 
 }  // namespace hsdp::ckpt::model_file

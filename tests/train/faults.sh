@@ -164,6 +164,19 @@ case $check in
       fail "continue: the previous checkpoint changed"
     grep -q '"steps":6' "$run/continue/summary.json" || fail "continue: the run did not finish"
     echo "full disk, on_error=continue: exit 0, 6 steps: $(grep "training goes on" "$run/continue.err" | cut -c1-160)..."
+    # hsdp-ckpt export onto the full file system: exit 2 naming the file, and no .tmp left behind.
+    head -c 100M /dev/zero >"$mnt/filler" 2>/dev/null || true
+    set +e
+    "$(dirname "$train")/hsdp-ckpt" export "$good/step_2.h5" --format safetensors --output "$mnt/model.safetensors" \
+      >"$run/export.out" 2>"$run/export.err"
+    code=$?
+    set -e
+    [[ $code -eq 2 ]] || { cat "$run/export.err"; fail "export onto a full disk: exit $code, expected 2"; }
+    grep -q "model.safetensors.tmp': write failed: No space left on device" "$run/export.err" ||
+      { cat "$run/export.err"; fail "export onto a full disk: no line naming the file"; }
+    [[ ! -e $mnt/model.safetensors.tmp && ! -e $mnt/model.safetensors ]] ||
+      fail "export onto a full disk left $(ls "$mnt" | grep model)"
+    echo "export onto a full disk: exit 2, nothing left: $(head -n 1 "$run/export.err" | cut -c1-160)"
     ;;
   full_log)
     # log.dir on a full file system: one warning when metrics.jsonl stops taking lines, training goes on to the end
