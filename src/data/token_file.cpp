@@ -220,7 +220,12 @@ void write_token_file(const std::filesystem::path& path, std::span<const std::ui
     out.write(reinterpret_cast<const char*>(header.data()), kTokenFileHeaderBytes);
     out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size_bytes()));
     out.flush();
-    if (!out) throw_data("cannot write " + quoted(temporary) + ": write failed (disk full?)");
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);  // nothing is left behind
+      throw_data("cannot write " + quoted(temporary) + ": write failed (disk full?)");
+    }
   }
   std::error_code error;
   std::filesystem::rename(temporary, path, error);

@@ -177,6 +177,14 @@ case $check in
     [[ ! -e $mnt/model.safetensors.tmp && ! -e $mnt/model.safetensors ]] ||
       fail "export onto a full disk left $(ls "$mnt" | grep model)"
     echo "export onto a full disk: exit 2, nothing left: $(head -n 1 "$run/export.err" | cut -c1-160)"
+    head -c 300000 /dev/zero | tr '\0' x >"$run/text.txt"
+    set +e
+    "$(dirname "$train")/hsdp-data" encode --input "$run/text.txt" --output "$mnt/t.bin" >/dev/null 2>"$run/encode.err"
+    code=$?
+    set -e
+    [[ $code -eq 2 && ! -e $mnt/t.bin.tmp && ! -e $mnt/t.bin ]] ||
+      { cat "$run/encode.err"; fail "hsdp-data encode onto a full disk: exit $code, left $(ls "$mnt" | grep t.bin)"; }
+    echo "hsdp-data encode onto a full disk: exit 2, nothing left: $(head -n 1 "$run/encode.err")"
     ;;
   full_log)
     # log.dir on a full file system: one warning when metrics.jsonl stops taking lines, training goes on to the end
