@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# hsdp-selfcheck in its CPU-only form (issue 23, item 4):
+#
+#   selfcheck_test.sh CASE SELFCHECK BIN_DIR WORK MPIRUN...
+#
+# pass:       every row passes on 4 CPU ranks as 2 nodes x 2; the table and the JSON lines say so.
+# detects:    a hsdp-train that trains the multi-rank rows with another learning rate (a wrapper adds
+#             --train.lr=3.3e-3 when OMPI_COMM_WORLD_SIZE > 1) must fail the loss check of every row with exit 1;
+#             a hsdp-plan that plans bf16 parameters (half the gather bytes) must fail the bytes check.
+# bad_input:  an odd --steps exits 2 naming it, before running anything.
+set -euo pipefail
+case=$1 selfcheck=$2 bin=$3 work=$4
+shift 4
+mpirun="$*"
+rm -rf "$work"
+mkdir -p "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+run() { # EXPECTED_EXIT LOG ARGS...: runs hsdp-selfcheck, checks its exit code
+  local expected=$1 log=$2
+  shift 2
+  local code=0
+  "$selfcheck" --mpirun "$mpirun" --device cpu "$@" >"$log" 2>&1 || code=$?
+  cat "$log"
+  [[ $code == "$expected" ]] || fail "hsdp-selfcheck exited $code, expected $expected"
+}
+
+case $case in
+  pass)
+    run 0 "$work/out.txt" --work "$work/run" --json "$work/rows.jsonl"
+    grep -q "^9 of 9 rows passed" "$work/out.txt" || fail "not 9 of 9 rows passed"
+    python3 - "$work/rows.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 9, len(rows)
+for r in rows:
+    assert r["passed"] and r["resume_bit_exact"] and r["loss_gap"] <= r["tolerance"], r
+    assert r["state_bytes"] == r["plan_state_bytes"] > 0, r
+    assert r["bytes"]["bytes_intra"] > 0 and r["bytes"]["bytes_inter"] > 0, r
+print("9 rows: loss within tolerance, bytes and state equal hsdp-plan, resume bit-exact")
+PY
+    ;;
+  detects)
+    fake=$work/fake
+    mkdir -p "$fake"
+    for tool in hsdp-plan hsdp-data hsdp-ckpt; do ln -s "$bin/$tool" "$fake/$tool"; done
+    cat >"$fake/hsdp-train" <<WRAP
+#!/usr/bin/env bash
+if [[ \${OMPI_COMM_WORLD_SIZE:-1} -gt 1 ]]; then exec "$bin/hsdp-train" "\$@" --train.lr=3.3e-3; fi
+exec "$bin/hsdp-train" "\$@"
+WRAP
+    chmod +x "$fake/hsdp-train"
+    run 1 "$work/lr.txt" --work "$work/lr" --train "$fake/hsdp-train" --rows full_shard,hybrid_shard --steps 6
+    [[ $(grep -c "loss gap .* > tolerance" "$work/lr.txt") == 2 ]] || fail "the loss check did not fail on both rows"
+    grep -q "^0 of 2 rows passed; failed: full_shard, hybrid_shard" "$work/lr.txt" || fail "summary line"
+    rm "$fake/hsdp-train" "$fake/hsdp-plan"
+    ln -s "$bin/hsdp-train" "$fake/hsdp-train"
+    cat >"$fake/hsdp-plan" <<WRAP
+#!/usr/bin/env bash
+exec "$bin/hsdp-plan" "\$@" --param-dtype bf16
+WRAP
+    chmod +x "$fake/hsdp-plan"
+    run 1 "$work/plan.txt" --work "$work/plan" --plan "$fake/hsdp-plan" --rows full_shard --steps 4
+    grep -q "bytes_intra .* != plan" "$work/plan.txt" || fail "the bytes check did not fail"
+    ;;
+  bad_input)
+    run 2 "$work/out.txt" --work "$work/run" --steps 5
+    grep -q "hsdp-selfcheck: error: --steps 5: need an even number" "$work/out.txt" || fail "message"
+    [[ ! -e $work/run ]] || fail "ran something"
+    ;;
+  *) fail "unknown case $case" ;;
+esac
+echo "PASS: $case"
