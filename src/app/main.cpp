@@ -96,7 +96,8 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
   }
   startup.reset();  // train() watches its own phases
   const auto summary = hsdp::train::train(options, *mesh, signals, log);
-  return summary.stopped_by_signal ? hsdp::kExitRequeue : hsdp::kExitOk;
+  if (!summary.stopped_by_signal) return hsdp::kExitOk;
+  return summary.resumable ? hsdp::kExitRequeue : hsdp::kExitStopped;
 }
 
 // An error only this rank has: the other ranks wait in some collective for this one. It is said here, on this rank,

@@ -352,7 +352,9 @@ std::string help_text(const std::string& program) {
       << "              the next run resumes with checkpoint.resume=auto;\n"
       << "            4 communication failure or a stall (the watchdog fired: a collective, start-up or checkpoint\n"
       << "              I/O did not finish within comm.timeout_s / checkpoint.timeout_s);\n"
-      << "            5 training diverged (a non-finite loss or gradient norm; no checkpoint of that step is written)\n\n"
+      << "            5 training diverged (a non-finite loss or gradient norm; no checkpoint of that step is "
+         "written);\n"
+      << "            6 stopped on SIGUSR1 or SIGTERM with no checkpoint.dir: nothing to resume, do not requeue\n\n"
       << train::kProgressLineLegend << "\n\n"
       << "deck keys (default in brackets):\n";
   for (const auto& section : section_order()) {

@@ -142,6 +142,11 @@ const std::vector<OptionSpec>& option_table() {
               "a run that does not resume from checkpoint.dir while it holds checkpoints (another run's) is an "
               "error, so runs never mix; true deletes them first")
           .into([](V v, O o) { o.checkpoint_overwrite = v.boolean(); }),
+      boolean("checkpoint.accept_changes", "false",
+              "a resume whose deck differs from the checkpoint's says each difference in one line; a difference in "
+              "what is trained (data.train, the global batch in tokens per step, a model key) is an error unless "
+              "this is true")
+          .into([](V v, O o) { o.checkpoint_accept_changes = v.boolean(); }),
       boolean("checkpoint.fallback", "true",
               "checkpoint.resume=auto with a damaged `latest` (missing file, failed checksum): resume from the newest "
               "checkpoint of checkpoint.dir that loads, saying which were skipped and why; false: exit 2 instead")

@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <sstream>
 
 #include "hsdp/ckpt/commit.hpp"
+#include "hsdp/ckpt/inspect.hpp"
 #include "hsdp/comm/agree.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/stall.hpp"
@@ -48,7 +51,78 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
   return text;
 }
 
+// A resolved deck as section.key -> value, in order.
+std::vector<std::pair<std::string, std::string>> deck_entries(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::istringstream in(text);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.size() > 2 && line.front() == '[' && line.back() == ']') {
+      section = line.substr(1, line.size() - 2);
+    } else if (const std::size_t eq = line.find(" = "); eq != std::string::npos && line[0] != '#') {
+      entries.emplace_back(section + "." + line.substr(0, eq), line.substr(eq + 3));
+    }
+  }
+  return entries;
+}
+
+// "from this run's deck", or which keys differ.
+std::string describe_changes(const std::vector<DeckChange>& changes) {
+  if (changes.empty()) return "from this run's deck";
+  std::string keys;
+  for (std::size_t i = 0; i < changes.size() && i < 4; ++i) keys += (i ? ", " : "") + changes[i].key;
+  if (changes.size() > 4) keys += ", ...";
+  return "from another deck (" + keys + " differ)";
+}
+
+// Whose checkpoints `dir` holds, from its newest one's metadata (rank 0 reads, every rank gets the text): the step,
+// when it was written, the ranks and strategy, and whether its deck is this run's (the keys that differ otherwise).
+std::string whose_checkpoints(MPI_Comm world, const std::string& dir, std::int64_t newest, const std::string& deck) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  std::string text;
+  if (rank == 0) {
+    const std::string path = (std::filesystem::path(dir) / ckpt::checkpoint_file_name(newest)).string();
+    try {
+      const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint(path);
+      std::error_code ec;
+      const auto written = std::filesystem::last_write_time(path, ec);
+      std::string when;
+      if (!ec) {
+        const auto t = std::chrono::system_clock::to_time_t(std::chrono::file_clock::to_sys(written));
+        char buffer[32];
+        std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+        when = std::string(", written ") + buffer;
+      }
+      text = "the newest, step " + std::to_string(info.state.step) + when + ", by " +
+             std::to_string(info.state.world_size) + " rank(s) with " + info.state.strategy + ", " +
+             describe_changes(deck_changes(info.state.deck_text, deck));
+    } catch (const Error& e) {
+      text = "the newest cannot be read: " + std::string(e.what());
+    }
+  }
+  std::uint64_t size = text.size();
+  MPI_Bcast(&size, 1, MPI_UINT64_T, 0, world);
+  text.resize(size);
+  MPI_Bcast(text.data(), static_cast<int>(size), MPI_CHAR, 0, world);
+  return text;
+}
+
 }  // namespace
+
+std::vector<DeckChange> deck_changes(const std::string& saved_deck, const std::string& deck) {
+  static const std::vector<std::string> kSegmentKeys = {"checkpoint.resume", "checkpoint.overwrite",
+                                                        "checkpoint.accept_changes", "train.stop_at_step",
+                                                        "train.eval_only"};
+  const auto saved = deck_entries(saved_deck);
+  std::vector<DeckChange> changes;
+  for (const auto& [key, value] : deck_entries(deck)) {
+    if (std::find(kSegmentKeys.begin(), kSegmentKeys.end(), key) != kSegmentKeys.end()) continue;
+    const auto it = std::find_if(saved.begin(), saved.end(), [&](const auto& e) { return e.first == key; });
+    if (it != saved.end() && it->second != value) changes.push_back({key, it->second, value});
+  }
+  return changes;
+}
 
 Checkpointer::Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, Backend& backend,
                            const model::ModelLayout& layout, const Logger& log)
@@ -174,23 +248,26 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
   std::string names;
   for (std::size_t i = 0; i < steps.size() && i < 3; ++i) names += (i ? ", " : "") + ("step_" + std::to_string(steps[i]) + ".h5");
   if (steps.size() > 3) names += ", ...";
+  names += "; " + whose_checkpoints(world, dir, steps.back(), options_.deck_text);
   if (!options_.checkpoint_overwrite) {
     const std::string how = options_.resume == "auto"
                                 ? "it has no `latest` to resume from: resume one with checkpoint.resume=<file>"
                                 : "resume it with checkpoint.resume=auto";
     // Every rank has the same listing (rank 0's, broadcast).
     throw AgreedError(ErrorKind::config,
-                      "checkpoint.dir '" + dir + "' holds " + std::to_string(steps.size()) +
-                          " checkpoint(s) of another run (" + names + ") and this run does not resume from it "
-                          "(checkpoint.resume=" + options_.resume + "): " + how +
+                      "checkpoint.dir '" + dir + "' holds " + std::to_string(steps.size()) + " checkpoint(s) (" +
+                          names +
+                          ") and this run does not resume from them "
+                          "(checkpoint.resume=" +
+                          options_.resume + "): " + how +
                           ", choose another checkpoint.dir, or set checkpoint.overwrite=true to delete them");
   }
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   if (rank == 0) ckpt::remove_checkpoints(dir);
   MPI_Barrier(world);
-  log_.info("checkpoint.overwrite: deleted the ", steps.size(), " checkpoint(s) of another run in ", dir, " (", names,
-            ")");
+  log_.warn("checkpoint.overwrite=true and checkpoint.resume=", options_.resume, ": deleted the ", steps.size(),
+            " checkpoint(s) in ", dir, " (", names, ")");
 }
 
 bool Checkpointer::save(ckpt::TrainState state) {

@@ -114,6 +114,39 @@ int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, in
                "start a new run with checkpoint.resume=none");
 }
 
+// A resume with a deck other than the checkpoint's says each difference in one line (rank 0). Those that change what
+// is trained (the training data, the global batch, the model's shape) are a config error naming them unless
+// checkpoint.accept_changes=true. The keys that say how this segment runs (resume, stop_at_step, ...) are not said.
+void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std::int64_t tokens_per_step,
+                          const Logger& log) {
+  if (s.deck_text.empty() || s.step <= 0) return;  // an imported model (step 0) has no run to continue
+  std::vector<std::string> trained;                // differences in what is trained
+  for (const DeckChange& c : deck_changes(s.deck_text, o.deck_text)) {
+    const std::string line = c.key + " = " + c.now + " (the checkpoint's run: " + c.saved + ")";
+    if (c.key == "data.train" || (c.key.rfind("model.", 0) == 0 && c.key != "model.seed")) {
+      trained.push_back(line);
+    } else {
+      log.info("resume: ", line);
+    }
+  }
+  const std::int64_t saved_tokens = s.tokens / s.step;
+  if (saved_tokens != tokens_per_step) {
+    trained.push_back("global batch " + std::to_string(tokens_per_step) +
+                      " tokens per step (the checkpoint's run: " + std::to_string(saved_tokens) + ")");
+  }
+  if (trained.empty()) return;
+  std::string list;
+  for (const auto& t : trained) list += (list.empty() ? "" : "; ") + t;
+  if (o.checkpoint_accept_changes || o.eval_only) {  // an evaluation trains nothing
+    log.warn("resume: continuing with what is trained changed", o.eval_only ? "" : " (checkpoint.accept_changes=true)",
+             ": ", list);
+    return;
+  }
+  throw_config("resume: this deck changes what the checkpoint's run trained: " + list +
+               ". Set checkpoint.accept_changes=true to continue with the change, or start a new run "
+               "(another checkpoint.dir, or checkpoint.resume=none)");
+}
+
 // Bytes by link class this step: summed over every rank (what the job moved) and the busiest rank's. On world,
 // whose counters are not the mesh's: it does not count itself.
 struct JobBytes {
@@ -278,6 +311,8 @@ class Run {
         summary_.earlier_seconds = state->train_seconds;
         summary_.segments = state->segments + 1;
         grad_accum_ = accumulation_for_resume(*state, o_, data_parallel_.size(), log_);
+        check_resume_changes(*state, o_,
+                             static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * data_parallel_.size(), log_);
       }
       // eval_only leaves a training run's metrics.jsonl as it is.
       if (log_.is_root() && !o_.eval_only) metrics_->keep_through_step(first_step_);
@@ -326,10 +361,10 @@ class Run {
     // checkpoint (the model is the one the run started from: a fresh one, or the checkpoint it resumed).
     if (stop_agreed(world_, signals_) && first_step_ < end_step_) {
       summary_.stopped_by_signal = true;
+      summary_.resumable = checkpoints_->enabled();
       end_step_ = first_step_;
       log_.info("stop requested by a signal before the first step: nothing to checkpoint (the run is at step ",
-                first_step_, ", ", first_step_ > 0 ? "the checkpoint it resumed" : "a fresh start",
-                "); exiting with code 3 (requeue me)");
+                first_step_, ", ", first_step_ > 0 ? "the checkpoint it resumed" : "a fresh start", "); ", exit_line());
     }
     run_clock_.restart();
     for (std::int64_t step = first_step_; step < end_step_; ++step) {
@@ -556,12 +591,23 @@ class Run {
     }
     if (!stop) return false;
     summary_.stopped_by_signal = true;
+    summary_.resumable = checkpoints_->enabled();
     log_.info("stop requested by a signal: ",
-              saved                     ? "checkpointed"
-              : checkpoints_->enabled() ? "the checkpoint failed (checkpoint.on_error=continue), so NOT checkpointed"
-                                        : "no checkpoint.dir, so NOT checkpointed",
-              " at step ", step, "; exiting with code 3 (requeue me)");
+              saved ? "checkpointed"
+              : checkpoints_->enabled()
+                  ? "the checkpoint failed (checkpoint.on_error=continue), so NOT checkpointed (a requeued job resumes "
+                    "from the last checkpoint that was written)"
+                  : "no checkpoint.dir, so NOT checkpointed",
+              " at step ", step, "; ", exit_line());
     return true;
+  }
+
+  // How a run stopped by a signal exits: 3 asks the job script to requeue; 6 (no checkpoint.dir) does not, since a
+  // requeued job would start again from step 0.
+  std::string exit_line() const {
+    return summary_.resumable ? "exiting with code 3 (requeue me)"
+                              : "exiting with code 6 (nothing to resume from: do not requeue; set checkpoint.dir to "
+                                "make the run resumable)";
   }
 
   const TrainOptions& o_;

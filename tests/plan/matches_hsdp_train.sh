@@ -25,7 +25,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 common=(--config "$deck" --topology.ranks_per_node=2 --train.steps=2 --train.eval_every=0 --log.every=1
         --data.train="$work/data/train.bin" --data.val="$work/data/val.bin"
-        --data.entropy_json="$work/data/source.json" --device.threads=1)
+        --data.entropy_json="$work/data/source.json" --device.threads=1 --checkpoint.dir=)
 bf16=(--precision.param=bf16 --precision.reduce=bf16)
 zeropp_full=(--parallel.sharding=full_shard --zeropp.quantized_weights=true --zeropp.hpz_partition_size=2
              --zeropp.quantized_gradients=true)

@@ -7,7 +7,7 @@ shift 4
 mpirun=("$@")
 for p in fp32 bf16; do
   rm -rf "$run-$p"
-  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" "$train" --config "$deck" \
+  OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" "$train" --config "$deck" --checkpoint.dir= \
     --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json" \
     --train.steps=200 --train.eval_every=200 --precision.param=$p --precision.reduce=fp32 \
     --topology.ranks_per_node=2 --log.dir="$run-$p" --log.every=100 >/dev/null

@@ -4,7 +4,7 @@ set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4
 for i in 1 2; do
   rm -rf "$run$i"
-  "$train" --config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json" \
+  "$train" --config "$deck" --checkpoint.dir= --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json" \
     --train.micro_batch=8 --train.steps=30 --train.eval_every=10 --log.dir="$run$i" --log.every=100 >/dev/null
 done
 python3 - "$run"1/metrics.jsonl "$run"2/metrics.jsonl <<'PY'

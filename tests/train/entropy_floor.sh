@@ -5,7 +5,7 @@
 set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4
 rm -rf "$run"
-"$train" --config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" \
+"$train" --config "$deck" --checkpoint.dir= --data.train="$data/train.bin" --data.val="$data/val.bin" \
   --data.entropy_json="$data/source.json" --log.dir="$run" --log.every=100 --train.micro_batch=8
 python3 - "$run/summary.json" <<'PY'
 import json, sys

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs never mix (label e2e), one rank on the quickstart deck:
 #   a fresh run (checkpoint.resume=none) into a checkpoint.dir holding another run's checkpoints exits 2 naming them
-#   and leaves every file byte-identical; checkpoint.overwrite=true deletes them and trains;
+#   and whose they are (the newest's step, time, ranks, strategy, the deck keys that differ) and leaves every file
+#   byte-identical; checkpoint.overwrite=true deletes them, saying so, and trains;
 #   checkpoint.resume=auto with a damaged latest (its file truncated) falls back to the newest checkpoint that loads,
 #   saying which it skipped and why; checkpoint.fallback=false makes that exit 2 instead.
 # Also: the size hsdp-train logs for a checkpoint is the size `hsdp-ckpt inspect` prints for it.
@@ -31,11 +32,11 @@ expect() {
 expect 0 "done: 4 steps" --train.steps=4 --checkpoint.resume=none --log.dir="$run/a"
 snapshot() { (cd "$run/ck" && sha256sum -- * | sort); }
 before=$(snapshot)
-expect 2 "checkpoint.dir '.*' holds 2 checkpoint\(s\) of another run \(step_2.h5, step_4.h5\).*checkpoint.overwrite=true" \
+expect 2 "checkpoint.dir '.*' holds 2 checkpoint\(s\) \(step_2.h5, step_4.h5; the newest, step 4, written .* UTC, by 1 rank\(s\) with hybrid_shard, from another deck \(log.dir differ\)\) and this run does not resume from them.*checkpoint.overwrite=true" \
   --train.steps=4 --checkpoint.resume=none --log.dir="$run/b"
 [[ $(snapshot) == "$before" ]] || fail "the refused run changed the checkpoint directory"
 [[ $(wc -l <"$run/last.log") -eq 1 ]] || fail "the error is not one line: $(cat "$run/last.log")"
-expect 0 "checkpoint.overwrite: deleted the 2 checkpoint\(s\) of another run" --train.steps=2 --checkpoint.resume=none \
+expect 0 "checkpoint.overwrite=true and checkpoint.resume=none: deleted the 2 checkpoint\(s\) in .* \(step_2.h5, step_4.h5; the newest, step 4" --train.steps=2 --checkpoint.resume=none \
   --checkpoint.overwrite=true --log.dir="$run/c"
 [[ ! -e $run/ck/step_4.h5 && -e $run/ck/step_2.h5 ]] || fail "overwrite left: $(ls "$run/ck")"
 echo "another run's checkpoints: refused (exit 2, directory unchanged), then replaced with checkpoint.overwrite=true"

@@ -5,7 +5,7 @@ set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4
 shift 4
 mpirun=("$@")
-common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin"
+common=(--config "$deck" --checkpoint.dir= --data.train="$data/train.bin" --data.val="$data/val.bin"
         --data.entropy_json="$data/source.json" --train.steps=300 --train.eval_every=300 --log.every=100
         --topology.ranks_per_node=2 --parallel.sharding=full_shard --precision.param=bf16 --precision.reduce=bf16)
 rm -rf "$run-base" "$run-zeropp"

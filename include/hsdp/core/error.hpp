@@ -15,6 +15,7 @@ inline constexpr int kExitBadInput = 2;   // config, data or checkpoint the user
 inline constexpr int kExitRequeue = 3;    // checkpointed on a signal: requeue the job
 inline constexpr int kExitComm = 4;       // a collective failed or the watchdog fired
 inline constexpr int kExitDiverged = 5;   // training diverged (a non-finite loss or gradient norm)
+inline constexpr int kExitStopped = 6;    // stopped on a signal with no checkpoint.dir: nothing to resume, no requeue
 
 class Error : public std::runtime_error {
  public:

@@ -3,6 +3,7 @@
 // the training state (step, tokens, sampler cursor, loss scaler, deck) through the ckpt layer.
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/comm/mesh.hpp"
@@ -11,6 +12,14 @@
 #include "hsdp/train/options.hpp"
 
 namespace hsdp::train {
+
+// A key whose value in a checkpoint's deck differs from this run's (both resolved decks, ConfigDeck::to_ini). The
+// keys that say how one segment of a run goes (checkpoint.resume, checkpoint.overwrite, checkpoint.accept_changes,
+// train.stop_at_step, train.eval_only) are left out, and so are keys the checkpoint's version did not have.
+struct DeckChange {
+  std::string key, saved, now;
+};
+std::vector<DeckChange> deck_changes(const std::string& saved_deck, const std::string& deck);
 
 class Checkpointer {
  public:

@@ -20,7 +20,8 @@ struct TrainSummary {
   double earlier_seconds = 0;          // the segments before this one (from the checkpoint resumed)
   std::int64_t segments = 1;           // this one and those before it
   std::int64_t resumed_from_step = 0;  // 0: a fresh start
-  bool stopped_by_signal = false;     // checkpointed on SIGUSR1/SIGTERM: exit 3 so the job requeues
+  bool stopped_by_signal = false;      // stopped on SIGUSR1/SIGTERM: exit 3 so the job requeues (6 if !resumable)
+  bool resumable = true;               // a requeued job could resume (checkpoint.dir is set)
 };
 
 // Validates the options against the data (collectively: a bad file on one rank ends every rank with one
