@@ -8,8 +8,16 @@ cd "$root"
 build=${HSDP_BUILD_DIR:-build}
 
 tools/setup.sh
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$build" -j "$(nproc)"
+# Only what the quickstart runs: the tests are built by tools/test.sh. The CUDA backend only where a GPU is visible
+# (HSDP_CUDA=AUTO|ON|OFF decides instead; an existing build directory keeps its choice).
+cuda=()
+if [[ -n ${HSDP_CUDA:-} ]]; then
+  cuda=(-DHSDP_CUDA="$HSDP_CUDA")
+elif [[ ! -f $build/CMakeCache.txt ]] && ! nvidia-smi -L >/dev/null 2>&1; then
+  cuda=(-DHSDP_CUDA=OFF)
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cuda[@]}" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target hsdp-train hsdp-data hsdp-commbench hsdp-ckpt hsdp-sample
 
 mpirun=(mpirun --oversubscribe -np 4)
 [[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
@@ -28,7 +36,8 @@ echo "== hsdp-data synth: a Markov source whose exact entropy rate is the best l
 
 echo
 echo "== hsdp-train: input/quickstart.ini on 4 ranks (2 emulated nodes x 2), metrics in runs/quickstart/"
-"${mpirun[@]}" "$build/bin/hsdp-train" --config input/quickstart.ini --topology.ranks_per_node=2
+"${mpirun[@]}" "$build/bin/hsdp-train" --config input/quickstart.ini --topology.ranks_per_node=2 \
+  --checkpoint.resume=none --checkpoint.overwrite=true  # the quickstart starts over each time; decks copied from it resume
 
 echo
 echo "== hsdp-ckpt: the final checkpoint, written collectively by the 4 ranks"

@@ -2,15 +2,16 @@
 # Installs what is missing, configures, builds, and runs every test through ctest. Exit status: ctest's.
 #   tools/test.sh                 all tests
 #   tools/test.sh -L unit         arguments go to ctest (e.g. a label)
-# Environment: HSDP_BUILD_DIR (default build), HSDP_JOBS (default: all cores).
+# Environment: HSDP_BUILD_DIR (default build), HSDP_JOBS (default: all cores), HSDP_CUDA (default AUTO).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${HSDP_BUILD_DIR:-build}
 jobs=${HSDP_JOBS:-$(nproc)}
 
-tools/setup.sh
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+tools/setup.sh --tests
+# Warnings are errors here (not in a user's build); the CUDA targets are built wherever nvcc is (HSDP_CUDA=AUTO).
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DHSDP_WERROR=ON -DHSDP_CUDA="${HSDP_CUDA:-AUTO}" >/dev/null
 cmake --build "$build" -j "$jobs"
 # One line on the gpu label: its tests run only where a CUDA device is visible (gpu_probe is built with CUDA).
 if [[ -x "$build/bin/gpu_probe" ]] && grep -q "^HSDP_CUDA_BACKEND:INTERNAL=ON" "$build/CMakeCache.txt"; then

@@ -17,8 +17,23 @@
 #   jobscripts_test.sh study_array BIN_DIR WORK  study.sbatch's example `sbatch --array=...` line is the one
 #                                              `hsdp-sweep expand input/study_quickstart.ini` prints, and its
 #                                              header's default ranks are the study's np
+#   jobscripts_test.sh requeue_exit BIN_DIR WORK  train_requeue.sbatch requeues on hsdp-train's exit 3 (scontrol
+#                                              requeue, script exit 0) and never on its exit 6 (stopped with no
+#                                              checkpoint.dir: a requeue would start again from step 0): exit 6
+#   jobscripts_test.sh site_env BIN_DIR WORK   every sbatch script: HDF5_USE_FILE_LOCKING=FALSE in the ranks'
+#                                              environment (a value given is kept); srun --mpi from HSDP_SRUN_MPI
+#                                              (default pmix, "" = none); without --cpus-per-task the node's CPUs
+#                                              shared by its ranks (32 CPUs, 4 per node: 8 each); the train scripts
+#                                              stripe a new HSDP_CKPT_DIR with lfs and pass it as checkpoint.dir;
+#                                              train_gpu.sbatch runs build/bin/hsdp-train when there is no build-cuda
+#   jobscripts_test.sh build BIN_DIR WORK      builds that run where they are deployed: a default configure has no
+#                                              -march=native and no -Werror (x86-64-v3; -Werror with HSDP_WERROR=ON,
+#                                              as tools/test.sh sets it), and tools/quickstart.sh builds exactly the
+#                                              programs it runs (--target), no tests
 #   jobscripts_test.sh setup BIN_DIR WORK      tools/setup.sh lists slurm-wlm, munge and shellcheck, each a package
-#                                              apt knows; --check finds everything installed, within seconds
+#                                              apt knows, installed only with --tests (test.sh, not quickstart.sh)
+#                                              and not where a site Slurm is on PATH; --tests --check finds
+#                                              everything installed, within seconds
 #
 # BIN_DIR holds hsdp-train and hsdp-data (a build's bin/). Exit 77 = skipped, with the reason printed.
 set -euo pipefail
@@ -66,7 +81,8 @@ run_sbatch() {
   rm -f "$work/srun.args"
   # Whatever Slurm job this test itself may run in is not the one simulated: its SLURM_* go first.
   env -u SLURM_NTASKS -u SLURM_NTASKS_PER_NODE -u SLURM_JOB_NUM_NODES -u SLURM_CPUS_PER_TASK -u SLURM_GPUS_PER_NODE \
-    -u SLURM_JOB_ID -u SLURM_RESTART_COUNT -u HSDP_ARGS -u HSDP_SRUN_ARGS -u HSDP_MODULES \
+    -u SLURM_JOB_ID -u SLURM_RESTART_COUNT -u HSDP_ARGS -u HSDP_SRUN_ARGS -u HSDP_MODULES -u SLURM_CPUS_ON_NODE \
+    -u SLURM_TASKS_PER_NODE -u HSDP_SRUN_MPI -u HSDP_CKPT_DIR -u HDF5_USE_FILE_LOCKING \
     PATH="$work/fake:$PATH" SLURM_SUBMIT_DIR="$repo" SLURM_ARRAY_TASK_ID=0 HSDP_TRAIN="$work/probe.sh" "$@" \
     bash "jobscripts/$script" "${args[@]}"
 }
@@ -172,6 +188,28 @@ srun_tasks)
   done
   ;;
 
+requeue_exit)
+  write_probe
+  for code in 3 6; do
+    mkdir -p "$work/fake"
+    printf '#!/usr/bin/env bash\nexit %s\n' "$code" >"$work/fake/srun"
+    printf '#!/usr/bin/env bash\necho "scontrol $*" >>"%s"\n' "$work/scontrol.log" >"$work/fake/scontrol"
+    chmod +x "$work/fake/srun" "$work/fake/scontrol"
+    rm -f "$work/scontrol.log"
+    status=0
+    run_sbatch train_requeue.sbatch SLURM_JOB_ID=42 >"$work/out" 2>&1 || status=$?
+    if ((code == 3)); then
+      [[ $status == 0 && $(cat "$work/scontrol.log" 2>/dev/null) == "scontrol requeue 42" ]] ||
+        fail "exit 3: script exit $status, scontrol calls: $(cat "$work/scontrol.log" 2>/dev/null); $(cat "$work/out")"
+    else
+      [[ $status == 6 && ! -e $work/scontrol.log ]] ||
+        fail "exit 6: script exit $status, scontrol calls: $(cat "$work/scontrol.log" 2>/dev/null); $(cat "$work/out")"
+      grep -q "stopped without a checkpoint (exit 6.*not requeueing" "$work/out" || fail "no line: $(cat "$work/out")"
+    fi
+    echo "hsdp-train exit $code: train_requeue.sbatch exit $status, $(cat "$work/scontrol.log" 2>/dev/null || echo 'no requeue')"
+  done
+  ;;
+
 modules)
   write_probe
   write_fake_srun
@@ -243,6 +281,78 @@ study_array)
   echo "the shipped study: $points points ($want), np = $np = the header's default ranks"
   ;;
 
+site_env)
+  write_probe
+  mkdir -p "$work/fake"
+  cat >"$work/fake/srun" <<EOF
+#!/usr/bin/env bash
+printf '%s\n' "\$@" >"$work/srun.args"
+echo "HDF5_USE_FILE_LOCKING=\${HDF5_USE_FILE_LOCKING:-unset}" >"$work/srun.env"
+EOF
+  cat >"$work/fake/lfs" <<EOF
+#!/usr/bin/env bash
+echo "lfs \$*" >>"$work/lfs.log"
+EOF
+  chmod +x "$work/fake/srun" "$work/fake/lfs"
+  write_study
+  for script in "${sbatch_scripts[@]}"; do
+    rm -f "$work/lfs.log"
+    rm -rf "$work/ckpt_$script"
+    run_sbatch "$script" SLURM_NTASKS=8 SLURM_NTASKS_PER_NODE=4 SLURM_CPUS_ON_NODE=32 \
+      HSDP_CKPT_DIR="$work/ckpt_$script" >"$work/out" 2>&1 || fail "$script: $(cat "$work/out")"
+    grep -qx "HDF5_USE_FILE_LOCKING=FALSE" "$work/srun.env" || fail "$script: $(cat "$work/srun.env") in the ranks"
+    grep -qx -- "--mpi=pmix" "$work/srun.args" || fail "$script: no srun --mpi=pmix by default"
+    if [[ $script != train_gpu.sbatch ]]; then
+      grep -qx -- "--cpus-per-task=8" "$work/srun.args" ||
+        fail "$script: 32 CPUs and 4 ranks per node, but $(grep -- --cpus-per-task "$work/srun.args")"
+      grep -qx -- "--device.threads=8" "$work/srun.args" || fail "$script: device.threads is not 8"
+    elif [[ ! -d $repo/build-cuda && -x $repo/build/bin/hsdp-train ]]; then
+      run_sbatch "$script" HSDP_TRAIN= HSDP_CKPT_DIR="$work/ckpt_$script" >"$work/out" 2>&1 || fail "$script: $(cat "$work/out")"
+      grep -qx "$repo/build/bin/hsdp-train" "$work/srun.args" ||
+        fail "train_gpu.sbatch does not run build/bin/hsdp-train: $(tr '\n' ' ' <"$work/srun.args")"
+    fi
+    if [[ $script != study.sbatch ]]; then
+      grep -qx -- "--checkpoint.dir=$work/ckpt_$script" "$work/srun.args" || fail "$script: HSDP_CKPT_DIR not passed"
+      grep -qx "lfs setstripe --stripe-count -1 --stripe-size 16M $work/ckpt_$script" "$work/lfs.log" ||
+        fail "$script: the new checkpoint directory was not striped: $(cat "$work/lfs.log" 2>/dev/null)"
+    fi
+    run_sbatch "$script" HSDP_SRUN_MPI=pmi2 HDF5_USE_FILE_LOCKING=TRUE >"$work/out" 2>&1 || fail "$script: $(cat "$work/out")"
+    grep -qx -- "--mpi=pmi2" "$work/srun.args" || fail "$script: HSDP_SRUN_MPI=pmi2 is not srun --mpi=pmi2"
+    grep -qx "HDF5_USE_FILE_LOCKING=TRUE" "$work/srun.env" || fail "$script: a given HDF5_USE_FILE_LOCKING was replaced"
+    run_sbatch "$script" HSDP_SRUN_MPI= >"$work/out" 2>&1 || fail "$script: $(cat "$work/out")"
+    ! grep -q -- "--mpi" "$work/srun.args" || fail "$script: HSDP_SRUN_MPI='' still passes --mpi"
+    echo "$script: HDF5_USE_FILE_LOCKING=FALSE, --mpi from HSDP_SRUN_MPI, 8 cores per rank on a 32-CPU node of 4 ranks"
+  done
+  ;;
+
+build)
+  command -v cmake >/dev/null || { echo "SKIP: cmake not installed"; exit $SKIP; }
+  for werror in OFF ON; do
+    flags=()
+    [[ $werror == ON ]] && flags=(-DHSDP_WERROR=ON)
+    cmake -S . -B "$work/$werror" -DCMAKE_BUILD_TYPE=Release -DHSDP_CUDA=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+      "${flags[@]}" >"$work/$werror.log" 2>&1 || fail "configure: $(tail -5 "$work/$werror.log")"
+    commands=$work/$werror/compile_commands.json
+    total=$(grep -c '"file"' "$commands")
+    ! grep -q -- "-march=native" "$commands" || fail "a default build compiles with -march=native"
+    [[ $(grep -c -- "-march=x86-64-v3" "$commands") == "$total" ]] || fail "not every file is compiled for x86-64-v3"
+    werrors=$(grep -c -- "-Werror" "$commands" || true)
+    if [[ $werror == OFF ]]; then
+      ((werrors == 0)) || fail "a default build has -Werror in $werrors of $total compile commands"
+    else
+      ((werrors > 0)) || fail "HSDP_WERROR=ON adds no -Werror"
+    fi
+    echo "configure (HSDP_WERROR=$werror): $total files for -march=x86-64-v3, $werrors with -Werror"
+  done
+  grep -q -- "-DHSDP_WERROR=ON" tools/test.sh || fail "tools/test.sh does not build with HSDP_WERROR=ON"
+  built=$(grep -o -- "--target .*" tools/quickstart.sh | head -1 | cut -d' ' -f2- | tr ' ' '\n' | sort | paste -sd' ')
+  # shellcheck disable=SC2016  # the literal $build of the script
+  ran=$(grep -o '"$build/bin/[a-z-]*"' tools/quickstart.sh | sed 's|.*/||; s|"||' | sort -u | paste -sd' ')
+  [[ -n $built && $built == "$ran" ]] ||
+    fail "tools/quickstart.sh builds [$built] but runs [$ran]"
+  echo "tools/quickstart.sh builds what it runs: $built"
+  ;;
+
 setup)
   packages=$(tools/setup.sh --print-packages)
   for p in slurm-wlm munge shellcheck; do
@@ -259,10 +369,39 @@ setup)
     echo "apt-cache policy: a candidate for each of the $(wc -w <<<"$packages") packages of tools/setup.sh"
   fi
   started=$(date +%s%N)
-  tools/setup.sh --check || fail "tools/setup.sh --check: something is missing; run tools/setup.sh"
+  tools/setup.sh --tests --check || fail "tools/setup.sh --tests --check: something is missing; run tools/setup.sh --tests"
   ms=$((($(date +%s%N) - started) / 1000000))
   echo "tools/setup.sh --check: everything installed ($ms ms)"
   ((ms < 10000)) || fail "tools/setup.sh --check took $ms ms: it should only ask dpkg-query"
+  # The Slurm and munge packages are for the tests only, and never onto a site's own Slurm. A fake dpkg-query says
+  # every package is installed except those in $NOT_INSTALLED; a fake sinfo on PATH is a site Slurm.
+  mkdir -p "$work/fake" "$work/site"
+  cat >"$work/fake/dpkg-query" <<'FAKE'
+#!/usr/bin/env bash
+if [[ $1 == -S ]]; then  # owner of a file: none for the fake site Slurm
+  [[ $2 == */site/* ]] && exit 1
+  echo "slurm-client: $2"
+  exit 0
+fi
+for p in "$@"; do
+  [[ $p == -* ]] && continue
+  if [[ " $NOT_INSTALLED " == *" $p "* ]]; then echo "$p deinstall ok config-files"; else echo "$p install ok installed"; fi
+done
+FAKE
+  printf '#!/bin/sh\nexit 0\n' >"$work/site/sinfo"
+  chmod +x "$work/fake/dpkg-query" "$work/site/sinfo"
+  grep -qx "tools/setup.sh --tests" tools/test.sh || fail "tools/test.sh does not run tools/setup.sh --tests"
+  grep -qx "tools/setup.sh" tools/quickstart.sh || fail "tools/quickstart.sh does not run tools/setup.sh (without --tests)"
+  NOT_INSTALLED="slurm-wlm munge" PATH="$work/fake:$PATH" tools/setup.sh --check ||
+    fail "tools/setup.sh --check wants slurm-wlm or munge, which only the tests need"
+  out=$(NOT_INSTALLED="slurm-wlm munge" PATH="$work/fake:$PATH" tools/setup.sh --tests --check 2>&1) &&
+    fail "tools/setup.sh --tests --check did not miss slurm-wlm and munge"
+  grep -q "missing slurm-wlm munge" <<<"$out" || fail "tools/setup.sh --tests --check: $out"
+  out=$(NOT_INSTALLED="slurm-wlm munge" PATH="$work/fake:$work/site:$PATH" tools/setup.sh --tests --check 2>&1) ||
+    fail "with a site Slurm, tools/setup.sh --tests --check still wants slurm-wlm or munge: $out"
+  grep -qF "a site Slurm is installed ($work/site/sinfo, not from a Debian package): not installing" <<<"$out" ||
+    fail "the site Slurm is not said: $out"
+  echo "tools/setup.sh: slurm-wlm and munge only with --tests (test.sh), never beside a site Slurm: $out"
   ;;
 
 *)
