@@ -10,7 +10,7 @@
 # --ranks-per-node 2, the busiest rank's bytes_intra_max_rank and bytes_inter_max_rank under the same names, and the
 # same params + grads + optimizer memory and activation memory (rank 0's), exactly. What the run held beyond
 # them (peak_total - model state - activations) is printed next to hsdp-plan's transient estimate, not checked: it
-# depends on when the nonblocking reductions complete. Last, on a slow inter-node link (--inter-gbps 0.5) hsdp-plan
+# depends on when the nonblocking reductions complete. Last, on a slow inter-node link (--inter-gbyte-s 0.5) hsdp-plan
 # recommends full_shard+qwZ+hpZ+qgZ: hsdp-train runs with nothing but the "deck_keys" of that recommendation and must
 # equal that row.
 set -euo pipefail
@@ -38,7 +38,7 @@ number() { grep -o "\"$1\":[0-9]*" <<<"$2" | head -1 | cut -d: -f2; }
 "$plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json "${bf16[@]}" --zeropp.hpz_partition_size=2 \
   >"$work/plan_bf16.jsonl"
 "$plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json --train.grad_accum=2 >"$work/plan_accum2.jsonl"
-"$plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json --inter-gbps 0.5 >"$work/plan_slow_inter.jsonl"
+"$plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json --inter-gbyte-s 0.5 >"$work/plan_slow_inter.jsonl"
 
 checked=0
 check() { # LABEL ROW PLAN_FILE TRAIN_ARGS...
@@ -97,7 +97,7 @@ done
 recommended=$(grep -F '"recommended":true' "$work/plan_slow_inter.jsonl") || fail "no recommended row"
 row=$(grep -o '"strategy":"[^"]*"' <<<"$recommended" | cut -d'"' -f4)
 keys=$(grep -o '"deck_keys":"[^"]*"' <<<"$recommended" | cut -d'"' -f4)
-[[ $row == "full_shard+qwZ+hpZ+qgZ" ]] || fail "--inter-gbps 0.5: recommended $row, expected full_shard+qwZ+hpZ+qgZ"
+[[ $row == "full_shard+qwZ+hpZ+qgZ" ]] || fail "--inter-gbyte-s 0.5: recommended $row, expected full_shard+qwZ+hpZ+qgZ"
 read -ra deck_keys <<<"$keys"
 echo "recommended $row, deck keys: ${deck_keys[*]}"
 check recommended "$row" "$work/plan_slow_inter.jsonl" "${deck_keys[@]}"

@@ -66,7 +66,8 @@ recommendation rule:
 constexpr const char* kExamples = R"(
 examples:
   hsdp-plan --config input/quickstart.ini --nodes 2 --ranks-per-node 2
-  hsdp-plan --model llama-70b --nodes 2 --ranks-per-node 4 --inter-gbps 3 --micro-batch 1 --seq-len 2048
+  hsdp-plan --model llama-70b --nodes 2 --ranks-per-node 4 --inter-gbyte-s 3 --micro-batch 1 --seq-len 2048
+  hsdp-plan --model gpt2-1.5b --nodes 16 --ranks-per-node 8 --inter-gbit-per-node 200 --device cuda
   mpirun -np 16 hsdp-commbench --topology.ranks_per_node=8 --json > bench.json
   hsdp-bench-train-cpu --threads 2 --json > train.json      # the threads one rank gets (device.threads)
   hsdp-plan --model gpt2-1.5b --nodes 2 --ranks-per-node 8 --calibrate bench.json --calibrate train.json --json
@@ -108,10 +109,17 @@ po::options_description flag_description(Flags& f) {
       "memory of one rank (GiB)")(
       "memory-margin", po::value(&f.cluster.memory_margin)->default_value(defaults.memory_margin, "0.1"),
       "fraction of a rank's memory kept free for the runtime, allocator and communication library")(
-      "intra-gbps", po::value(&f.cluster.intra.gbps)->default_value(defaults.intra.gbps),
-      "intra-node bandwidth per rank, GB/s (busbw)")(
-      "inter-gbps", po::value(&f.cluster.inter.gbps)->default_value(defaults.inter.gbps),
-      "inter-node bandwidth per rank with every rank of the node sending, GB/s (busbw)")(
+      "intra-gbyte-s", po::value(&f.cluster.intra.gbps)->default_value(defaults.intra.gbps),
+      "intra-node bandwidth per rank, GB/s (gigaBYTES per second: hsdp-commbench's busbw; NVLink 4: ~370)")(
+      "inter-gbyte-s", po::value(&f.cluster.inter.gbps)->default_value(defaults.inter.gbps),
+      "inter-node bandwidth per rank with every rank of the node sending, GB/s (gigaBYTES per second, busbw)")(
+      "inter-gbit-per-node", po::value<double>()->value_name("GBIT"),
+      "instead of --inter-gbyte-s: the node's network rate in Gbit/s (gigaBITS per second, as InfiniBand and "
+      "Ethernet are sold: 200 for one HDR NIC, 8 x 400 for eight NDR NICs), shared by the node's ranks: "
+      "per rank GB/s = GBIT / 8 / ranks per node")(
+      "device", po::value<std::string>()->value_name("cpu|cuda"),
+      "recommend only what hsdp-train accepts on this device (default: the deck's device.type); cuda today: "
+      "no_shard with bf16 parameters and fp32 reduction, no activation checkpointing")(
       "intra-latency-us", po::value(&f.cluster.intra.latency_us)->default_value(defaults.intra.latency_us),
       "intra-node latency per message, us")(
       "inter-latency-us", po::value(&f.cluster.inter.latency_us)->default_value(defaults.inter.latency_us),
@@ -243,13 +251,34 @@ hsdp::plan::PlanModel model_of(const Flags& f, const hsdp::train::TrainOptions& 
                                              : "deck defaults");
 }
 
+// One line each on stderr for bandwidths no cluster has: most often a unit mistaken (gigabits for gigabytes, per node
+// for per rank). The plan goes on with them.
+void warn_implausible(const Cluster& c) {
+  const double node_gbit = c.inter.gbps * 8 * c.ranks_per_node;
+  std::ostringstream w;
+  if (c.inter.gbps > c.intra.gbps) {
+    w << "inter-node bandwidth " << c.inter.gbps << " GB/s per rank exceeds intra-node " << c.intra.gbps
+      << " GB/s per rank: links between nodes are not faster than inside one (a value in Gbit/s given as GB/s? "
+         "--inter-gbit-per-node takes Gbit/s)\n";
+  }
+  if (node_gbit > 8 * 800.0) {
+    w << "inter-node bandwidth " << c.inter.gbps << " GB/s per rank x " << c.ranks_per_node << " ranks = " << node_gbit
+      << " Gbit/s per node, beyond eight 800 Gbit/s NICs\n";
+  }
+  if (c.intra.gbps > 2000) {
+    w << "intra-node bandwidth " << c.intra.gbps << " GB/s per rank is beyond any GPU interconnect (NVLink 5: ~900)\n";
+  }
+  std::istringstream lines(w.str());
+  for (std::string line; std::getline(lines, line);) std::cerr << "hsdp-plan: warning: " << line << "\n";
+}
+
 void check_cluster(const Cluster& c) {
   const auto positive = [](double x, const char* flag) {
     if (!(x > 0)) hsdp::throw_config(std::string(flag) + " must be positive");
   };
   positive(c.memory_per_rank_gib, "--memory-per-rank-gib");
-  positive(c.intra.gbps, "--intra-gbps");
-  positive(c.inter.gbps, "--inter-gbps");
+  positive(c.intra.gbps, "--intra-gbyte-s");
+  positive(c.inter.gbps, "--inter-gbyte-s (or --inter-gbit-per-node)");
   positive(c.compute_tflops, "--compute-tflops");
   if (!(c.memory_margin >= 0 && c.memory_margin < 1)) hsdp::throw_config("--memory-margin must be in [0, 1)");
   if (!(c.intra.latency_us >= 0) || !(c.inter.latency_us >= 0)) {
@@ -263,13 +292,28 @@ int run(int argc, char** argv) {
   split_arguments(argc, argv, flag_args, overrides);
   Flags f;
   const po::options_description description = flag_description(f);
+  // The flags of earlier versions, whose unit ("gbps") read as gigabits while it meant gigabytes: refused, naming
+  // what replaces them (not in --help).
+  po::options_description retired("retired");
+  retired.add_options()("intra-gbps", po::value<double>())("inter-gbps", po::value<double>());
+  po::options_description all;
+  all.add(description).add(retired);
   po::variables_map vm;
   try {
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
-    po::store(po::command_line_parser(flag_args).options(description).style(style).run(), vm);
+    po::store(po::command_line_parser(flag_args).options(all).style(style).run(), vm);
     po::notify(vm);
   } catch (const po::error& e) {
     hsdp::throw_config(std::string(e.what()) + " (hsdp-plan --help lists the flags)");
+  }
+  for (const char* link : {"intra", "inter"}) {
+    if (vm.count(std::string(link) + "-gbps")) {
+      hsdp::throw_config(std::string("--") + link + "-gbps is gone: it meant gigaBYTES per second per rank, which " +
+                         "reads as gigabits; use --" + link + "-gbyte-s (GB/s per rank)" +
+                         (std::string(link) == "inter" ? " or --inter-gbit-per-node (the node's network in Gbit/s, "
+                                                         "e.g. 200 for HDR InfiniBand)"
+                                                       : ""));
+    }
   }
   if (f.help) {
     std::cout << kAbout << "\n" << description << kTimeModel;
@@ -312,6 +356,12 @@ int run(int argc, char** argv) {
   c.ranks_per_node = f.ranks_per_node > 0 ? f.ranks_per_node : deck_ranks > 0 ? deck_ranks : 8;
   if (f.ranks_per_node < 0) hsdp::throw_config("--ranks-per-node must be >= 0");
   c.placement = d.topology.placement;
+  if (vm.count("inter-gbit-per-node")) {
+    if (!vm["inter-gbyte-s"].defaulted()) {
+      hsdp::throw_config("--inter-gbit-per-node and --inter-gbyte-s both give the inter-node bandwidth: give one");
+    }
+    c.inter.gbps = vm["inter-gbit-per-node"].as<double>() / 8.0 / c.ranks_per_node;
+  }
   hsdp::plan::ReportContext context;
   if (!f.calibrate.empty()) {
     const hsdp::plan::Calibration cal = hsdp::plan::read_calibration(f.calibrate);
@@ -323,7 +373,7 @@ int run(int argc, char** argv) {
         return;
       }
       context.cluster_notes += "calibration: " + link->how + "\n";
-      if (vm[gbps_flag].defaulted())
+      if (vm[gbps_flag].defaulted() && !(gbps_flag == "inter-gbyte-s" && vm.count("inter-gbit-per-node")))
         into.gbps = link->gbps;
       else
         context.cluster_notes += "  --" + gbps_flag + " given: it wins over the calibration\n";
@@ -332,8 +382,8 @@ int run(int argc, char** argv) {
       else
         context.cluster_notes += "  --" + latency_flag + " given: it wins over the calibration\n";
     };
-    apply(cal.intra, c.intra, "intra-node", "intra-gbps", "intra-latency-us");
-    apply(cal.inter, c.inter, "inter-node", "inter-gbps", "inter-latency-us");
+    apply(cal.intra, c.intra, "intra-node", "intra-gbyte-s", "intra-latency-us");
+    apply(cal.inter, c.inter, "inter-node", "inter-gbyte-s", "inter-latency-us");
     if (!cal.compute) {
       context.cluster_notes += "calibration: " + cal.source +
                                " has no bench=train_cpu or bench=train_gpu lines; --compute-tflops keeps its value\n";
@@ -346,10 +396,22 @@ int run(int argc, char** argv) {
     }
   }
   check_cluster(c);
+  warn_implausible(c);
 
   hsdp::shard::EngineOptions& o = in.base;
   o.param_dtype = d.engine.param_dtype;
   o.reduce_dtype = d.engine.reduce_dtype;
+  std::string device = d.device_type == hsdp::device::DeviceType::cuda ? "cuda" : "cpu";
+  if (vm.count("device")) device = vm["device"].as<std::string>();
+  if (device != "cpu" && device != "cuda") hsdp::throw_config("--device " + device + ": cpu or cuda");
+  in.cuda = device == "cuda";
+  if (in.cuda && (o.param_dtype != hsdp::DType::bf16 || o.reduce_dtype != hsdp::DType::f32)) {
+    context.cluster_notes +=
+        "device cuda: planned with precision.param=bf16 and precision.reduce=fp32, what "
+        "hsdp-train's GPU backend trains with\n";
+    o.param_dtype = hsdp::DType::bf16;
+    o.reduce_dtype = hsdp::DType::f32;
+  }
   o.prefetch = d.engine.prefetch;
   o.bucket_mb = d.engine.bucket_mb;
   o.grad_accum = in.work.grad_accum;

@@ -97,6 +97,10 @@ std::vector<std::string> deck_keys(const StrategyPlan& row, const PlanInputs& in
     keys.push_back("--zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size));
   if (z.quantized_gradients || z.quantized_gradients != deck.quantized_gradients)
     keys.push_back("--zeropp.quantized_gradients=" + flag(z.quantized_gradients));
+  if (in.cuda) {  // what the GPU backend trains with; it has no activation checkpointing
+    keys.insert(keys.end(), {"--device.type=cuda", "--precision.param=bf16", "--precision.reduce=fp32"});
+    return keys;
+  }
   // A row that does not fit (the least-memory pick when nothing fits) comes closest with checkpointing.
   if (row.checkpointing || row.fit == Fit::no) keys.emplace_back("--train.activation_checkpointing=true");
   return keys;
@@ -139,6 +143,8 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
           : static_cast<double>(p.peak_checkpointed()) <= budget ? Fit::with_checkpointing
                                                                  : Fit::no;
   p.checkpointing = forced || p.fit == Fit::with_checkpointing;
+  // On GPUs hsdp-train trains no_shard only, without activation checkpointing (sharding on GPUs: issue 23).
+  if (in.cuda) p.accepted = v.sharding == Sharding::no_shard && !p.checkpointing;
   const Traffic traffic = plan_traffic(in.model, cluster, p.options);
   p.rank0 = traffic.rank0;
   p.all_ranks = traffic.all_ranks;
@@ -204,7 +210,7 @@ class Recommender {
 
  private:
   const StrategyPlan& at(int i) const { return plan_.strategies[static_cast<std::size_t>(i)]; }
-  bool fits(int i) const { return i >= 0 && at(i).fit != Fit::no; }
+  bool fits(int i) const { return i >= 0 && at(i).fit != Fit::no && at(i).accepted; }
   bool several_nodes() const { return in_.cluster.nodes > 1; }
   bool hybrid_links() const { return in_.cluster.intra.gbps >= kHybridBandwidthRatio * in_.cluster.inter.gbps; }
   int hybrid_counterpart(int i) const {
@@ -276,9 +282,19 @@ class Recommender {
 
   int nothing_fits() {
     const auto& s = plan_.strategies;
-    int least = 0;
-    for (int i = 1; i < static_cast<int>(s.size()); ++i) {
-      if (at(i).peak_checkpointed() < at(least).peak_checkpointed()) least = i;
+    int least = -1;
+    for (int i = 0; i < static_cast<int>(s.size()); ++i) {
+      if (!at(i).accepted && !(in_.cuda && at(i).variant.sharding == Sharding::no_shard)) continue;
+      if (least < 0 || at(i).peak_checkpointed() < at(least).peak_checkpointed()) least = i;
+    }
+    if (in_.cuda) {
+      std::ostringstream r;
+      r << "nothing hsdp-train accepts on GPUs fits: it trains no_shard only (no activation checkpointing, no "
+           "sharding yet), which needs "
+        << gib(static_cast<double>(at(least).peak())) << " per rank against " << gib(plan_.budget_bytes)
+        << " usable; lower train.micro_batch, or plan --device cpu for the sharded strategies";
+      plan_.reason = r.str();
+      return least;
     }
     const int nodes = nodes_for_full_shard(in_, plan_.budget_bytes, at(least).activations_checkpointed);
     std::ostringstream r;
@@ -300,6 +316,10 @@ class Recommender {
   std::string why_not(int i, int pick, const Steps& steps) const {
     const StrategyPlan& p = at(i);
     const Cluster& c = in_.cluster;
+    if (!p.accepted) {
+      return "is not accepted by hsdp-train on GPUs (device.type=cuda trains no_shard only, without activation "
+             "checkpointing)";
+    }
     if (!fits(i)) {
       return "does not fit: it needs " + gib(static_cast<double>(p.peak_checkpointed())) +
              " per rank with activation checkpointing, against " + gib(plan_.budget_bytes) + " usable";

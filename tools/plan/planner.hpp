@@ -50,6 +50,7 @@ struct PlanInputs {
                                      // printed for the pick switch off what the deck turns on and the pick does not use
   int hpz_partition_size = 0;        // 0: the ranks per node
   bool activation_checkpointing = false;  // train.activation_checkpointing: every row is planned with it
+  bool cuda = false;  // device.type=cuda: only what hsdp-train accepts there (no_shard, no checkpointing) is chosen
 };
 
 enum class Fit { yes, with_checkpointing, no };
@@ -71,7 +72,8 @@ struct StrategyPlan {
   comm::LinkBytes rank0;      // what rank 0 sends
   StepTime time;              // with checkpointing when only that fits
   bool checkpointing = false;
-  double step_s = 0;  // overlapped with prefetch, serial without
+  double step_s = 0;     // overlapped with prefetch, serial without
+  bool accepted = true;  // hsdp-train accepts it on the planned device (never recommended otherwise)
 };
 
 struct Plan {

@@ -57,6 +57,7 @@ std::string joined(const std::vector<std::string>& words) {
 }
 
 std::string fit_cell(const StrategyPlan& p) {
+  if (!p.accepted) return "not on GPU";
   switch (p.fit) {
     case Fit::yes:
       return "yes";
@@ -108,8 +109,8 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
          "ZeRO paper: mixed-precision Adam with 2-byte params and grads)\n";
   const std::size_t name_w = 24;
   out << pad("strategy", name_w, true) << pad("state", 11) << pad("ZeRO paper", 12) << pad("transient", 11)
-      << pad("activations", 13) << pad("act (ckpt)", 12) << pad("peak", 11) << pad("peak (ckpt)", 13) << pad("fits", 6)
-      << "\n";
+      << pad("activations", 13) << pad("act (ckpt)", 12) << pad("peak", 11) << pad("peak (ckpt)", 13)
+      << pad("fits", in.cuda ? 12 : 6) << "\n";
   for (std::size_t i = 0; i < plan.strategies.size(); ++i) {
     const StrategyPlan& p = plan.strategies[i];
     out << pad((static_cast<int>(i) == plan.recommended ? "* " : "  ") + p.variant.name, name_w, true)
@@ -118,7 +119,8 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
         << pad(human_bytes(static_cast<double>(p.activations)), 13)
         << pad(human_bytes(static_cast<double>(p.activations_checkpointed)), 12)
         << pad(human_bytes(static_cast<double>(p.peak())), 11)
-        << pad(human_bytes(static_cast<double>(p.peak_checkpointed())), 13) << pad(fit_cell(p), 6) << "\n";
+        << pad(human_bytes(static_cast<double>(p.peak_checkpointed())), 13) << pad(fit_cell(p), in.cuda ? 12 : 6)
+        << "\n";
   }
   out << "\nbytes sent per step: job-wide (summed over all ranks: hsdp-train's metrics.jsonl "
          "bytes_intra/bytes_inter),\n"
@@ -178,6 +180,7 @@ std::string json_report(const PlanInputs& in, const Plan& plan) {
     j.add("activation_bytes_checkpointed", p.activations_checkpointed);
     j.add("peak_bytes", p.peak()).add("peak_bytes_checkpointed", p.peak_checkpointed());
     j.add("memory_budget_bytes", plan.budget_bytes).add("fits", to_string(p.fit));
+    j.add("device", in.cuda ? "cuda" : "cpu").add("accepted_on_device", p.accepted);
     // The same quantities, under the same names, as hsdp-train's metrics.jsonl: bytes_intra/bytes_inter summed over
     // all ranks (job-wide), *_max_rank the busiest rank's; and rank 0's.
     j.add("bytes_intra", p.all_ranks.intra).add("bytes_inter", p.all_ranks.inter);
