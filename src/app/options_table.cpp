@@ -144,8 +144,8 @@ const std::vector<OptionSpec>& option_table() {
           .into([](V v, O o) { o.checkpoint_overwrite = v.boolean(); }),
       boolean("checkpoint.accept_changes", "false",
               "a resume whose deck differs from the checkpoint's says each difference in one line; a difference in "
-              "what is trained (data.train, the global batch in tokens per step, a model key) is an error unless "
-              "this is true")
+              "what is trained (data.train, the global batch in tokens per step) is an error unless this is true; a "
+              "checkpoint of another model shape never loads")
           .into([](V v, O o) { o.checkpoint_accept_changes = v.boolean(); }),
       boolean("checkpoint.fallback", "true",
               "checkpoint.resume=auto with a damaged `latest` (missing file, failed checksum): resume from the newest "

@@ -54,8 +54,30 @@ h5::Handle open_file(MPI_Comm world, const std::string& path, const model::Model
   return file;
 }
 
-// Every dataset exists with the model's shape; the model's head count matches. Same answer on every rank.
+// A checkpoint of another model shape is not damaged: the deck asks for another model. A config error (the resume's
+// fallback to older checkpoints does not try the others, which share the shape: said once), naming both shapes.
+[[noreturn]] void throw_other_shape(const std::string& path, const std::string& what) {
+  throw Error(ErrorKind::config, "checkpoint '" + path + "' was written for another model shape: " + what +
+                                     " (set the deck's [model] to the checkpoint's, or start a new run)");
+}
+
+std::string shape_words(const model::GptConfig& c) {
+  return "n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
+         std::to_string(c.n_embd) + ", block_size " + std::to_string(c.block_size) + ", vocab_size " +
+         std::to_string(c.vocab_size);
+}
+
+// The model of /meta is the layout's (its padding of the vocabulary may differ: the padded rows are not saved); every
+// dataset exists with the model's shape. Same answer on every rank.
 void check_shapes(hid_t file, const std::string& path, const model::ModelLayout& layout) {
+  {
+    const model::GptConfig saved = meta::read_model_config(file, path);
+    const model::GptConfig& want = layout.config();
+    if (saved.n_layer != want.n_layer || saved.n_head != want.n_head || saved.n_embd != want.n_embd ||
+        saved.block_size != want.block_size || saved.vocab_size != want.vocab_size) {
+      throw_other_shape(path, "it holds " + shape_words(saved) + "; the model is " + shape_words(want));
+    }
+  }
   for (const plan::Tensor t : plan::kTensors) {
     for (const model::ParamInfo& p : layout.params()) {
       const std::string name = plan::dataset_path(t, p.name);
@@ -70,16 +92,10 @@ void check_shapes(hid_t file, const std::string& path, const model::ModelLayout&
       h5::Handle d = h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "checkpoint '" + path + "': " + name);
       const std::vector<std::int64_t> shape = h5::dataset_shape(d.get());
       if (shape != p.logical_shape) {
-        throw_checkpoint("checkpoint '" + path + "': dataset " + name + " has shape " + h5::shape_text(shape) +
-                         " but the model expects " + h5::shape_text(p.logical_shape) +
-                         " (the checkpoint was written for another model shape)");
+        throw_other_shape(path, "dataset " + name + " has shape " + h5::shape_text(shape) + " but the model expects " +
+                                    h5::shape_text(p.logical_shape));
       }
     }
-  }
-  const model::GptConfig saved = meta::read_model_config(file, path);
-  if (saved.n_head != layout.config().n_head) {
-    throw_checkpoint("checkpoint '" + path + "': /meta n_head is " + std::to_string(saved.n_head) +
-                     " but the model has n_head " + std::to_string(layout.config().n_head));
   }
 }
 
@@ -224,6 +240,21 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
     }
   }
   return state;
+}
+
+std::string checkpoint_file(const std::string& given) {
+  std::error_code ec;
+  if (!fs::is_directory(given, ec)) return given;  // a file, or a path the reader will say does not exist
+  const std::optional<std::string> name = read_latest(given);
+  if (!name) {
+    throw_checkpoint("checkpoint directory '" + given +
+                     "' has no 'latest' file: name a step_<N>.h5 file in it instead");
+  }
+  const fs::path target = fs::path(*name).is_absolute() ? fs::path(*name) : fs::path(given) / *name;
+  if (!fs::is_regular_file(target, ec)) {
+    throw_checkpoint("'" + (fs::path(given) / "latest").string() + "' names " + *name + ", which does not exist");
+  }
+  return target.string();
 }
 
 std::optional<std::string> resolve_resume(MPI_Comm world, const std::string& dir, const std::string& resume) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -115,15 +116,17 @@ int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, in
 }
 
 // A resume with a deck other than the checkpoint's says each difference in one line (rank 0). Those that change what
-// is trained (the training data, the global batch, the model's shape) are a config error naming them unless
-// checkpoint.accept_changes=true. The keys that say how this segment runs (resume, stop_at_step, ...) are not said.
+// is trained (the training data, the global batch) are a config error naming them unless
+// checkpoint.accept_changes=true; another model shape never loads. The keys that say how this segment runs (resume,
+// stop_at_step, ...) are not said.
 void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std::int64_t tokens_per_step,
                           const Logger& log) {
   if (s.deck_text.empty() || s.step <= 0) return;  // an imported model (step 0) has no run to continue
   std::vector<std::string> trained;                // differences in what is trained
   for (const DeckChange& c : deck_changes(s.deck_text, o.deck_text)) {
     const std::string line = c.key + " = " + c.now + " (the checkpoint's run: " + c.saved + ")";
-    if (c.key == "data.train" || (c.key.rfind("model.", 0) == 0 && c.key != "model.seed")) {
+    // A model of another shape does not load (the ckpt layer says so); the seed and the vocabulary's padding are said.
+    if (c.key == "data.train") {
       trained.push_back(line);
     } else {
       log.info("resume: ", line);
@@ -145,6 +148,38 @@ void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std:
   throw_config("resume: this deck changes what the checkpoint's run trained: " + list +
                ". Set checkpoint.accept_changes=true to continue with the change, or start a new run "
                "(another checkpoint.dir, or checkpoint.resume=none)");
+}
+
+// The host names of the job's nodes, in node order (each node's first rank's MPI_Get_processor_name), on rank 0.
+std::vector<std::string> host_names(MPI_Comm world, const comm::Topology& topo) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  std::vector<char> all(static_cast<std::size_t>(topo.world_size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Gather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, world);
+  std::vector<std::string> hosts;
+  if (topo.world_rank != 0) return hosts;
+  for (int node = 0; node < topo.num_nodes(); ++node) {
+    const int first = topo.ranks_on_node(node).front();
+    std::string host(&all[static_cast<std::size_t>(first) * MPI_MAX_PROCESSOR_NAME]);
+    if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);  // emulated nodes share one
+  }
+  return hosts;
+}
+
+// The batch system's job id, if any (Slurm, PBS, LSF), with the array task for a Slurm array.
+std::string batch_job_id() {
+  for (const char* var : {"SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID"}) {
+    if (const char* id = std::getenv(var); id != nullptr && *id != '\0') {
+      std::string job = id;
+      if (const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+          task != nullptr && *task != '\0' && std::string(var) == "SLURM_JOB_ID") {
+        job += "_" + std::string(task);
+      }
+      return job;
+    }
+  }
+  return "";
 }
 
 // Bytes by link class this step: summed over every rank (what the job moved) and the busiest rank's. On world,
@@ -293,6 +328,7 @@ class Run {
     }
     const StallGuard op("building the model");
     build_backend();
+    hosts_ = host_names(world_.raw(), mesh_.topology());
   }
 
   // The checkpoint checkpoint.resume names, if any: the model, the data order, the loss scale, the step.
@@ -343,6 +379,7 @@ class Run {
   // train.eval_only: the val loss of the model as it is, and no training.
   void evaluate_only() {
     summary_.final_val_loss = evaluate(first_step_);
+    summary_.final_val_loss_step = first_step_;
     end_step_ = first_step_;  // no training: straight to the summary
     std::ostringstream line;
     line.precision(9);
@@ -373,6 +410,7 @@ class Run {
       if (evaluator_ && ((o_.eval_every > 0 && m.step % o_.eval_every == 0) || last)) {
         m.val_loss = evaluate(m.step);
         summary_.final_val_loss = m.val_loss;
+        summary_.final_val_loss_step = m.step;
       }
       report(m, last);
       if (checkpoint_or_stop(m.step)) break;
@@ -387,6 +425,13 @@ class Run {
       world_.barrier();
     }
     summary_.steps = steps_done_;
+    summary_.ended = o_.eval_only                 ? "eval_only"
+                     : summary_.stopped_by_signal ? (summary_.resumable ? "signal, checkpointed: requeue (exit 3)"
+                                                                        : "signal, no checkpoint.dir (exit 6)")
+                     : steps_done_ >= o_.steps    ? (first_step_ >= o_.steps ? "nothing to do: the checkpoint was at "
+                                                                               "train.steps"
+                                                                             : "train.steps reached")
+                                                  : "train.stop_at_step reached";
     summary_.seconds = summary_.earlier_seconds + run_clock_.seconds();
     summary_.tokens_per_s = timed_seconds_ > 0 ? static_cast<double>(timed_tokens_) / timed_seconds_ : 0;
   }
@@ -395,8 +440,12 @@ class Run {
   void write_summary() const {
     if (!log_.is_root()) return;
     JsonLine j;
-    j.add("steps", summary_.steps).add("final_loss", summary_.final_loss);
-    if (summary_.final_val_loss >= 0) j.add("final_val_loss", summary_.final_val_loss);
+    j.add("steps", summary_.steps).add("ended", summary_.ended);
+    j.add("resumed_from_step", summary_.resumed_from_step).add("segment_steps", summary_.steps - first_step_);
+    j.add("final_loss", summary_.final_loss);
+    if (summary_.final_val_loss >= 0) {
+      j.add("final_val_loss", summary_.final_val_loss).add("final_val_loss_step", summary_.final_val_loss_step);
+    }
     if (entropy_rate_ > 0) j.add("entropy_rate", entropy_rate_);
     // seconds: every segment of the run (each resume starts one), as steps counts every step.
     j.add("tokens_per_s", summary_.tokens_per_s).add("seconds", summary_.seconds);
@@ -405,6 +454,13 @@ class Run {
     j.add("strategy", shard::to_string(o_.engine.strategy));
     j.add("param_dtype", to_string(o_.engine.param_dtype)).add("reduce_dtype", to_string(o_.engine.reduce_dtype));
     j.add("params", static_cast<std::uint64_t>(layout_->total_numel()));
+    j.add("version", HSDP_VERSION);
+    j.add_raw("hosts", [&] {
+      std::string list;
+      for (const std::string& h : hosts_) list += (list.empty() ? "" : ",") + JsonLine::quote(h);
+      return "[" + list + "]";
+    }());
+    if (const std::string job = batch_job_id(); !job.empty()) j.add("job_id", job);
     j.add_raw("memory_peak", [&] {
       JsonLine p;
       for (const MemCategory c : kAllMemCategories) p.add(to_string(c), memory_.peak(c));
@@ -425,8 +481,16 @@ class Run {
                    std::to_string(summary_.steps) + " steps (final loss " + std::to_string(summary_.final_loss) + ")");
       }
     }
-    log_.info("done: ", summary_.steps, " steps in ", format_duration(summary_.seconds), ", ",
-              static_cast<long long>(summary_.tokens_per_s), " tokens/s; metrics in ", metrics_->dir());
+    if (first_step_ > 0 && !o_.eval_only) {  // a resumed run: this segment's steps, and where the run is
+      log_.info("done: ", summary_.steps - first_step_, " steps in this run (", first_step_, " -> ", summary_.steps,
+                " of ", o_.steps, ") in ", format_duration(summary_.seconds - summary_.earlier_seconds), ", ",
+                static_cast<long long>(summary_.tokens_per_s), " tokens/s; ", summary_.ended, "; metrics in ",
+                metrics_->dir());
+    } else {
+      log_.info("done: ", summary_.steps, " steps in ", format_duration(summary_.seconds), ", ",
+                static_cast<long long>(summary_.tokens_per_s), " tokens/s; ", summary_.ended, "; metrics in ",
+                metrics_->dir());
+    }
   }
 
   const TrainSummary& summary() const { return summary_; }
@@ -529,6 +593,8 @@ class Run {
     m.lr = lr;
     m.grad_norm = clip.norm;
     m.tokens = tokens_per_step_;
+    m.world_size = mesh_.topology().world_size;
+    m.strategy = shard::to_string(o_.engine.strategy);
     m.step_ms = step_clock.milliseconds();
     m.comm_ms = backend.timing().comm_ms;
     m.exposed_comm_ms = backend.timing().exposed_comm_ms;
@@ -645,6 +711,7 @@ class Run {
   double timed_seconds_ = 0;
   std::int64_t timed_tokens_ = 0;
   TrainSummary summary_;
+  std::vector<std::string> hosts_;  // rank 0: the job's host names, in node order
 };
 
 }  // namespace

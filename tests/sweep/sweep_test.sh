@@ -126,10 +126,19 @@ md = open(os.path.join(study, "results.md")).read().splitlines()
 header = [l for l in md if l.startswith("| #")]
 assert header and "tokens/s" in header[0] and "final val loss" in header[0] and "train.lr" in header[0], header
 assert sum(1 for l in md if l.startswith("| ") and l.endswith("| ok |")) == 4, "4 ok rows in results.md"
-for png in ("throughput.png", "memory.png", "bytes.png"):
+for png in ("throughput.png", "memory.png", "bytes.png", "loss.png"):
     with open(os.path.join(study, png), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n", f"{png} is not a PNG"
-print("local study: 4 points ok; results.csv, results.md and 3 PNGs written")
+script = open(os.path.join(study, "plots.gp")).read()
+# bytes.png plots metrics.jsonl's bytes_intra/bytes_inter, which are every rank's together: its labels say so.
+assert 'bytes sent per step by all ranks together' in script and '"MiB per step, all ranks"' in script, "bytes labels"
+# The rotated point labels fit: the bottom margin holds half the longest label (sin 30), plus the axis.
+longest = max(len(l.split("\t")[1]) for l in open(os.path.join(study, "results.dat")) if not l.startswith("#"))
+bmargin = int(script.split("set bmargin ")[1].split()[0])
+assert bmargin >= longest / 2 + 2, (bmargin, longest)
+blocks = [b for b in open(os.path.join(study, "loss.dat")).read().split("\n\n\n") if b.strip()]
+assert len(blocks) == 4 and all(len(b.strip().splitlines()) == 1 + 4 for b in blocks), "loss.dat: 4 points x 4 steps"
+print("local study: 4 points ok; results.csv, results.md and 4 PNGs (loss curves too) written")
 PY
   # A failing point (a missing data file: only the run finds out) does not stop the next one.
   cat >"$work/fail.ini" <<EOF

@@ -11,8 +11,15 @@
 #           directory is as it was; checkpoint.accept_changes=true continues with the change, saying so.
 # stop      SIGUSR1 to a run with no checkpoint.dir: exit 6 (not 3: nothing to resume, do not requeue), saying why;
 #           with a checkpoint.dir: exit 3 as before.
+# record    (item 7) summary.json says why the run ended, the version, the hosts, the batch job id and the step of
+#           final_val_loss; every metrics line its segment's world size and strategy (2 ranks, then resumed on 1);
+#           the resumed run's last line says its own steps ("done: 2 steps in this run (4 -> 6 of 6)");
+#           `hsdp-ckpt verify` takes the checkpoint directory; a resume with another model shape is exit 2 with one
+#           line (not one per checkpoint tried).
 set -euo pipefail
 case=$1 train=$2 deck=$3 data=$4 work=$5
+mpirun=${6:-mpirun}
+ckpt=$(dirname "$train")/hsdp-ckpt
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 rm -rf "$work"
 mkdir -p "$work/data"
@@ -73,6 +80,38 @@ case $case in
       grep "stop requested" stop.log
     done
     grep -q "exiting with code 3 (requeue me)" stop.log || fail "exit 3 not said"
+    ;;
+  record)
+    "$mpirun" --oversubscribe --allow-run-as-root -np 2 "$train" --config "$deck" "${short[@]}" --train.eval_every=3 \
+      --parallel.sharding=full_shard --train.stop_at_step=4 >first.log 2>&1 || { cat first.log >&2; fail "first"; }
+    python3 - runs/quickstart/summary.json <<'PY' || fail "the first segment's summary"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["ended"] == "train.stop_at_step reached" and s["steps"] == 4 and s["final_val_loss_step"] == 3, s
+assert s["version"] and s["hosts"] and "job_id" not in s, s
+PY
+    SLURM_JOB_ID=4242 expect 0 resumed.log --train.eval_every=5 --parallel.sharding=no_shard
+    grep -q "^done: 2 steps in this run (4 -> 6 of 6) in .*; train.steps reached; metrics in runs/quickstart" resumed.log ||
+      fail "the resumed run's last line: $(tail -1 resumed.log)"
+    python3 - runs/quickstart/summary.json runs/quickstart/metrics.jsonl <<'PY' || fail "summary or metrics"
+import json, socket, sys
+s = json.load(open(sys.argv[1]))
+assert s["ended"] == "train.steps reached" and s["steps"] == 6 and s["resumed_from_step"] == 4, s
+assert s["segment_steps"] == 2 and s["job_id"] == "4242" and s["hosts"] == [socket.gethostname()], s
+assert s["final_val_loss_step"] == 6, s  # the last step is always evaluated
+lines = [json.loads(l) for l in open(sys.argv[2])]
+seen = [(m["step"], m["world_size"], m["strategy"]) for m in lines]
+assert seen == [(1, 2, "full_shard"), (2, 2, "full_shard"), (3, 2, "full_shard"), (4, 2, "full_shard"),
+                (5, 1, "no_shard"), (6, 1, "no_shard")], seen
+print("summary:", {k: s[k] for k in ("ended", "steps", "resumed_from_step", "final_val_loss_step", "job_id", "hosts")})
+PY
+    "$ckpt" verify runs/quickstart/checkpoints | grep -q "^OK runs/quickstart/checkpoints/step_6.h5" ||
+      fail "hsdp-ckpt verify DIR"
+    expect 2 shape.log --train.steps=8 --model.n_embd=64
+    [[ $(grep -c "error" shape.log) == 1 ]] || fail "the shape error is said $(grep -c error shape.log) times: $(cat shape.log)"
+    grep -q "config error: checkpoint 'runs/quickstart/checkpoints/step_6.h5' was written for another model shape: it holds n_layer 4, n_head 4, n_embd 128" shape.log ||
+      fail "the shape error: $(cat shape.log)"
+    cat shape.log
     ;;
   *) fail "unknown case $case" ;;
 esac

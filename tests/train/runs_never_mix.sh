@@ -42,7 +42,7 @@ expect 0 "checkpoint.overwrite=true and checkpoint.resume=none: deleted the 2 ch
 echo "another run's checkpoints: refused (exit 2, directory unchanged), then replaced with checkpoint.overwrite=true"
 
 # damaged latest: step_4.h5 truncated
-expect 0 "done: 4 steps" --train.steps=4 --checkpoint.resume=auto --log.dir="$run/c"
+expect 0 "done: 2 steps in this run \(2 -> 4 of 4\)" --train.steps=4 --checkpoint.resume=auto --log.dir="$run/c"
 [[ $(cat "$run/ck/latest") == step_4.h5 ]] || fail "latest is $(cat "$run/ck/latest")"
 logged=$(grep -o 'step_4.h5: [0-9.]* MiB' "$run/last.log" | grep -o '[0-9.]* MiB')
 inspection=$("$ckpt" inspect "$run/ck/step_4.h5")
@@ -53,5 +53,5 @@ expect 2 "step_4.h5" --train.steps=6 --checkpoint.resume=auto --checkpoint.fallb
 expect 0 "resume: skipped .*step_4.h5: .*; resumed from .*step_2.h5 instead" --train.steps=6 --checkpoint.resume=auto \
   --log.dir="$run/d"
 grep -q "resumed from .*step_2.h5 (step 2" "$run/last.log" || fail "did not resume from step 2: $(cat "$run/last.log")"
-grep -q "done: 6 steps" "$run/last.log" || fail "did not finish: $(cat "$run/last.log")"
+grep -q "done: 4 steps in this run (2 -> 6 of 6)" "$run/last.log" || fail "did not finish: $(cat "$run/last.log")"
 echo "damaged latest: $(grep -o 'resume: skipped.*' "$run/last.log" | cut -c1-160)..."

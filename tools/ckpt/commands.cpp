@@ -83,7 +83,7 @@ int run_inspect(const std::vector<std::string>& args) {
                         "nodes, mesh and strategy it was saved with, the model shape, and every dataset with its\n"
                         "shape, size and checksum. Reads metadata only (fast on any size).\n");
   if (!vm) return kExitOk;
-  const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint((*vm)["file"].as<std::string>());
+  const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint(ckpt::checkpoint_file((*vm)["file"].as<std::string>()));
   const ckpt::TrainState& s = info.state;
   std::cout << "checkpoint " << info.path << " (" << human_bytes(info.file_bytes) << ", format " << info.format_version
             << ", written by hsdp " << info.hsdp_version << ")\n"
@@ -121,7 +121,7 @@ int run_verify(const std::vector<std::string>& args) {
                         "checksum matches its data. Exit 0 when intact, 2 with one line naming the file and the\n"
                         "dataset otherwise.\n");
   if (!vm) return kExitOk;
-  const std::string path = (*vm)["file"].as<std::string>();
+  const std::string path = ckpt::checkpoint_file((*vm)["file"].as<std::string>());
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
   const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint(path);
   const model::ModelLayout layout(full.config);
@@ -150,7 +150,7 @@ int run_consolidate(const std::vector<std::string>& args) {
   if (!vm) return kExitOk;
   const std::string output = (*vm)["output"].as<std::string>();
   require_regular_output(output, "--output");
-  ckpt::FullCheckpoint full = ckpt::read_full_checkpoint((*vm)["file"].as<std::string>());
+  ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(ckpt::checkpoint_file((*vm)["file"].as<std::string>()));
   full.state.world_size = 1;
   full.state.nodes = 1;
   full.state.mesh = "1x1";
@@ -192,7 +192,7 @@ int run_export(const std::vector<std::string>& args) {
   if (format != "safetensors" && format != "llmc" && format != "hf") {
     throw Error(ErrorKind::config, "--format must be safetensors, llmc or hf, got '" + format + "'");
   }
-  const std::string path = (*vm)["file"].as<std::string>();
+  const std::string path = ckpt::checkpoint_file((*vm)["file"].as<std::string>());
   const std::string output = (*vm)["output"].as<std::string>();
   if (format != "hf") require_regular_output(output, "--output");  // hf: a directory of two files
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);

@@ -12,7 +12,8 @@ namespace {
 constexpr const char* kUsage = R"(usage: hsdp-ckpt <command> [options]
 
 Works on hsdp checkpoints: parallel HDF5 files (<run>/step_<N>.h5) holding the model, the Adam state,
-the data and loss-scaler state and the config deck, with a checksum per tensor.
+the data and loss-scaler state and the config deck, with a checksum per tensor. FILE is a step_<N>.h5 file or
+a checkpoint directory (a run's checkpoint.dir), whose `latest` names the file.
 
 commands:
   inspect FILE                       what a checkpoint holds: step, tokens, world size, nodes, mesh and

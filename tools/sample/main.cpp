@@ -64,14 +64,7 @@ class MpiSession {
 // A step_<N>.h5 file as given, or the one a checkpoint directory's `latest` names.
 std::string checkpoint_file(const std::string& given) {
   std::error_code ec;
-  if (std::filesystem::is_directory(given, ec)) {
-    const std::optional<std::string> latest = ckpt::resolve_resume(MPI_COMM_SELF, given, "auto");
-    if (!latest) {
-      throw Error(ErrorKind::checkpoint,
-                  "checkpoint directory '" + given + "' has no 'latest' file: name a step_<N>.h5 file in it instead");
-    }
-    return *latest;
-  }
+  if (std::filesystem::is_directory(given, ec)) return ckpt::checkpoint_file(given);
   if (!std::filesystem::is_regular_file(given, ec)) {
     throw Error(ErrorKind::checkpoint, "checkpoint '" + given + "' does not exist");
   }

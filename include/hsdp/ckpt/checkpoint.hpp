@@ -114,6 +114,9 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
 // The checkpoint to resume from: `resume` is "auto" (the file `<dir>/latest` names, if there is one), "none", or a
 // path (which must exist). Collective: rank 0 looks, every rank gets the answer.
 std::optional<std::string> resolve_resume(MPI_Comm world, const std::string& dir, const std::string& resume);
+// What a tool is given as a checkpoint: a step_<N>.h5 file as it is, or a checkpoint directory (a run's
+// checkpoint.dir), whose `latest` names the file. A checkpoint Error naming the path otherwise. No MPI.
+std::string checkpoint_file(const std::string& given);
 
 // "step_<N>.h5"
 std::string checkpoint_file_name(std::int64_t step);

@@ -23,6 +23,8 @@ struct StepMetrics {
   comm::LinkBytes bytes;           // sent this step by every rank together (job-wide), by link class
   comm::LinkBytes bytes_max_rank;  // the most one rank sent, by link class
   double val_loss = -1;  // < 0: not evaluated this step
+  int world_size = 0;    // the ranks of the segment that ran the step (a resumed run may change them)
+  std::string strategy;  // and its parallel.sharding
 };
 
 std::string memory_json(const MemoryAccountant& memory);

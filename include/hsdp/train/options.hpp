@@ -50,7 +50,7 @@ struct TrainOptions {
   int checkpoint_keep_every = 0;
   std::string resume = "auto";
   bool checkpoint_overwrite = false;  // a fresh run may delete another run's checkpoints in checkpoint_dir
-  bool checkpoint_accept_changes = false;  // a resume may change data.train, the global batch or the model
+  bool checkpoint_accept_changes = false;  // a resume may change data.train or the global batch
   bool checkpoint_fallback = true;    // resume=auto: a damaged `latest` falls back to the newest checkpoint that loads
   double checkpoint_timeout_s = 600;  // a checkpoint read or write stalled this long ends the job (exit 4)
   bool checkpoint_continue_on_error = false;  // a save that fails (full disk, quota): skip it and train on

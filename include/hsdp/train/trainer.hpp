@@ -22,6 +22,8 @@ struct TrainSummary {
   std::int64_t resumed_from_step = 0;  // 0: a fresh start
   bool stopped_by_signal = false;      // stopped on SIGUSR1/SIGTERM: exit 3 so the job requeues (6 if !resumable)
   bool resumable = true;               // a requeued job could resume (checkpoint.dir is set)
+  std::int64_t final_val_loss_step = 0;  // the step whose model final_val_loss evaluated
+  std::string ended;                     // why the run ended (summary.json "ended")
 };
 
 // Validates the options against the data (collectively: a bad file on one rank ends every rank with one

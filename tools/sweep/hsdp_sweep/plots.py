@@ -1,6 +1,9 @@
-"""gnuplot PNGs of a collected study: throughput, memory per rank and bytes per link, one bar (group) per point.
-The data file and the gnuplot script are kept next to the PNGs so that a person can restyle them."""
+"""gnuplot PNGs of a collected study: throughput, memory per rank and bytes per link, one bar (group) per point, and
+the training loss of every point against its step. The data files and the gnuplot script are kept next to the PNGs
+so that a person can restyle them."""
 
+import json
+import math
 import os
 import shutil
 import subprocess
@@ -8,8 +11,10 @@ import subprocess
 from .collect import MEMORY_CATEGORIES, MIB
 
 def point_label(row):
-    """'3: micro_batch=2 lr=3e-3': the point's index and axis values with their section dropped."""
-    values = " ".join(f"{k.split('.')[-1]}={v}" for k, v in row["axes"].items())
+    """'3: micro_batch=2 lr=3e-3': the point's index and axis values with their section dropped (a path: its file
+    name)."""
+    values = " ".join(f"{k.split('.')[-1]}={os.path.basename(str(v)) if '/' in str(v) else v}"
+                      for k, v in row["axes"].items())
     return f"{row['index']}: {values}".replace("\t", " ")
 
 
@@ -32,6 +37,40 @@ def write_data(path, rows):
             f.write("\t".join(cells) + "\n")
 
 
+def write_losses(path, rows):
+    """loss.dat: one block per point that has metrics (its label, then step and loss per line), blocks separated
+    by two blank lines (gnuplot's `index`). Returns the labels of the blocks written, in order."""
+    labels = []
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            points = []
+            try:
+                for line in open(os.path.join(r["point_dir"], "metrics.jsonl"), encoding="utf-8"):
+                    try:
+                        m = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(m.get("step"), int) and isinstance(m.get("loss"), (int, float)):
+                        points.append((m["step"], m["loss"]))
+            except OSError:
+                continue
+            if not points:
+                continue
+            if labels:
+                f.write("\n\n")
+            labels.append(point_label(r))
+            f.write(f"# {labels[-1]}\n")
+            f.writelines(f"{step}\t{loss!r}\n" for step, loss in points)
+    return labels
+
+
+def _margins(rows):
+    """Bottom and left margins (in character heights and widths) that hold the longest point label, drawn under its
+    bar rotated by 30 degrees and right-aligned: it reaches sin 30 = 1/2 of its length down and cos 30 to the left."""
+    longest = max((len(point_label(r)) for r in rows), default=0)
+    return max(6, math.ceil(0.5 * longest) + 4), max(12, math.ceil(0.87 * longest) - 4)
+
+
 def _has(rows, key):
     return any(r["status"] == "ok" and r[key] is not None for r in rows)
 
@@ -41,10 +80,14 @@ def gnuplot_script(rows, title, data="results.dat"):
     stop on it)."""
     ok = [r for r in rows if r["status"] == "ok"]
     strategies = " ".join(dict.fromkeys(r["strategy"] or "unknown" for r in ok if r["tokens_per_s"] is not None))
-    width = max(800, 90 * len(rows) + 300)
+    bottom, left = _margins(rows)
+    # The plot area keeps its size whatever the labels need: the canvas grows by the margins (sans 10 in pngcairo:
+    # a character about 14 px high and 8 px wide).
+    width = max(800, 90 * len(rows) + 300) + 8 * left
+    height = 480 + 14 * bottom
     intra_col = 5 + len(MEMORY_CATEGORIES) + 1
     parts = [f"""# gnuplot script written by `hsdp-sweep collect`; run it in this directory: gnuplot plots.gp
-set terminal pngcairo size {width},640 noenhanced font "sans,10"
+set terminal pngcairo size {width},{height} noenhanced font "sans,10"
 set datafile separator "\\t"
 set datafile missing "NaN"
 set style fill solid 0.85 border -1
@@ -52,7 +95,8 @@ set grid ytics
 set xtics rotate by 30 right
 set key outside top center horizontal
 set yrange [0:*]
-set bmargin 10
+set bmargin {bottom}
+set lmargin {left}
 """]
     pngs = []
     if strategies:
@@ -85,8 +129,8 @@ plot {plot}
         pngs.append("bytes.png")
         parts.append(f"""
 set output "bytes.png"
-set title "{title}: bytes sent per rank per step, by link"
-set ylabel "MiB per step"
+set title "{title}: bytes sent per step by all ranks together (job-wide), by link"
+set ylabel "MiB per step, all ranks"
 set style data histograms
 set style histogram clustered gap 1
 set boxwidth 0.9
@@ -95,16 +139,42 @@ plot "{data}" using {intra_col}:xtic(2) title "intra-node", "" using {intra_col 
     return "".join(parts), pngs
 
 
+def loss_script(title, labels, data="loss.dat"):
+    """The loss curves: one line per point (the blocks of loss.dat, in the order of `labels`); "" if none."""
+    if not labels:
+        return ""
+    names = ", ".join('"' + label.replace('"', "'") + '"' for label in labels)
+    return f"""
+set output "loss.png"
+set terminal pngcairo size 1000,640 noenhanced font "sans,10"
+set title "{title}: training loss by step, one line per point"
+set xlabel "step"
+set ylabel "training loss"
+set autoscale
+set xtics norotate
+set bmargin 4
+set lmargin 10
+set key outside right top vertical
+array labels[{len(labels)}] = [{names}]
+plot for [i=1:{len(labels)}] "{data}" index (i - 1) using 1:2 with lines linewidth 1.5 title labels[i]
+"""
+
+
 def write_plots(study_dir, rows, title):
     """Writes results.dat, plots.gp and the PNGs; returns the PNG paths, or an explanation why none."""
     gnuplot = shutil.which("gnuplot")
     data = os.path.join(study_dir, "results.dat")
     script = os.path.join(study_dir, "plots.gp")
     write_data(data, rows)
-    for stale in ("throughput.png", "memory.png", "bytes.png"):
+    labels = write_losses(os.path.join(study_dir, "loss.dat"), rows)
+    for stale in ("throughput.png", "memory.png", "bytes.png", "loss.png"):
         if os.path.exists(os.path.join(study_dir, stale)):
             os.remove(os.path.join(study_dir, stale))
     text, pngs = gnuplot_script(rows, title)
+    losses = loss_script(title, labels)
+    if losses:
+        text += losses
+        pngs.append("loss.png")
     with open(script, "w", encoding="utf-8") as f:
         f.write(text)
     if not pngs:
