@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command from a fresh clone to a running hsdp: installs what is missing, builds, then on the CPU with 4 MPI
 # ranks emulating 2 nodes x 2 ranks: prints the process mesh, benchmarks the collectives, writes a synthetic
-# data set with a known entropy rate and trains a small GPT on it (input/quickstart.ini).
+# data set with a known entropy rate and trains a small GPT on it (input/quickstart.ini); last, trains the same model
+# on text (hsdp's docs as bytes, input/own_text.ini) and writes a sample a person can read.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -47,3 +48,19 @@ echo "== hsdp-ckpt: the final checkpoint, written collectively by the 4 ranks"
 echo
 echo "== hsdp-sample: 32 tokens the trained model writes after the ids 1,2,3 (greedy; the source's ids are not text)"
 "$build/bin/hsdp-sample" runs/quickstart/checkpoints --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --output ids
+
+echo
+echo "== text: hsdp's own docs (and Debian's license texts, where present) as bytes, 1,000 steps on 4 ranks (input/own_text.ini)"
+mkdir -p data/text
+corpus=(README.md docs/*.md)
+[[ -d /usr/share/common-licenses ]] && corpus+=(/usr/share/common-licenses/*)
+cat "${corpus[@]}" >data/text/corpus.txt
+"$build/bin/hsdp-data" encode --input data/text/corpus.txt --output data/text/train.bin \
+  --val-output data/text/val.bin --val-fraction 0.05
+"${mpirun[@]}" "$build/bin/hsdp-train" --config input/own_text.ini --topology.ranks_per_node=2 \
+  --checkpoint.resume=none --checkpoint.overwrite=true
+
+echo
+echo "== hsdp-sample: 300 bytes the text model writes after a prompt (temperature 0.8, top-k 40)"
+"$build/bin/hsdp-sample" runs/text/checkpoints --prompt "This program is free software" --max-new-tokens 300 \
+  --temperature 0.8 --top-k 40 --seed 7
