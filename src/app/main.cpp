@@ -23,8 +23,8 @@ namespace {
 using hsdp::app::CommandLine;
 using hsdp::app::ConfigDeck;
 
-// Watched start-up: before the deck is read, stalls are bounded by comm.timeout_s's default.
-constexpr double kStartupDefaultLimitS = 300;
+// Watched start-up: with a deck that cannot be read, stalls are bounded by comm.startup_timeout_s's default.
+constexpr double kStartupDefaultLimitS = 600;
 
 int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopSignals& signals) {
   const int rank = log.rank();
@@ -45,8 +45,9 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
   } catch (const hsdp::Error& e) {
     parse_error = e;
   }
-  const double startup_limit_s = parse_error || options_error ? kStartupDefaultLimitS : options.comm.timeout_s;
-  std::optional<hsdp::StallPhase> startup(std::in_place, "start-up", startup_limit_s, "comm.timeout_s");
+  const double startup_limit_s = parse_error || options_error ? kStartupDefaultLimitS : options.comm.startup_timeout_s;
+  std::optional<hsdp::StallPhase> startup(std::in_place, "start-up", startup_limit_s, "comm.startup_timeout_s",
+                                          rank == 0);
   hsdp::fault_point("startup", rank);
   {
     const hsdp::StallGuard op("agreeing on the deck");

@@ -229,6 +229,12 @@ const std::vector<OptionSpec>& option_table() {
            "group and its sequence number",
            0.001, kMaxTimeoutS)
           .into([](V v, O o) { o.comm.timeout_s = v.real(); }),
+      real("comm.startup_timeout_s", "600",
+           "start-up watchdog, apart from comm.timeout_s (start-up does work collectives do not: opening the data, "
+           "building the model): a rank that has not arrived or a start-up step unfinished after this many seconds "
+           "ends the job (exit 4), naming the step; rank 0 says every timeout / 4 s (at most 30 s) that it waits",
+           0.001, kMaxTimeoutS)
+          .into([](V v, O o) { o.comm.startup_timeout_s = v.real(); }),
 
       choice("comm.intra", "nccl",
              "device.type=cuda: the collectives inside a node run over nccl (one GPU per rank) or mpi (CUDA-aware "

@@ -1,5 +1,6 @@
 #include "hsdp/core/stall.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -27,9 +28,9 @@ void default_handler(const StallReport& r) {
 // The phases and the open operation, and the thread that watches the operation's deadline.
 class Monitor {
  public:
-  void push_phase(std::string name, double limit_s, std::string limit_key) {
+  void push_phase(std::string name, double limit_s, std::string limit_key, bool notices) {
     const std::lock_guard lock(mutex_);
-    phases_.push_back({std::move(name), limit_s, std::move(limit_key)});
+    phases_.push_back({std::move(name), limit_s, std::move(limit_key), notices});
   }
   void pop_phase() {
     const std::lock_guard lock(mutex_);
@@ -37,7 +38,8 @@ class Monitor {
   }
   void push_operation(std::string operation) {
     std::unique_lock lock(mutex_);
-    Operation op{std::move(operation), phases_.empty() ? 0.0 : phases_.back().limit_s, std::nullopt};
+    Operation op{std::move(operation), phases_.empty() ? 0.0 : phases_.back().limit_s, std::nullopt,
+                 std::nullopt,         !phases_.empty() && phases_.back().notices,     {}};
     restart(op);
     operations_.push_back(std::move(op));
     if (!thread_.joinable()) thread_ = std::jthread([this](std::stop_token stop) { watch(stop); });
@@ -70,16 +72,27 @@ class Monitor {
     std::string name;
     double limit_s;
     std::string limit_key;
+    bool notices;
   };
   struct Operation {
     std::string name;
     double limit_s;
-    std::optional<Clock::time_point> deadline;  // none: unwatched
+    std::optional<Clock::time_point> deadline;     // none: unwatched
+    std::optional<Clock::time_point> next_notice;  // none: no notices
+    bool notices;
+    Clock::time_point started;
   };
+
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+  static double notice_every(const Operation& op) { return std::clamp(op.limit_s / 4, 1.0, 30.0); }
 
   static void restart(Operation& op) {
     if (op.limit_s <= 0) return;
-    op.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(op.limit_s));
+    op.started = Clock::now();
+    op.deadline = op.started + seconds(op.limit_s);
+    if (op.notices) op.next_notice = op.started + seconds(notice_every(op));
   }
 
   void watch(std::stop_token stop) {
@@ -92,11 +105,21 @@ class Monitor {
         continue;
       }
       const std::size_t depth = operations_.size();
-      const bool changed = wake_.wait_until(lock, stop, *deadline, [&] {
-        return operations_.size() != depth || operations_.back().deadline != deadline;
-      });
+      const std::optional<Clock::time_point> notice = operations_.back().next_notice;
+      const Clock::time_point wake = notice ? std::min(*notice, *deadline) : *deadline;
+      const bool changed = wake_.wait_until(
+          lock, stop, wake, [&] { return operations_.size() != depth || operations_.back().deadline != deadline; });
       if (changed) continue;
       if (stop.stop_requested()) return;
+      if (Operation& op = operations_.back(); op.next_notice && Clock::now() < *deadline) {
+        const double waited = std::chrono::duration<double>(Clock::now() - op.started).count();
+        const Phase* phase = phases_.empty() ? nullptr : &phases_.back();
+        std::cerr << "hsdp: " << (phase ? phase->name : "") << ": still " << op.name << " after "
+                  << static_cast<long long>(waited + 0.5) << " s (a rank that has not arrived, or slow work; the job "
+                  << "ends at " << op.limit_s << " s: " << (phase ? phase->limit_key : "") << ")" << std::endl;
+        op.next_notice = *op.next_notice + seconds(notice_every(op));
+        continue;
+      }
       const StallReport report{phases_.empty() ? "" : phases_.back().name, operations_.back().name,
                                operations_.back().limit_s, phases_.empty() ? "" : phases_.back().limit_key};
       const StallHandler handler = handler_ ? handler_ : StallHandler(default_handler);
@@ -123,8 +146,8 @@ Monitor& monitor() {
 
 void set_stall_handler(StallHandler handler) { monitor().set_handler(handler); }
 
-StallPhase::StallPhase(std::string name, double limit_s, std::string limit_key) {
-  monitor().push_phase(std::move(name), limit_s, std::move(limit_key));
+StallPhase::StallPhase(std::string name, double limit_s, std::string limit_key, bool notices) {
+  monitor().push_phase(std::move(name), limit_s, std::move(limit_key), notices);
 }
 StallPhase::~StallPhase() { monitor().pop_phase(); }
 

@@ -319,7 +319,7 @@ class Run {
 
   // Start-up (watched as one phase by comm.timeout_s): threads, the data files and the model's backend.
   void start_up() {
-    const StallPhase startup("start-up", o_.comm.timeout_s, "comm.timeout_s");
+    const StallPhase startup("start-up", o_.comm.startup_timeout_s, "comm.startup_timeout_s", rank_ == 0);
     comm::agree(world_.raw(), [&] { thread_count_ = threads_per_rank(o_.threads, mesh_.topology()); });
     threads_.emplace(thread_count_);
     {
@@ -381,6 +381,10 @@ class Run {
     summary_.final_val_loss = evaluate(first_step_);
     summary_.final_val_loss_step = first_step_;
     end_step_ = first_step_;  // no training: straight to the summary
+    if (summary_.final_val_loss < 0) {  // stopped by a signal: nothing measured, run it again
+      summary_.stopped_by_signal = true;
+      return;
+    }
     std::ostringstream line;
     line.precision(9);
     line << "eval only: val loss " << summary_.final_val_loss << " over " << evaluator_->windows() << " windows of "
@@ -409,8 +413,10 @@ class Run {
       const bool last = m.step == o_.steps;
       if (evaluator_ && ((o_.eval_every > 0 && m.step % o_.eval_every == 0) || last)) {
         m.val_loss = evaluate(m.step);
-        summary_.final_val_loss = m.val_loss;
-        summary_.final_val_loss_step = m.step;
+        if (m.val_loss >= 0) {
+          summary_.final_val_loss = m.val_loss;
+          summary_.final_val_loss_step = m.step;
+        }
       }
       report(m, last);
       if (checkpoint_or_stop(m.step)) break;
@@ -425,13 +431,15 @@ class Run {
       world_.barrier();
     }
     summary_.steps = steps_done_;
-    summary_.ended = o_.eval_only                 ? "eval_only"
-                     : summary_.stopped_by_signal ? (summary_.resumable ? "signal, checkpointed: requeue (exit 3)"
-                                                                        : "signal, no checkpoint.dir (exit 6)")
-                     : steps_done_ >= o_.steps    ? (first_step_ >= o_.steps ? "nothing to do: the checkpoint was at "
-                                                                               "train.steps"
-                                                                             : "train.steps reached")
-                                                  : "train.stop_at_step reached";
+    summary_.ended = summary_.stopped_by_signal
+                         ? (o_.eval_only         ? "eval_only, stopped by a signal (exit 3)"
+                            : summary_.resumable ? "stopped by a signal: requeue (exit 3)"
+                                                 : "stopped by a signal, no checkpoint.dir (exit 6)")
+                     : o_.eval_only            ? "eval_only"
+                     : steps_done_ >= o_.steps ? (first_step_ >= o_.steps ? "nothing to do: the checkpoint was at "
+                                                                            "train.steps"
+                                                                          : "train.steps reached")
+                                               : "train.stop_at_step reached";
     summary_.seconds = summary_.earlier_seconds + run_clock_.seconds();
     summary_.tokens_per_s = timed_seconds_ > 0 ? static_cast<double>(timed_tokens_) / timed_seconds_ : 0;
   }
@@ -539,6 +547,8 @@ class Run {
   }
 
   // The val loss over the evaluation set (the same windows on any number of ranks): per-position losses summed.
+  // A stop signal (Slurm's warning before the time limit) ends an evaluation at the next batch, agreed by every rank
+  // (every rank has the same number of batches): -1, no val loss; the caller checkpoints and stops.
   double evaluate(std::int64_t at_step) {
     // Its collectives are the collective watchdog's: the phase only names them.
     const StallPhase phase("evaluation at step " + std::to_string(at_step), 0);
@@ -546,6 +556,11 @@ class Run {
     evaluator_->reset();
     double sum = 0;
     for (std::uint64_t b = 0; b < evaluator_->batch_count(); ++b) {
+      if (b > 0 && stop_agreed(world_, signals_)) {
+        log_.info("evaluation at step ", at_step, " stopped by a signal after ", b, " of ", evaluator_->batch_count(),
+                  " batches: no val loss for this step");
+        return -1;
+      }
       const std::size_t rows = evaluator_->next(inputs_, targets_);
       sum += backend_->evaluate_loss_sum(inputs_, targets_, rows);
     }

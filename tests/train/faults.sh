@@ -6,7 +6,8 @@
 #                                                    checkpoint and shutdown ends all ranks with exit 2 within
 #                                                    seconds (well before any watchdog), the error said exactly once
 #   faults.sh good ...                               the fixture: a checkpoint at step 2 (4 ranks) in RUN/good
-#   faults.sh stall ...                              rank 1 stopped (SIGSTOP) at start-up, in a resume read, in a
+#   faults.sh stall ...                              rank 1 stopped (SIGSTOP) at start-up (rank 0 says it waits,
+#                                                    every comm.startup_timeout_s / 4), in a resume read, in a
 #                                                    checkpoint write and at shutdown (a step's collectives: the
 #                                                    comm_watchdog tests): exit 4 within
 #                                                    timeout + 10 s, with one diagnosis naming the phase
@@ -93,7 +94,8 @@ case $check in
     timeout_s=5
     for point in startup resume checkpoint shutdown; do
       launch "$point" 60 "HSDP_FAULT=stop:$point@1" -- --train.steps=4 --train.eval_every=0 \
-        --checkpoint.dir="$good" --checkpoint.resume=auto --comm.timeout_s=$timeout_s --checkpoint.timeout_s=$timeout_s
+        --checkpoint.dir="$good" --checkpoint.resume=auto --comm.timeout_s=$timeout_s --checkpoint.timeout_s=$timeout_s \
+        --comm.startup_timeout_s=$timeout_s
       [[ $code -eq 4 ]] || { cat "$run/$point.err"; fail "$point: exit $code, expected 4"; }
       ((seconds <= timeout_s + 10)) || fail "$point: took $seconds s, more than timeout + 10 s"
       diagnosis=$(own_lines "$point" | head -1)
@@ -104,9 +106,19 @@ case $check in
         shutdown) phase="during shutdown" ;;
       esac
       grep -qF "$phase" <<<"$diagnosis" || { cat "$run/$point.err"; fail "$point: the diagnosis does not name '$phase'"; }
+      if [[ $point == startup ]]; then  # the wait is not silent: rank 0 says it every timeout / 4 s
+        notice=$(grep -m1 "^hsdp: start-up: still .* after [0-9]* s (a rank that has not arrived" "$run/$point.err") ||
+          { cat "$run/$point.err"; fail "startup: rank 0 waited without a word"; }
+        echo "  $notice"
+      fi
       kept "$point"
       echo "rank 1 stopped at $point: exit 4 in $seconds s: $diagnosis"
     done
+    # Start-up has its own limit: a comm.timeout_s shorter than a (slow, here 3 s) start-up trips nothing.
+    launch slow_startup 60 "HSDP_FAULT=sleep=3:startup@all" -- --train.steps=2 --train.eval_every=0 \
+      --checkpoint.dir="$run/slow_ckpt" --checkpoint.resume=none --comm.timeout_s=1
+    [[ $code -eq 0 ]] || { cat "$run/slow_startup.err"; fail "a 3 s start-up with comm.timeout_s=1: exit $code"; }
+    echo "a 3 s start-up with comm.timeout_s=1: exit 0 in $seconds s (comm.startup_timeout_s bounds start-up)"
     ;;
   signal)
     for mode in fresh resumed; do

@@ -74,6 +74,9 @@ const char* to_string(Transport t);
 struct CommOptions {
   // A collective that has not completed after this many seconds aborts the whole job (the watchdog).
   double timeout_s = 300.0;
+  // Start-up (the deck agreed, the mesh, threads, data and the model built) may take this long on any rank before
+  // the stall watch ends the job; rank 0 says every limit / 4 s (at most 30 s) that it is still waiting.
+  double startup_timeout_s = 600.0;
 };
 
 }  // namespace hsdp::comm

@@ -30,7 +30,9 @@ void set_stall_handler(StallHandler handler);
 class StallPhase {
  public:
   // `limit_key` names the setting the limit comes from (in the report); a limit <= 0 leaves the phase unwatched.
-  StallPhase(std::string name, double limit_s, std::string limit_key = "");
+  // `notices`: while an operation of this phase waits, say so on stderr every limit / 4 seconds (at least 1, at most
+  // 30), so a long wait is never silent (rank 0's start-up: a rank that does not arrive).
+  StallPhase(std::string name, double limit_s, std::string limit_key = "", bool notices = false);
   ~StallPhase();
   StallPhase(const StallPhase&) = delete;
   StallPhase& operator=(const StallPhase&) = delete;
