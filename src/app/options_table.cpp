@@ -45,19 +45,24 @@ const std::vector<std::string>& section_order() {
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
       // [model] GPT-2 as nanoGPT defines it; the defaults are GPT-2 124M.
-      integer("model.n_layer", "12", "transformer blocks", 1, 1024).into([](V v, O o) { o.model.n_layer = v.int32(); }),
-      integer("model.n_head", "12", "attention heads per block; must divide model.n_embd", 1, 1024).into([](V v, O o) {
-        o.model.n_head = v.int32();
+      integer("model.n_layer", "12", "transformer blocks", 1, model::kMaxLayers).into([](V v, O o) {
+        o.model.n_layer = v.int32();
       }),
-      integer("model.n_embd", "768", "embedding width C", 1, 65536).into([](V v, O o) { o.model.n_embd = v.int32(); }),
-      integer("model.block_size", "1024", "maximum sequence length (rows of the position embedding)", 1, 1 << 20)
+      integer("model.n_head", "12", "attention heads per block; must divide model.n_embd", 1, model::kMaxHeads)
+          .into([](V v, O o) { o.model.n_head = v.int32(); }),
+      integer("model.n_embd", "768", "embedding width C", 1, model::kMaxEmbd).into([](V v, O o) {
+        o.model.n_embd = v.int32();
+      }),
+      integer("model.block_size", "1024", "maximum sequence length (rows of the position embedding)", 1,
+              model::kMaxBlockSize)
           .into([](V v, O o) { o.model.block_size = v.int32(); }),
-      integer("model.vocab_size", "50257", "vocabulary size V; every token id in the data must be < V", 1, 1 << 24)
+      integer("model.vocab_size", "50257", "vocabulary size V; every token id in the data must be < V", 1,
+              model::kMaxVocab)
           .into([](V v, O o) { o.model.vocab_size = v.int32(); }),
       integer("model.padded_vocab_size", "0",
               "rows of the token embedding (>= V; padded rows never enter the loss); 0 = V rounded up to a "
               "multiple of 128, as llm.c does",
-              0, 1 << 24)
+              0, model::kMaxVocab)
           .into([](V v, O o) { o.model.padded_vocab_size = v.int32(); }),
       integer("model.seed", "1337", "seed of the parameter initialisation", 0).into([](V v, O o) {
         o.model_seed = static_cast<std::uint64_t>(v.integer());

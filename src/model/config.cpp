@@ -7,19 +7,20 @@
 namespace hsdp::model {
 namespace {
 
-void require_positive(const char* key, int value) {
+void require_positive(const char* key, int value, int most) {
   if (value <= 0) throw_config(std::string(key) + " (" + std::to_string(value) + ") must be positive");
+  if (value > most) throw_config(std::string(key) + " (" + std::to_string(value) + ") exceeds " + std::to_string(most));
 }
 
 }  // namespace
 
 void GptConfig::validate() const {
-  require_positive("model.n_layer", n_layer);
-  require_positive("model.n_head", n_head);
-  require_positive("model.n_embd", n_embd);
-  require_positive("model.block_size", block_size);
-  require_positive("model.vocab_size", vocab_size);
-  require_positive("model.padded_vocab_size", padded_vocab_size);
+  require_positive("model.n_layer", n_layer, kMaxLayers);
+  require_positive("model.n_head", n_head, kMaxHeads);
+  require_positive("model.n_embd", n_embd, kMaxEmbd);
+  require_positive("model.block_size", block_size, kMaxBlockSize);
+  require_positive("model.vocab_size", vocab_size, kMaxVocab);
+  require_positive("model.padded_vocab_size", padded_vocab_size, kMaxVocab);
   if (n_embd % n_head != 0) {
     throw_config("model.n_embd (" + std::to_string(n_embd) + ") must be divisible by model.n_head (" +
                  std::to_string(n_head) + ")");

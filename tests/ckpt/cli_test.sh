@@ -55,6 +55,15 @@ expect 2 "version 5 holds bf16" bash -c "printf '\xc6\xd7\x34\x01\x05\x00\x00\x0
   > '$dir/v5.bin' && '$bin' import --format llmc '$dir/v5.bin' --output '$dir/v5.h5'"
 expect 2 "holds [0-9]+ bytes but its header describes" bash -c "head -c 5000 '$dir/model.bin' > '$dir/cut.bin' && \
   '$bin' import --format llmc '$dir/cut.bin' --output '$dir/cut.h5'"
+# A header with 2^30 layers (issue 25, item 4): refused by its numbers within seconds (it ran for minutes building the
+# layout, then bad_alloc).
+python3 -c "
+import struct, sys
+h = [0] * 256
+h[:8] = [20240326, 3, 1024, 50257, 2**30, 16, 2**20, 50304]
+open(sys.argv[1], 'wb').write(struct.pack('<256i', *h) + bytes(64))" "$dir/huge.bin"
+expect 2 "impossible model: model.n_layer \(1073741824\) exceeds 1024" timeout 20 \
+  "$bin" import --format llmc "$dir/huge.bin" --output "$dir/huge.h5"
 
 # A 4-rank checkpoint with replicated ranges: inspect, verify, consolidate to one rank, same values.
 "${mpiexec[@]}" "$probe" save "$dir/run" 12 replicas >/dev/null || fail "4-rank save"

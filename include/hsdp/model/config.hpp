@@ -4,6 +4,11 @@
 
 namespace hsdp::model {
 
+// The largest shapes hsdp accepts (the deck's limits; checked again for a shape read from a file: an llm.c header,
+// a Hugging Face config.json, a checkpoint's /meta).
+inline constexpr int kMaxLayers = 1024, kMaxHeads = 1024, kMaxEmbd = 65536, kMaxBlockSize = 1 << 20,
+                     kMaxVocab = 1 << 24;
+
 struct GptConfig {
   int n_layer = 12;
   int n_head = 12;
@@ -12,7 +17,7 @@ struct GptConfig {
   int vocab_size = 50257;              // real tokens: logits beyond it never enter the loss
   int padded_vocab_size = 50304;       // rows of wte as stored (>= vocab_size, e.g. a multiple of 64)
 
-  // Throws a config Error naming the offending key (model.<key>) if the shape is impossible.
+  // Throws a config Error naming the offending key (model.<key>) if the shape is impossible or beyond the limits.
   void validate() const;
 
   int head_size() const { return n_embd / n_head; }
