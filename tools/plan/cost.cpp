@@ -1,6 +1,7 @@
 #include "plan/cost.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "hsdp/comm/traffic.hpp"
 #include "hsdp/shard/flat_param.hpp"
@@ -11,23 +12,53 @@ namespace hsdp::plan {
 using comm::Collective;
 using shard::Sharding;
 
+namespace {
+
+// The bandwidth one inter-node hop of a ring over `group` gets, in GB/s. cluster.inter.gbps is per rank with every
+// rank of a node sending across at once (commbench's inter-node groups: ranks-per-node flows share the node's
+// network). Every rank runs the same collective on its own instance of the group, so on a node X holding m_X of the
+// group's members, of which c_X send across (their next hop is on another node), ranks-per-node / m_X instances
+// put c_X flows each through the node's network: per flow inter.gbps x m_X / c_X. A ring of one rank per node
+// (m = c = 1) gets inter.gbps; a world ring over nodes of 2 ranks in block placement (m = 2, c = 1) twice that. The
+// slowest node sets the pace, and no hop is faster than the intra-node link.
+double ring_inter_gbps(const CollectiveCall& call, const Cluster& cluster) {
+  const shard::GroupView& group = *call.group;
+  std::vector<int> members, crossing;
+  for (int r = 0; r < group.size(); ++r) {
+    const auto node = static_cast<std::size_t>(group.node_of_rank[static_cast<std::size_t>(r)]);
+    if (node >= members.size()) members.resize(node + 1, 0), crossing.resize(node + 1, 0);
+    members[node] += 1;
+    if (comm::traffic_bytes(call.op, call.count, call.elem_bytes, r, group.node_of_rank).inter > 0) crossing[node] += 1;
+  }
+  double per_flow = cluster.intra.gbps;
+  for (std::size_t x = 0; x < members.size(); ++x) {
+    if (crossing[x] > 0) per_flow = std::min(per_flow, cluster.inter.gbps * members[x] / crossing[x]);
+  }
+  return per_flow;
+}
+
+}  // namespace
+
 double collective_seconds(const CollectiveCall& call, const Cluster& cluster) {
   const shard::GroupView& group = *call.group;
   const int n = group.size();
   if (n <= 1) return 0;
-  const LinkClass& link = spans_nodes(group) ? cluster.inter : cluster.intra;
+  const bool across = spans_nodes(group);
+  const LinkClass& link = across ? cluster.inter : cluster.intra;
   const comm::LinkBytes bytes =
       comm::traffic_bytes(call.op, call.count, call.elem_bytes, group.rank, group.node_of_rank);
   const double alpha = link.latency_us * 1e-6;
   const auto per_second = [](const LinkClass& l) { return l.gbps * 1e9; };
+  // A ring goes at the pace of its slowest hop: across nodes, the share of the node's network each flow gets.
+  const double ring_per_second = across ? ring_inter_gbps(call, cluster) * 1e9 : per_second(link);
   switch (call.op) {
     case Collective::all_reduce:
-      return 2.0 * (n - 1) * alpha + static_cast<double>(bytes.total()) / per_second(link);
+      return 2.0 * (n - 1) * alpha + static_cast<double>(bytes.total()) / ring_per_second;
     case Collective::all_to_all:
       return (n - 1) * alpha + static_cast<double>(bytes.intra) / per_second(cluster.intra) +
              static_cast<double>(bytes.inter) / per_second(cluster.inter);
     default:
-      return (n - 1) * alpha + static_cast<double>(bytes.total()) / per_second(link);
+      return (n - 1) * alpha + static_cast<double>(bytes.total()) / ring_per_second;
   }
 }
 

@@ -8,7 +8,13 @@
 //   reduce_scatter, all_gather    (n-1) alpha + B / bw              2 (n-1) ceil(c/n) b, (n-1) c b
 //   all_to_all                    (n-1) alpha + B_intra / bw_intra + B_inter / bw_inter  (its blocks, by target)
 // bw is what hsdp-commbench calls busbw (bytes one rank moves per second on that link class, with every rank of a
-// node communicating at once); alpha the latency of one message.
+// node communicating at once); alpha the latency of one message. A ring across nodes goes at its slowest hop, and an
+// inter-node hop gets the share of its node's network that its flow has: every rank runs the same collective on its
+// own instance of the group, so a node holding m of a group's members, c of which send across, carries
+// ranks-per-node x c / m flows, where the calibration (one rank per node and group) carries ranks-per-node: per
+// flow bw_inter x m / c (a ring of one rank per node: bw_inter; a world ring over nodes of 2 ranks: twice that),
+// at most bw_intra. Measured across two hosts capped at 30 Mbit/s (tools/bench/bandwidth.sh), this took the
+// predicted full_shard step from +72% to -13% of the measured one.
 //
 // Compute per rank and step: tokens x (6 P + 12 L C T) FLOPs (the PaLM count: 6 P for the matmuls of forward and
 // backward, 12 L C T for attention scores and values), + (2 P + 4 L C T) per token of forward recomputation with

@@ -50,7 +50,9 @@ time model (alpha-beta):
   per collective on a group of n ranks: alpha x messages (ring reduce_scatter/all_gather n-1, all_reduce 2(n-1),
   all_to_all n-1) + bytes this rank sends / bandwidth. A group whose ranks span nodes runs at the inter-node link
   (a ring goes at its slowest hop), else intra-node; all_to_all splits its blocks by target. Bandwidths are per rank
-  with all ranks of a node communicating (hsdp-commbench's busbw).
+  with all ranks of a node communicating (hsdp-commbench's busbw); an inter-node hop of a ring whose node holds m of
+  the group's ranks, c of them sending across, gets m / c times that (fewer flows share the node's network), at
+  most the intra-node bandwidth.
   compute: tokens per rank x (6P + 12 L C T) FLOPs / --compute-tflops (+ 2P + 4 L C T per token of recomputation
   when only activation checkpointing fits, or the deck asks for it).
   overlap: parallel.prefetch=false: step = compute + comm. prefetch on: step = exposed + max(compute, comm -
