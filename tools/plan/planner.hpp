@@ -9,9 +9,9 @@
 //   2 hybrid  on several nodes with intra >= 4 x inter bandwidth: the hybrid counterpart (full_shard ->
 //             hybrid_shard, the others -> hybrid_shard_zero2) when it fits in a node's share and its predicted step
 //             is faster.
-//   3 ZeRO++  on several nodes when the pick's inter-node communication time exceeds its compute time: the ZeRO++
-//             variant of its family (hybrid -> hybrid_shard+qgZ, else full_shard+qwZ+hpZ+qgZ) when it fits and is
-//             predicted at least 10% faster (quantization costs some accuracy; a small gain does not pay for it).
+//   3 ZeRO++  on several nodes when the pick's inter-node communication time exceeds its compute time: the faster
+//             ZeRO++ row that fits (hybrid_shard+qgZ or full_shard+qwZ+hpZ+qgZ, whatever the pick's family) when it
+//             is predicted at least 10% faster (quantization costs some accuracy; a small gain does not pay for it).
 //   4 none fits: the strategy with the least memory, saying by how much it misses and how many nodes (of the same
 //             ranks per node) full_shard needs.
 // When a row is predicted faster than the pick (the fastest of all, and the fastest that fits), the reason says
