@@ -164,6 +164,15 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error(ErrorKind::checkpoint, "cannot create checkpoint directory '" + dir + "': " + ec.message());
+    // A file system that cannot hold the tensors is said before the file exists: a write that fails inside
+    // MPI-IO leaves HDF5 with a file it cannot close (it crashed at MPI_Finalize in the tools).
+    const std::uint64_t tensors = 3 * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
+    const fs::space_info space = fs::space(dir, ec);
+    if (!ec && space.available < tensors) {
+      throw Error(ErrorKind::checkpoint, "cannot write '" + path + "': it needs at least " +
+                                             std::to_string(tensors >> 20) + " MiB for its tensors and " +
+                                             std::to_string(space.available >> 20) + " MiB are free in '" + dir + "'");
+    }
   });
 
   phase.restart();

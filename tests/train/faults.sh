@@ -27,6 +27,8 @@
 #   faults.sh full_disk ...                          checkpoint.dir on a tmpfs too small for the second checkpoint:
 #                                                    one line naming checkpoint.dir and the bytes needed, exit 2
 #                                                    (on_error=stop) or the run goes on (on_error=continue)
+#                                                    and the tools onto the full tmpfs (export, encode, consolidate,
+#                                                    import --format hf): exit 2 naming the file, nothing left
 #                                                    (skipped, exit 77, where mounting a tmpfs is not allowed)
 #
 # Every check works on its own copy of the fixture, whose file and `latest` must stay byte-identical.
@@ -197,6 +199,22 @@ case $check in
     [[ $code -eq 2 && ! -e $mnt/t.bin.tmp && ! -e $mnt/t.bin ]] ||
       { cat "$run/encode.err"; fail "hsdp-data encode onto a full disk: exit $code, left $(ls "$mnt" | grep t.bin)"; }
     echo "hsdp-data encode onto a full disk: exit 2, nothing left: $(head -n 1 "$run/encode.err")"
+    # hsdp-ckpt consolidate and import --format hf onto the full file system: exit 2 naming the file and the space,
+    # nothing left (they crashed with SIGSEGV at MPI_Finalize, leaving their .tmp).
+    ckpt_tool=$(dirname "$train")/hsdp-ckpt
+    "$ckpt_tool" export "$good/step_2.h5" --format hf --output "$run/hf" >/dev/null
+    for command in "consolidate $good/step_2.h5" "import --format hf $run/hf"; do
+      set +e
+      # shellcheck disable=SC2086 # the command and its arguments, one word each
+      "$ckpt_tool" $command --output "$mnt/tool.h5" >"$run/tool.out" 2>"$run/tool.err"
+      code=$?
+      set -e
+      [[ $code -eq 2 ]] || { cat "$run/tool.err"; fail "hsdp-ckpt ${command%% *} onto a full disk: exit $code, expected 2"; }
+      grep -q "cannot write '$mnt/tool.h5': it needs at least [0-9]* MiB for its tensors and [0-9]* MiB are free" \
+        "$run/tool.err" || { cat "$run/tool.err"; fail "hsdp-ckpt ${command%% *}: no line naming the file and the space"; }
+      [[ ! -e $mnt/tool.h5.tmp && ! -e $mnt/tool.h5 ]] || fail "hsdp-ckpt ${command%% *} left $(ls "$mnt" | grep tool)"
+      echo "hsdp-ckpt ${command%% *} onto a full disk: exit 2, nothing left: $(head -n 1 "$run/tool.err" | cut -c1-140)"
+    done
     ;;
   full_log)
     # log.dir on a full file system: one warning when metrics.jsonl stops taking lines, training goes on to the end
