@@ -317,7 +317,7 @@ class Run {
         rank_(world_.rank()),
         grad_accum_(o.grad_accum) {}
 
-  // Start-up (watched as one phase by comm.timeout_s): threads, the data files and the model's backend.
+  // Start-up (watched as one phase by comm.startup_timeout_s): threads, the data files and the model's backend.
   void start_up() {
     const StallPhase startup("start-up", o_.comm.startup_timeout_s, "comm.startup_timeout_s", rank_ == 0);
     comm::agree(world_.raw(), [&] { thread_count_ = threads_per_rank(o_.threads, mesh_.topology()); });
