@@ -19,7 +19,9 @@
 #                                              header's default ranks are the study's np
 #   jobscripts_test.sh requeue_exit BIN_DIR WORK  train_requeue.sbatch requeues on hsdp-train's exit 3 (scontrol
 #                                              requeue, script exit 0) and never on its exit 6 (stopped with no
-#                                              checkpoint.dir: a requeue would start again from step 0): exit 6
+#                                              checkpoint.dir: a requeue would start again from step 0): exit 6;
+#                                              a step ended by the SIGTERM it forwarded (143: hsdp-train still
+#                                              loading) is requeued as exit 3
 #   jobscripts_test.sh site_env BIN_DIR WORK   every sbatch script: HDF5_USE_FILE_LOCKING=FALSE in the ranks'
 #                                              environment (a value given is kept); srun --mpi from HSDP_SRUN_MPI
 #                                              (default pmix, "" = none); without --cpus-per-task the node's CPUs
@@ -208,6 +210,22 @@ requeue_exit)
     fi
     echo "hsdp-train exit $code: train_requeue.sbatch exit $status, $(cat "$work/scontrol.log" 2>/dev/null || echo 'no requeue')"
   done
+  # SIGTERM forwarded to a step that dies of it (hsdp-train still loading: status 143): requeued as exit 3.
+  printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" >"%s"\nexec sleep 30\n' "$work/srun.args" >"$work/fake/srun"
+  chmod +x "$work/fake/srun"
+  rm -f "$work/scontrol.log" "$work/srun.args"
+  run_sbatch train_requeue.sbatch SLURM_JOB_ID=43 >"$work/out" 2>&1 &
+  job=$!
+  for _ in $(seq 100); do [[ -s $work/srun.args ]] && break; sleep 0.1; done
+  sleep 0.5 # the script's traps are set just after it starts srun
+  # The batch shell itself (run_sbatch's background subshell runs it as a child), as Slurm signals it.
+  kill -TERM "$(pgrep -f -n "bash jobscripts/train_requeue.sbatch")"
+  status=0
+  wait "$job" || status=$?
+  [[ $status == 0 && $(cat "$work/scontrol.log" 2>/dev/null) == "scontrol requeue 43" ]] ||
+    fail "SIGTERM while loading: script exit $status, scontrol calls: $(cat "$work/scontrol.log" 2>/dev/null); $(cat "$work/out")"
+  grep -q "ended by SIGTERM before it could take it" "$work/out" || fail "not said: $(cat "$work/out")"
+  echo "SIGTERM forwarded to a step that dies of it (143): requeued, $(grep -o 'ended by SIGTERM.*' "$work/out" | cut -c1-80)"
   ;;
 
 modules)
