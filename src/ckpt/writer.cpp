@@ -1,8 +1,11 @@
 // save_checkpoint and write_checkpoint_file: the collective write and the commit protocol (see checkpoint.hpp).
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -130,6 +133,43 @@ void write_data(MPI_Comm world, hid_t file, std::vector<transfer::DatasetPieces>
   }
 }
 
+// Reserves the blocks of the file's first `bytes` (its size as seen stays what it is), so that no later write of its
+// data or metadata can find the disk full: a metadata write that fails in parallel HDF5 fails on rank 0 alone while
+// the others wait in its flush. Where the file system cannot reserve (EOPNOTSUPP; HSDP_CKPT_RESERVE=0 in tests), see
+// abandon.
+void reserve_blocks(const std::string& path, const std::string& tmp, std::uint64_t bytes) {
+  if (const char* env = std::getenv("HSDP_CKPT_RESERVE"); env != nullptr && std::string(env) == "0") return;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(ErrorKind::checkpoint, "cannot open '" + tmp + "': " + std::strerror(errno));
+  const int reserved = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes));
+  const int err = errno;
+  ::close(fd);
+  if (reserved != 0 && err != EOPNOTSUPP && err != ENOSYS) {
+    throw Error(ErrorKind::checkpoint, "cannot write '" + path + "': reserving its " + std::to_string(bytes >> 20) +
+                                           " MiB failed: " + std::strerror(err));
+  }
+}
+
+// The blocks reserved past the file's end are given back (the close ends the file at its last byte).
+void release_reserve(const std::string& tmp) {
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(tmp, ec);
+  if (!ec) fs::resize_file(tmp, size, ec);
+}
+
+// After a failure every rank agreed on (a disk that filled while the data was written: ENOSPC), between the
+// temporary file's creation and its close: closes and removes it. The metadata was flushed before the data moved,
+// so the close has nothing left to write and succeeds on a full disk (HDF5 1.10 keeps a file whose close failed in
+// its table and crashes on it at MPI_Finalize). Collective.
+void abandon(int rank, h5::Handle& file, Datasets& created, const std::string& tmp) {
+  created.handles.clear();
+  file.reset();
+  if (rank == 0) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+  }
+}
+
 }  // namespace
 
 std::string checkpoint_file_name(std::int64_t step) {
@@ -159,6 +199,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
 
   const std::string dir = parent_dir(path);
   const std::string tmp = path + ".tmp";
+  const std::uint64_t tensors = 3 * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
   agreed(world, [&] {
     if (rank != 0) return;
     std::error_code ec;
@@ -166,7 +207,6 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     if (ec) throw Error(ErrorKind::checkpoint, "cannot create checkpoint directory '" + dir + "': " + ec.message());
     // A file system that cannot hold the tensors is said before the file exists: a write that fails inside
     // MPI-IO leaves HDF5 with a file it cannot close (it crashed at MPI_Finalize in the tools).
-    const std::uint64_t tensors = 3 * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
     const fs::space_info space = fs::space(dir, ec);
     if (!ec && space.available < tensors) {
       throw Error(ErrorKind::checkpoint, "cannot write '" + path + "': it needs at least " +
@@ -183,26 +223,52 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
                     "cannot create checkpoint file '" + tmp + "'");
   });
-  meta::write(file.get(), state, layout.config());
-
-  Datasets created = create_datasets(file.get(), tmp, layout, shards, pieces, checksums);
-  result.tensor_bytes = created.tensor_bytes;
-  result.create_s = phase.seconds();
-
+  Datasets created;
   transfer::Stats stats;
-  phase.restart();
-  op.emplace("writing the tensor data of " + tmp);
-  fault_point("checkpoint", rank);
-  if (options.io == IoMode::per_dataset) {
-    write_data(world, file.get(), created.pieces, param_count, options, stats);
-  } else {
-    // The single call's collectives (its file views) come before anything that can throw (a full disk: ENOSPC).
-    agreed(world, [&] { write_data(world, file.get(), created.pieces, param_count, options, stats); });
+  try {
+    // Every block the file will take, its metadata's generously (each dataset's header and checksum are well under
+    // 16 KiB), then what its layout takes beyond that, if anything.
+    const std::uint64_t reserve = tensors + (1 << 20) + 3 * layout.params().size() * (16 << 10);
+    agreed(world, [&] {
+      if (rank == 0) reserve_blocks(path, tmp, reserve);
+    });
+    meta::write(file.get(), state, layout.config());
+    created = create_datasets(file.get(), tmp, layout, shards, pieces, checksums);
+    result.tensor_bytes = created.tensor_bytes;
+    agreed(world, [&] {
+      hsize_t size = 0;
+      h5::check_status(H5Fget_filesize(file.get(), &size), "the size of '" + tmp + "'");
+      if (rank == 0 && size > reserve) reserve_blocks(path, tmp, size);
+    });
+    // The metadata is written (its blocks taken) before the data, so that a disk filling during the data leaves a
+    // file that closes without writing (see abandon).
+    agreed(world, [&] {
+      h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "writing the metadata of checkpoint file '" + tmp + "'");
+    });
+    result.create_s = phase.seconds();
+    phase.restart();
+    op.emplace("writing the tensor data of " + tmp);
+    fault_point("checkpoint", rank);
+    if (options.io == IoMode::per_dataset) {
+      write_data(world, file.get(), created.pieces, param_count, options, stats);
+    } else {
+      // The single call's collectives (its file views) come before anything that can throw (a full disk: ENOSPC).
+      agreed(world, [&] { write_data(world, file.get(), created.pieces, param_count, options, stats); });
+    }
+    result.data_s = phase.seconds();
+    phase.restart();
+    op.emplace("closing " + tmp);
+    created.handles.clear();
+    // Flushed before the close: a flush that fails leaves the file open and closable, a close that fails does not.
+    agreed(world, [&] {
+      h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "writing the metadata of checkpoint file '" + tmp + "'");
+    });
+  } catch (const AgreedError& e) {
+    abandon(rank, file, created, tmp);
+    const std::string what = e.what();
+    if (what.find(tmp) != std::string::npos) throw;
+    throw AgreedError(e.kind(), "cannot write '" + path + "': " + what);
   }
-  result.data_s = phase.seconds();
-  phase.restart();
-  op.emplace("closing " + tmp);
-  created.handles.clear();
   agreed(world, [&] { file.close_checked("closing checkpoint file '" + tmp + "'"); });
   result.close_s = phase.seconds();
   result.write_s = watch.seconds();
@@ -211,6 +277,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   op.emplace("committing " + path);
   agreed(world, [&] {
     if (rank != 0) return;
+    release_reserve(tmp);
     fsync_file(tmp);
     durable_rename(tmp, path);
   });

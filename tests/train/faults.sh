@@ -215,6 +215,70 @@ case $check in
       [[ ! -e $mnt/tool.h5.tmp && ! -e $mnt/tool.h5 ]] || fail "hsdp-ckpt ${command%% *} left $(ls "$mnt" | grep tool)"
       echo "hsdp-ckpt ${command%% *} onto a full disk: exit 2, nothing left: $(head -n 1 "$run/tool.err" | cut -c1-140)"
     done
+    # A disk that fills while the file is written, after the free-space check passed (HSDP_FAULT holds rank 0 after
+    # the metadata, before the data; the test fills the disk then). The writer reserved the file's blocks when it
+    # created it, so the tools and hsdp-train write it whole; where the file system cannot reserve them
+    # (HSDP_CKPT_RESERVE=0), the write fails, and the file is closed and removed, naming it (they crashed with SIGSEGV
+    # at MPI_Finalize, HDF5 closing a file whose close had failed, leaving the .tmp).
+    fill_when() {  # fill_when PATH RESERVE: once PATH holds its reserved blocks (or, without, 1 s after it appears),
+      # takes all but 64 KiB of the tmpfs (room for `latest`, none for the data)
+      for _ in $(seq 400); do [[ -e $1 ]] && { [[ $2 == 0 ]] || (($(stat -c %b "$1") > 2048)); } && break; sleep 0.05; done
+      [[ -e $1 ]] || fail "$1 never appeared"
+      [[ $2 == 1 ]] || sleep 1
+      head -c 100M /dev/zero >"$mnt/filler" 2>/dev/null || true
+      truncate -s -64K "$mnt/filler"
+    }
+    for reserve in 1 0; do
+      rm -rf "${mnt:?}"/*
+      for command in "consolidate $good/step_2.h5" "import --format hf $run/hf"; do
+        rm -f "$mnt/filler" "$mnt/tool.h5"
+        set +e
+        # shellcheck disable=SC2086 # the command and its arguments, one word each
+        HSDP_CKPT_RESERVE=$reserve HSDP_FAULT=sleep=2:checkpoint@0 timeout -k 5 60 "$ckpt_tool" $command \
+          --output "$mnt/tool.h5" >"$run/tool.out" 2>"$run/tool.err" &
+        pid=$!
+        fill_when "$mnt/tool.h5.tmp" $reserve
+        wait "$pid"
+        code=$?
+        set -e
+        what="hsdp-ckpt ${command%% *}, disk filled while writing (HSDP_CKPT_RESERVE=$reserve)"
+        if [[ $reserve == 1 ]]; then
+          [[ $code -eq 0 ]] || { cat "$run/tool.err"; fail "$what: exit $code, expected 0"; }
+          "$ckpt_tool" verify "$mnt/tool.h5" >/dev/null || fail "$what: the file does not verify"
+          echo "$what: exit 0, the file verifies"
+        else
+          [[ $code -eq 2 ]] || { cat "$run/tool.err"; fail "$what: exit $code, expected 2"; }
+          grep -q "^hsdp-ckpt: error: cannot write '$mnt/tool.h5': " "$run/tool.err" ||
+            { cat "$run/tool.err"; fail "$what: no line naming the file"; }
+          [[ ! -e $mnt/tool.h5.tmp && ! -e $mnt/tool.h5 ]] || fail "$what: left $(ls "$mnt" | grep tool)"
+          echo "$what: exit 2, nothing left: $(grep '^hsdp-ckpt' "$run/tool.err" | cut -c1-140)"
+        fi
+      done
+      rm -rf "$mnt/filler" "$mnt/tool.h5" "$mnt/mid"
+      set +e
+      env HSDP_CKPT_RESERVE=$reserve HSDP_FAULT=sleep=2:checkpoint@0 timeout -k 5 120 "${mpiexec[@]}" "$train" \
+        "${common[@]}" --log.dir="$run/mid$reserve" --train.steps=4 --checkpoint.every=2 --train.eval_every=0 \
+        --checkpoint.dir="$mnt/mid" --checkpoint.resume=none --checkpoint.on_error=continue \
+        >"$run/mid$reserve.out" 2>"$run/mid$reserve.err" &
+      pid=$!
+      fill_when "$mnt/mid/step_2.h5.tmp" $reserve
+      wait "$pid"
+      code=$?
+      set -e
+      what="4 ranks, disk filled while step_2.h5 is written (HSDP_CKPT_RESERVE=$reserve), on_error=continue"
+      [[ $code -eq 0 ]] || { cat "$run/mid$reserve.err"; fail "$what: exit $code, expected 0"; }
+      grep -q '"steps":4' "$run/mid$reserve/summary.json" || fail "$what: the run did not finish"
+      line=$(grep "training goes on" "$run/mid$reserve.err" || true)
+      [[ $(wc -l <<<"$line") -eq 1 ]] || { cat "$run/mid$reserve.err"; fail "$what: not said once: $line"; }
+      [[ ! -e $mnt/mid/step_2.h5.tmp && ! -e $mnt/mid/step_4.h5.tmp ]] || fail "$what: left $(ls "$mnt/mid")"
+      if [[ $reserve == 1 ]]; then  # step 2 whole; step 4 finds the disk full before it starts
+        [[ $line == *step_4.h5* && $(cat "$mnt/mid/latest") == step_2.h5 ]] || fail "$what: $line"
+        "$ckpt_tool" verify "$mnt/mid/step_2.h5" >/dev/null || fail "$what: step_2.h5 does not verify"
+      else
+        [[ $line == *step_2.h5* && ! -e $mnt/mid/step_2.h5 ]] || fail "$what: $line"
+      fi
+      echo "$what: exit 0, 4 steps: ${line:0:200}..."
+    done
     ;;
   full_log)
     # log.dir on a full file system: one warning when metrics.jsonl stops taking lines, training goes on to the end
