@@ -70,9 +70,11 @@ std::vector<char> pack(const TrainState& s) {
   return packed;
 }
 
+}  // namespace
+
 // The tensors' hsdp-sum64 applied to 8-byte words: sum over words w_i (the last zero-padded) of
 // splitmix64(i * golden + w_i), mod 2^64. Any change of one word changes it.
-std::uint64_t metadata_checksum(const TrainState& s, const model::GptConfig& c) {
+std::uint64_t checksum(const TrainState& s, const model::GptConfig& c) {
   std::vector<char> bytes = pack(s);
   for (const int v : {c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, c.padded_vocab_size}) {
     append(bytes, &v, sizeof v);
@@ -89,6 +91,8 @@ std::uint64_t metadata_checksum(const TrainState& s, const model::GptConfig& c) 
   }
   return sum;
 }
+
+namespace {
 
 // Values no writer produces: refused even in files from before the metadata checksum.
 void check_ranges(const TrainState& s, const std::string& path) {
@@ -129,7 +133,7 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::write_attribute(m.get(), "block_size", std::int64_t{config.block_size});
   h5::write_attribute(m.get(), "vocab_size", std::int64_t{config.vocab_size});
   h5::write_attribute(m.get(), "padded_vocab_size", std::int64_t{config.padded_vocab_size});
-  h5::write_attribute(m.get(), "meta_checksum", metadata_checksum(s, config));
+  h5::write_attribute(m.get(), "meta_checksum", checksum(s, config));
 
   h5::Handle d = create_group(file, "/data");
   h5::write_attribute(d.get(), "epoch", static_cast<std::uint64_t>(s.sampler.epoch));
@@ -153,7 +157,7 @@ int read_format_version(hid_t file, const std::string& path) {
   return static_cast<int>(version);
 }
 
-TrainState read_state(hid_t file, const std::string& path) {
+TrainState read_values(hid_t file, const std::string& path) {
   read_format_version(file, path);
   TrainState s;
   {
@@ -183,13 +187,18 @@ TrainState read_state(hid_t file, const std::string& path) {
     s.scaler.good_steps = h5::read_int_attribute(sc.get(), "good_steps", where);
     s.scaler.skipped_steps = h5::read_int_attribute(sc.get(), "skipped_steps", where);
   }
+  return s;
+}
+
+TrainState read_state(hid_t file, const std::string& path) {
+  const TrainState s = read_values(file, path);
   check_ranges(s, path);
   // Files written since the checksum covers the metadata: every value above and the model's shape as written.
   h5::Handle m = open_group(file, "/meta", path);
   if (h5::has_attribute(m.get(), "meta_checksum")) {
     const std::string where = "checkpoint '" + path + "' /meta";
     const std::uint64_t stored = h5::read_uint_attribute(m.get(), "meta_checksum", where);
-    if (stored != metadata_checksum(s, read_model_config(file, path))) {
+    if (stored != checksum(s, read_model_config(file, path))) {
       throw Error(ErrorKind::checkpoint, where + ": the step, data position, loss scaler, deck or model attributes "
                                                  "do not match meta_checksum (edited or damaged): step " +
                                                  std::to_string(s.step) + " cannot be trusted");

@@ -5,6 +5,7 @@
 #   good/step_2.h5, good/latest      a 2-step checkpoint of the fuzz model (checkpoint_harness.cpp's shape) trained
 #                                    by hsdp-train: the checkpoint harness's seed and the e2e suite's good checkpoint
 #   seeds/safetensors/*              that checkpoint exported by hsdp-ckpt (beside hsdp-train), and a two-tensor file
+#   seeds/checkpoint_meta/*          edits of that checkpoint's metadata values (checkpoint_meta_harness.cpp)
 #   make_fixtures.sh HSDP_TRAIN DECK OUT
 set -euo pipefail
 train=$1 deck=$2 out=$3
@@ -43,5 +44,32 @@ header = json.dumps({"__metadata__": {"format": "pt"},
 header += b" " * (-len(header) % 8)
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<Q", len(header)) + header + struct.pack("<4f", 1, 2, 3, 4) + bytes(6))
+EOF
+# The metadata harness's seeds (checkpoint_meta_harness.cpp): edits of 11 bytes (attribute, operation, flags, value).
+mkdir -p "$out/seeds/checkpoint_meta"
+python3 - "$out/seeds/checkpoint_meta" <<'EOF'
+import struct, sys
+out = sys.argv[1]
+def edit(target, op, flags, value):
+    return bytes([target, op, flags]) + struct.pack("<Q", value & (2**64 - 1))
+# Operations: 0 same, 1 int64, 2 int64 at a limit, 3 real, 4 real at a limit, 5 uint64, 6 string, 7 remove, 8 pair.
+# Every seed is a file the readers accept; the mutations make the rest.
+seeds = {}
+for target in range(24):
+    seeds["same_%02d" % target] = edit(target, 0, 0, 0)
+    seeds["forged_same_%02d" % target] = edit(target, 0, 1, 0)
+seeds["forged_step_5"] = edit(0, 2, 1, 5)
+seeds["forged_tokens_39"] = edit(1, 2, 1, 6)
+seeds["forged_train_seconds"] = edit(7, 4, 1, 10)
+seeds["forged_segments_3"] = edit(8, 2, 1, 4)
+seeds["forged_epoch_3"] = edit(19, 5, 1, 3)
+seeds["forged_scale"] = edit(21, 4, 1, 7)
+seeds["forged_good_steps"] = edit(22, 2, 1, 6)
+seeds["hsdp_version"] = edit(17, 6, 0, 0x78)
+seeds["removed_checksum"] = edit(16, 7, 0, 0)
+seeds["step_and_tokens"] = edit(0, 2, 0, 4) + edit(1, 2, 1, 6)      # two edits, then the checksum recomputed
+for name, data in seeds.items():
+    with open("%s/%s" % (out, name), "wb") as f:
+        f.write(data)
 EOF
 echo "fixtures in $out: $(ls "$out/seeds/token_file" | wc -l) token-file seeds, checkpoint $(stat -c %s "$out/good/step_2.h5") bytes"
