@@ -137,8 +137,9 @@ void write_data(MPI_Comm world, hid_t file, std::vector<transfer::DatasetPieces>
 // data or metadata can find the disk full: a metadata write that fails in parallel HDF5 fails on rank 0 alone while
 // the others wait in its flush. Where the file system cannot reserve (EOPNOTSUPP; HSDP_CKPT_RESERVE=0 in tests), see
 // abandon.
-void reserve_blocks(const std::string& path, const std::string& tmp, std::uint64_t bytes) {
-  if (const char* env = std::getenv("HSDP_CKPT_RESERVE"); env != nullptr && std::string(env) == "0") return;
+// Returns whether it reserved them.
+bool reserve_blocks(const std::string& path, const std::string& tmp, std::uint64_t bytes) {
+  if (const char* env = std::getenv("HSDP_CKPT_RESERVE"); env != nullptr && std::string(env) == "0") return false;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) throw Error(ErrorKind::checkpoint, "cannot open '" + tmp + "': " + std::strerror(errno));
   const int reserved = ::fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes));
@@ -148,6 +149,49 @@ void reserve_blocks(const std::string& path, const std::string& tmp, std::uint64
     throw Error(ErrorKind::checkpoint, "cannot write '" + path + "': reserving its " + std::to_string(bytes >> 20) +
                                            " MiB failed: " + std::strerror(err));
   }
+  return reserved == 0;
+}
+
+// Where the blocks were not reserved: reads back what this rank wrote and checks it against the checksums of
+// memory. Open MPI 4.1's collective write returned success on every rank for data a full file system had refused
+// (4 ranks, a tmpfs filled during the write: a file of 128 KiB committed for 10 MiB of tensors). Collective.
+void verify_written(MPI_Comm world, hid_t file, const std::string& path,
+                    std::span<const transfer::DatasetPieces> written, const std::vector<std::uint64_t>& expected) {
+  void* handle = nullptr;
+  agreed(world, [&] { h5::check_status(H5Fget_vfd_handle(file, H5P_DEFAULT, &handle), "the MPI file handle"); });
+  MPI_File fh = *static_cast<MPI_File*>(handle);
+  MPI_File_sync(fh);  // sync, barrier, sync: another rank's writes become visible to this rank's reads
+  MPI_Barrier(world);
+  MPI_File_sync(fh);
+  std::vector<transfer::DatasetPieces> back(written.begin(), written.end());
+  std::size_t total = 0;
+  for (const transfer::DatasetPieces& d : back) {
+    for (const transfer::Piece& p : d.pieces) total += p.count;
+  }
+  std::vector<float> scratch(total);
+  std::size_t at = 0;
+  for (transfer::DatasetPieces& d : back) {
+    for (transfer::Piece& p : d.pieces) {
+      p.memory = scratch.data() + at;
+      at += p.count;
+    }
+  }
+  transfer::Stats stats;
+  agreed(world, [&] { transfer::read_single_call(file, back, stats); });
+  std::vector<std::uint64_t> sums(back.size(), 0);
+  for (std::size_t i = 0; i < back.size(); ++i) {
+    for (const transfer::Piece& p : back[i].pieces) sums[i] += checksum_range({p.memory, p.count}, p.first);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, world);
+  agreed(world, [&] {
+    for (std::size_t i = 0; i < sums.size(); ++i) {
+      if (sums[i] != expected[i]) {
+        throw Error(ErrorKind::checkpoint, "cannot write '" + path + "': " + back[i].path +
+                                               " read back differs from what was written (the file system lost a "
+                                               "write the MPI library did not report: full?)");
+      }
+    }
+  });
 }
 
 // The blocks reserved past the file's end are given back (the close ends the file at its last byte).
@@ -229,16 +273,18 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     // Every block the file will take, its metadata's generously (each dataset's header and checksum are well under
     // 16 KiB), then what its layout takes beyond that, if anything.
     const std::uint64_t reserve = tensors + (1 << 20) + 3 * layout.params().size() * (16 << 10);
+    int reserved = 0;
     agreed(world, [&] {
-      if (rank == 0) reserve_blocks(path, tmp, reserve);
+      if (rank == 0) reserved = reserve_blocks(path, tmp, reserve) ? 1 : 0;
     });
+    MPI_Bcast(&reserved, 1, MPI_INT, 0, world);
     meta::write(file.get(), state, layout.config());
     created = create_datasets(file.get(), tmp, layout, shards, pieces, checksums);
     result.tensor_bytes = created.tensor_bytes;
     agreed(world, [&] {
       hsize_t size = 0;
       h5::check_status(H5Fget_filesize(file.get(), &size), "the size of '" + tmp + "'");
-      if (rank == 0 && size > reserve) reserve_blocks(path, tmp, size);
+      if (rank == 0 && reserved != 0 && size > reserve) reserve_blocks(path, tmp, size);
     });
     // The metadata is written (its blocks taken) before the data, so that a disk filling during the data leaves a
     // file that closes without writing (see abandon).
@@ -255,6 +301,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
       // The single call's collectives (its file views) come before anything that can throw (a full disk: ENOSPC).
       agreed(world, [&] { write_data(world, file.get(), created.pieces, param_count, options, stats); });
     }
+    if (reserved == 0) verify_written(world, file.get(), path, created.pieces, checksums);
     result.data_s = phase.seconds();
     phase.restart();
     op.emplace("closing " + tmp);
@@ -266,7 +313,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   } catch (const AgreedError& e) {
     abandon(rank, file, created, tmp);
     const std::string what = e.what();
-    if (what.find(tmp) != std::string::npos) throw;
+    if (what.find(path) != std::string::npos) throw;
     throw AgreedError(e.kind(), "cannot write '" + path + "': " + what);
   }
   agreed(world, [&] { file.close_checked("closing checkpoint file '" + tmp + "'"); });

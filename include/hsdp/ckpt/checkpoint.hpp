@@ -103,7 +103,8 @@ SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::
 // `latest` or other files. Used by save_checkpoint and by hsdp-ckpt (consolidate, import).
 // A disk that fills while it writes: refused before the file exists when the space is short; then rank 0 reserves
 // the file's blocks (fallocate, where the file system can) so that no later write finds the disk full; where it
-// cannot (or with HSDP_CKPT_RESERVE=0, a test hook), a write that fails closes and removes `path.tmp` (Error).
+// cannot (or with HSDP_CKPT_RESERVE=0, a test hook), every writer reads its pieces back against the checksums (the
+// MPI library can lose a write error), and a write that fails closes and removes `path.tmp` (Error).
 SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
                                  std::span<const UnitShard> shards, bool writer, const TrainState& state,
                                  const SaveOptions& options = {});
