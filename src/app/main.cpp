@@ -136,6 +136,14 @@ void on_stall(const hsdp::Logger& log, const hsdp::StallReport& r) {
   hsdp::comm::MpiEnvironment::abort_job(hsdp::kExitComm);
 }
 
+// Run by the dynamic loader before any shared library's constructor (OpenBLAS, Open MPI, HDF5: tens of
+// milliseconds): a SIGTERM or SIGUSR1 then is recorded like one in main (it ended the process with 143 or 138).
+extern "C" void hsdp_record_signals_from_start(int, char**, char**) {
+  hsdp::train::StopSignals::record_from_start();
+}
+[[gnu::section(".preinit_array"),
+  gnu::used]] void (*const record_signals_at_load)(int, char**, char**) = hsdp_record_signals_from_start;
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -8,17 +8,27 @@ namespace {
 // The one mutable namespace-scope variable in hsdp: a signal handler may only store to a volatile sig_atomic_t.
 volatile std::sig_atomic_t g_received_signal = 0;
 
-extern "C" void record_signal(int signal) { g_received_signal = signal; }
-}  // namespace
+extern "C" void record_signal(int signal) {
+  g_received_signal = signal;
+}
 
-StopSignals::StopSignals() {
-  g_received_signal = 0;
+void install(struct sigaction* previous_usr1, struct sigaction* previous_term) {
   struct sigaction action {};
   action.sa_handler = record_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  sigaction(SIGUSR1, &action, &previous_usr1_);
-  sigaction(SIGTERM, &action, &previous_term_);
+  sigaction(SIGUSR1, &action, previous_usr1);
+  sigaction(SIGTERM, &action, previous_term);
+}
+}  // namespace
+
+void StopSignals::record_from_start() {
+  install(nullptr, nullptr);
+}
+
+// A signal recorded since record_from_start() stays recorded.
+StopSignals::StopSignals() {
+  install(&previous_usr1_, &previous_term_);
 }
 
 StopSignals::~StopSignals() {
