@@ -220,8 +220,11 @@ int run(const Options& o) {
     const StepTimes t = trainer.step(inputs, targets, step + 1, loss);
     const double panels = probe.gflops(false);
     const double blas = probe.gflops(true);
-    // OpenBLAS's workers spin for up to ~0.1 s after a call; let them go to sleep before the next step.
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // OpenBLAS's workers spin for up to ~0.1 s after a call; let them go to sleep before the next step. With one
+    // thread there are none, and the steps run back to back: copies started together (one per rank, as
+    // tools/bench/bandwidth.sh calibrates) then share the cores as training ranks do (with the pause, 4 copies on 2
+    // cores overlapped ~16% of the time and each measured a core of its own: 38 ms a step against 84 in training).
+    if (o.threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (step == 0) continue;
     mean.forward_ms += t.forward_ms / o.steps;
     mean.backward_ms += t.backward_ms / o.steps;
