@@ -5,6 +5,10 @@
 #   sweep_test.sh unknown_key HSDP_SWEEP HSDP_TRAIN WORK   a misspelled key exits 2 naming it
 #   sweep_test.sh local_study HSDP_SWEEP HSDP_TRAIN WORK HSDP_DATA   4 points over no_shard, run --local,
 #                                                          collect: CSV, Markdown table, PNGs
+#   sweep_test.sh cluster_study HSDP_SWEEP HSDP_TRAIN WORK HSDP_DATA  (label cluster, root) full_shard and
+#                                                          hybrid_shard at links not capped and capped at 50 Mbit/s,
+#                                                          run --cluster on 2 hosts x 2 ranks: the order at 50 Mbit/s,
+#                                                          the link column, link.png; run --local refuses a capped point
 #
 # Paths in the decks are absolute, so the checks run from any directory; WORK is emptied first.
 set -euo pipefail
@@ -102,6 +106,59 @@ unknown_key)
   echo "unknown keys and values: exit 2 with the key named"
   ;;
 
+cluster_study)
+  data_tool=$5
+  "$data_tool" synth --out-dir "$work/data" >/dev/null
+  cat >"$work/spec.ini" <<EOF
+[study]
+name = link
+base = $repo/input/quickstart.ini
+np = 2
+[fixed]
+data.train = $work/data/train.bin
+data.val = $work/data/val.bin
+data.entropy_json =
+train.steps = 4
+train.micro_batch = 8
+train.eval_every = 0
+log.every = 1
+checkpoint.dir =
+device.threads = 1
+[axes]
+parallel.sharding = full_shard,hybrid_shard
+launch.link_mbit = 0,50
+EOF
+  status=0
+  "$sweep" run --local "$work/spec.ini" --out "$work/refused" --np 2 2>"$work/refused.err" || status=$?
+  if [[ $status != 2 ]] || ! grep -q "run --cluster" "$work/refused.err"; then
+    fail "run --local with a capped point: exit $status, $(cat "$work/refused.err")"
+  fi
+  status=0
+  HSDP_CLUSTER=hsdpsw HSDP_CLUSTER_NET=101 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+    "$sweep" run --cluster "$work/spec.ini" --out "$work/study" --timeout 120 --collect >"$work/run.out" 2>&1 || status=$?
+  if grep -q "needs the test cluster" "$work/run.out"; then
+    echo "SKIP: $(grep "needs the test cluster" "$work/run.out")"
+    exit 77
+  fi
+  [[ $status == 0 ]] || { cat "$work/run.out"; fail "run --cluster exited $status"; }
+  grep "^point" "$work/run.out"
+  python3 - "$work/study" <<'PY'
+import csv, os, sys
+study = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(study, "results.csv"))))
+assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), [(r["index"], r["status"]) for r in rows]
+tps = {(r["parallel.sharding"], r["launch.link_mbit"]): float(r["tokens_per_s"]) for r in rows}
+assert all(float(r["bytes_inter_per_step"]) > 0 for r in rows), "2 hosts: bytes cross the link"
+assert tps[("hybrid_shard", "50")] > tps[("full_shard", "50")], tps
+assert tps[("full_shard", "0")] > 2 * tps[("full_shard", "50")], f"the cap slows full_shard: {tps}"
+blocks = [b for b in open(os.path.join(study, "link.dat")).read().split("\n\n\n") if b.strip()]
+assert len(blocks) == 2 and all(len(b.strip().splitlines()) == 1 + 2 for b in blocks), "link.dat: 2 series x 2 rates"
+if os.path.exists(os.path.join(study, "throughput.png")):  # gnuplot there
+    with open(os.path.join(study, "link.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n", "link.png is not a PNG"
+print("cluster study: tokens/s", {f"{k[0]}@{k[1]}": round(v) for k, v in tps.items()})
+PY
+  ;;
 local_study)
   data_tool=$5
   "$data_tool" synth --out-dir "$work/data" >/dev/null

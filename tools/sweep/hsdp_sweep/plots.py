@@ -1,5 +1,5 @@
-"""gnuplot PNGs of a collected study: throughput, memory per rank and bytes per link, one bar (group) per point, and
-the training loss of every point against its step. The data files and the gnuplot script are kept next to the PNGs
+"""gnuplot PNGs of a collected study: throughput, memory per rank and bytes per link, one bar (group) per point,
+the training loss of every point against its step, and with a launch.link_mbit axis tokens/s against the link rate. The data files and the gnuplot script are kept next to the PNGs
 so that a person can restyle them."""
 
 import json
@@ -160,6 +160,57 @@ plot for [i=1:{len(labels)}] "{data}" index (i - 1) using 1:2 with lines linewid
 """
 
 
+LINK_AXIS = "launch.link_mbit"
+
+
+def write_link_data(path, rows):
+    """tokens/s against the link rate (a launch.link_mbit axis): one block per combination of the other axes, the
+    points in the order of their rate; a rate of 0 (not capped) at four times the highest rate, where the axis says
+    so.
+    Returns the series' labels and that position (None without a link axis or a capped point)."""
+    ok = [r for r in rows if r["status"] == "ok" and r["tokens_per_s"] is not None and LINK_AXIS in r["axes"]]
+    rates = [int(r["axes"][LINK_AXIS]) for r in ok]
+    if not ok or max(rates) == 0:
+        return [], None
+    uncapped_at = 4 * max(rates)
+    series = {}
+    for r in ok:
+        others = " ".join(f"{k.split('.')[-1]}={v}" for k, v in r["axes"].items() if k != LINK_AXIS) or "all"
+        rate = int(r["axes"][LINK_AXIS])
+        series.setdefault(others, []).append((rate if rate > 0 else uncapped_at, r["tokens_per_s"]))
+    with open(path, "w", encoding="utf-8") as f:
+        for n, (label, points) in enumerate(series.items()):
+            if n:
+                f.write("\n\n")
+            f.write(f"# {label}\n")
+            f.writelines(f"{x}\t{y!r}\n" for x, y in sorted(points))
+    return list(series), uncapped_at
+
+
+def link_script(title, labels, uncapped_at, data="link.dat"):
+    """The curve of the ZeRO++ paper's kind: tokens/s against the link rate, one line per series; "" if none."""
+    if not labels:
+        return ""
+    names = ", ".join('"' + label.replace('"', "'") + '"' for label in labels)
+    return f"""
+set output "link.png"
+set terminal pngcairo size 1000,640 noenhanced font "sans,10"
+set title "{title}: tokens/s against the link rate per host (tc tbf), one line per series"
+set xlabel "link rate per host, Mbit/s each way (log)"
+set ylabel "tokens/s (all ranks, log)"
+set logscale xy
+set autoscale
+set xrange [*:{uncapped_at * 1.5}]
+set xtics norotate add ("not capped" {uncapped_at})
+set bmargin 4
+set lmargin 12
+set key outside right top vertical
+array labels[{len(labels)}] = [{names}]
+plot for [i=1:{len(labels)}] "{data}" index (i - 1) using 1:2 with linespoints linewidth 1.5 title labels[i]
+unset logscale
+"""
+
+
 def write_plots(study_dir, rows, title):
     """Writes results.dat, plots.gp and the PNGs; returns the PNG paths, or an explanation why none."""
     gnuplot = shutil.which("gnuplot")
@@ -167,7 +218,8 @@ def write_plots(study_dir, rows, title):
     script = os.path.join(study_dir, "plots.gp")
     write_data(data, rows)
     labels = write_losses(os.path.join(study_dir, "loss.dat"), rows)
-    for stale in ("throughput.png", "memory.png", "bytes.png", "loss.png"):
+    link_labels, uncapped_at = write_link_data(os.path.join(study_dir, "link.dat"), rows)
+    for stale in ("throughput.png", "memory.png", "bytes.png", "loss.png", "link.png"):
         if os.path.exists(os.path.join(study_dir, stale)):
             os.remove(os.path.join(study_dir, stale))
     text, pngs = gnuplot_script(rows, title)
@@ -175,6 +227,10 @@ def write_plots(study_dir, rows, title):
     if losses:
         text += losses
         pngs.append("loss.png")
+    link = link_script(title, link_labels, uncapped_at)
+    if link:
+        text += link
+        pngs.append("link.png")
     with open(script, "w", encoding="utf-8") as f:
         f.write(text)
     if not pngs:

@@ -1,4 +1,5 @@
-"""Runs a study's points one after another with mpirun, on a machine without Slurm."""
+"""Runs a study's points one after another with mpirun, on a machine without Slurm: here (run --local), or on the
+test cluster of tools/cluster.sh, its links capped at each point's launch.link_mbit (run --cluster)."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import subprocess
 import time
 
 from .errors import InputError
-from .spec import LAUNCH_NODES, train_env
+from .spec import LAUNCH_LINK, LAUNCH_NODES, train_env
 
 TIMEOUT_EXIT = 124  # recorded for a point stopped by --timeout, as timeout(1) does
 
@@ -74,6 +75,10 @@ def _stop(proc):
 def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
     """Runs every point; returns the indices of the points that failed. Each point's output goes to
     <point>/train.log and its exit status to <point>/exit_code."""
+    capped = [index for index, values, _ in points if int(dict(values).get(LAUNCH_LINK, 0)) > 0]
+    if capped:
+        raise InputError(f"points {', '.join(map(str, capped))} cap the link (launch.link_mbit): run them with "
+                         "run --cluster (the test cluster of tools/cluster.sh, as root)")
     failed = []
     for n, (index, values, deck) in enumerate(points, 1):
         point_dir = os.path.dirname(deck)
@@ -96,6 +101,61 @@ def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
         if status != 0:
             failed.append(index)
         out(f"point {index} ({n}/{len(points)}) [{label}] {ranks} rank(s): exit {status} in {seconds:.1f} s; {result}")
+    return failed
+
+
+def _cluster(cluster_sh, *args, check=True):
+    out = subprocess.run([cluster_sh, *args], capture_output=True, text=True, check=False)
+    if check and out.returncode != 0:
+        raise InputError(f"tools/cluster.sh {' '.join(args)} failed (exit {out.returncode}): "
+                         f"{(out.stderr or out.stdout).strip()}")
+    return out.stdout
+
+
+def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=print):
+    """Runs every point on the test cluster (tools/cluster.sh: network namespaces as hosts, root only): a point of
+    launch.nodes n (default 2) on the first n hosts, np ranks each, every host's link capped with tc tbf at its
+    launch.link_mbit (0 or none: not capped). The cluster is made once, for the most hosts a point needs, and
+    removed at the end. Returns the indices of the points that failed."""
+    env_name = os.environ.setdefault("HSDP_CLUSTER", "hsdpsweep")
+    os.environ.setdefault("HSDP_CLUSTER_NET", "91")
+    check = subprocess.run([cluster_sh, "check"], capture_output=True, text=True, check=False)
+    if check.returncode != 0:
+        raise InputError(f"run --cluster needs the test cluster of tools/cluster.sh: {check.stdout.strip()}")
+    hosts_needed = max(int(dict(values).get(LAUNCH_NODES, 2)) for _, values, _ in points)
+    failed = []
+    _cluster(cluster_sh, "down", check=False)
+    try:
+        _cluster(cluster_sh, "up", str(hosts_needed))
+        hosts = _cluster(cluster_sh, "hosts").split()
+        out(f"hsdp-sweep: test cluster '{env_name}' up: {' '.join(hosts)}")
+        for n, (index, values, deck) in enumerate(points, 1):
+            point_dir = os.path.dirname(deck)
+            for stale in ("summary.json", "metrics.jsonl", "exit_code"):
+                if os.path.exists(os.path.join(point_dir, stale)):
+                    os.remove(os.path.join(point_dir, stale))
+            nodes = int(dict(values).get(LAUNCH_NODES, 2))
+            rate = int(dict(values).get(LAUNCH_LINK, 0))
+            for host in hosts:
+                _cluster(cluster_sh, "rate", host, str(rate) if rate > 0 else "off")
+            ranks = np * nodes
+            root = ["--allow-run-as-root"] if os.geteuid() == 0 and "--allow-run-as-root" not in mpirun_args else []
+            cmd = [cluster_sh, "mpirun", *root, "--oversubscribe", "--map-by", f"ppr:{np}:node", "-np", str(ranks),
+                   *mpirun_args, train, "--config", deck]
+            label = " ".join(f"{k}={v}" for k, v in values)
+            start = time.monotonic()
+            status = _run_one(cmd, os.path.join(point_dir, "train.log"), timeout)
+            seconds = time.monotonic() - start
+            with open(os.path.join(point_dir, "exit_code"), "w", encoding="utf-8") as f:
+                f.write(f"{status}\n")
+            result = _final_loss(point_dir) if status == 0 else f"FAILED, see {point_dir}/train.log"
+            if status != 0:
+                failed.append(index)
+            link = f"{rate} Mbit/s" if rate > 0 else "not capped"
+            out(f"point {index} ({n}/{len(points)}) [{label}] {nodes} host(s) x {np} rank(s), links {link}: "
+                f"exit {status} in {seconds:.1f} s; {result}")
+    finally:
+        _cluster(cluster_sh, "down", check=False)
     return failed
 
 

@@ -16,6 +16,8 @@ A spec is an INI file:
     train.micro_batch = 2,4
     launch.nodes = 1,2           # optional, not a deck key: nodes per point (one Slurm array per value;
                                  # run --local emulates them with topology.ranks_per_node)
+    launch.link_mbit = 0,100,30  # optional, not a deck key: each host's link capped at this rate, Mbit/s
+                                 # each way (0: not capped); run --cluster only (the test cluster's tc tbf)
 
 The points are the cartesian product of the axes, the last axis varying fastest, numbered from 0.
 """
@@ -31,7 +33,8 @@ import sys
 from .errors import InputError
 
 LAUNCH_NODES = "launch.nodes"
-LAUNCH_KEYS = {LAUNCH_NODES}
+LAUNCH_LINK = "launch.link_mbit"
+LAUNCH_KEYS = {LAUNCH_NODES, LAUNCH_LINK}
 
 
 class Spec:
@@ -103,6 +106,9 @@ def read_spec(path):
     for key, value in axes:
         if key == LAUNCH_NODES and any(not v.isdigit() or int(v) < 1 for v in value):
             raise InputError(f"{path}: axis '{key}' takes positive integers, not '{','.join(value)}'")
+        if key == LAUNCH_LINK and any(not v.isdigit() for v in value):
+            raise InputError(f"{path}: axis '{key}' takes whole numbers of Mbit/s (0: not capped), "
+                             f"not '{','.join(value)}'")
     axis_keys = {key for key, _ in axes}
     for key, _ in fixed:
         if key in axis_keys:
