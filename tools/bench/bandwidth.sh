@@ -100,11 +100,16 @@ common=(--config "$deck" --data.train=data/train.bin --data.val=data/val.bin --d
 
 for rate in ${rates//,/ }; do
   for h in "${hosts[@]}"; do "$cluster" rate "$h" "$([[ $rate == 0 ]] && echo off || echo "$rate")"; done
-  # The links at this rate, across the hosts (both ranks of a host sending at once, as in training); sizes up to
-  # 4 MiB so a 30 Mbit/s link takes seconds, not minutes.
-  "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-commbench" --json --min-bytes 1024 --max-bytes 4194304 \
-    --factor 64 --max-iters 4 --warmup 1 >"comm_$rate.out" 2>"comm_$rate.err" ||
-    { cat "comm_$rate.err" >&2; echo "bandwidth.sh: hsdp-commbench at $rate Mbit/s failed" >&2; exit 1; }
+  # The links at this rate, across the hosts (both ranks of a host sending at once, as in training): the small
+  # sizes (the latency) with 32 iterations, whose mean a single slow message (a TCP retransmission behind the tbf
+  # queue) otherwise sways by 50x between runs; 4 MiB (the bandwidth) with 8, so a 30 Mbit/s link takes seconds.
+  : >"comm_$rate.out"
+  for sizes in "--min-bytes 1024 --max-bytes 65536 --max-iters 32" "--min-bytes 4194304 --max-bytes 4194304 --max-iters 8"; do
+    # shellcheck disable=SC2086 # the sizes' options, one word each
+    "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-commbench" --json $sizes --factor 64 --warmup 1 \
+      >>"comm_$rate.out" 2>"comm_$rate.err" ||
+      { cat "comm_$rate.err" >&2; echo "bandwidth.sh: hsdp-commbench at $rate Mbit/s failed" >&2; exit 1; }
+  done
   grep '^{' "comm_$rate.out" >"comm_$rate.json"  # the JSON lines, without the transport's notes
   for s in ${strategies//,/ }; do
     IFS=$'\t' read -r keys row < <(keys_of "$s")
