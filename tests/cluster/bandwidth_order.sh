@@ -9,7 +9,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$work"
 code=0
 "$root/tools/bench/bandwidth.sh" --build "$build" --work "$work/run" --rates 0,50 \
-  --strategies full_shard,hybrid_shard,full_shard_zeropp --steps 4 --json "$work/points.jsonl" || code=$?
+  --strategies full_shard,hybrid_shard,full_shard_zeropp --steps 4 --calibration-iters 8,2 --json "$work/points.jsonl" ||
+  code=$?
 ((code == 77)) && exit 77
 ((code == 0)) || { echo "FAIL: bandwidth.sh exited $code"; exit 1; }
 cat "$work/points.md"

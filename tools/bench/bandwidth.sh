@@ -10,7 +10,8 @@
 #    "plan_recommends":...}
 #
 #   tools/bench/bandwidth.sh [--rates 0,300,100,30] [--strategies LIST] [--steps 8] [--micro-batch 8]
-#                            [--deck input/quickstart.ini] [--build build] [--work DIR] [--json FILE.jsonl]
+#                            [--calibration-iters 32,8] [--deck input/quickstart.ini] [--build build] [--work DIR]
+#                            [--json FILE.jsonl]
 #
 # With --json, also FILE.md (the table: tokens/s, measured and predicted step per point) and FILE.png (tokens/s
 # against the rate, one line per strategy; FILE.gp and FILE.dat to restyle it).
@@ -19,7 +20,8 @@
 # full_shard_bf16, hybrid_shard, hybrid_shard_zero2, full_shard_zeropp (bf16, qwZ + hpZ of 2 + qgZ),
 # hybrid_shard_qgz (bf16, qgZ). The model: the deck's (the quickstart's: 0.81M parameters) with micro_batch 8 x 64
 # tokens per rank, so a step computes for tens of milliseconds on this machine, against up to a few seconds of
-# communication at 30 Mbit/s. measured_step_ms is the median of steps 2..N (step 1 warms up). Needs root and
+# communication at 30 Mbit/s. measured_step_ms is the median of steps 2..N (step 1 warms up). --calibration-iters:
+# hsdp-commbench's iterations for the small messages (1 and 64 KiB: the latency) and at 4 MiB (the bandwidth). Needs root and
 # network namespaces; exit 77 with the reason where they cannot be made.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -28,6 +30,7 @@ rates=0,300,100,30
 strategies=no_shard,full_shard,full_shard_bf16,hybrid_shard,hybrid_shard_zero2,full_shard_zeropp,hybrid_shard_qgz
 steps=8
 micro_batch=8
+calibration_iters=32,8
 deck=$root/input/quickstart.ini
 work=${TMPDIR:-/tmp}/hsdp_bandwidth
 json=
@@ -38,6 +41,7 @@ while (($#)); do
     --strategies) strategies=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --micro-batch) micro_batch=$2; shift 2 ;;
+    --calibration-iters) calibration_iters=$2; shift 2 ;;
     --deck) deck=$(readlink -f "$2"); shift 2 ;;
     --build) build=$(readlink -f "$2"); shift 2 ;;
     --work) work=$2; shift 2 ;;
@@ -47,6 +51,11 @@ while (($#)); do
   esac
 done
 if ! [[ $steps =~ ^[0-9]+$ ]] || ((steps < 3)); then echo "bandwidth.sh: --steps $steps: need >= 3" >&2; exit 2; fi
+if ! [[ $calibration_iters =~ ^[1-9][0-9]*,[1-9][0-9]*$ ]]; then
+  echo "bandwidth.sh: --calibration-iters $calibration_iters: need SMALL,LARGE (two positive integers)" >&2
+  exit 2
+fi
+small_iters=${calibration_iters%,*} large_iters=${calibration_iters#*,}
 for rate in ${rates//,/ }; do
   [[ $rate =~ ^[0-9]+$ ]] || { echo "bandwidth.sh: --rates: '$rate' is not a whole number of Mbit/s" >&2; exit 2; }
 done
@@ -101,10 +110,11 @@ common=(--config "$deck" --data.train=data/train.bin --data.val=data/val.bin --d
 for rate in ${rates//,/ }; do
   for h in "${hosts[@]}"; do "$cluster" rate "$h" "$([[ $rate == 0 ]] && echo off || echo "$rate")"; done
   # The links at this rate, across the hosts (both ranks of a host sending at once, as in training): the small
-  # sizes (the latency) with 32 iterations, whose mean a single slow message (a TCP retransmission behind the tbf
-  # queue) otherwise sways by 50x between runs; 4 MiB (the bandwidth) with 8, so a 30 Mbit/s link takes seconds.
+  # sizes (the latency) with 32 iterations (default), whose mean a single slow message (a TCP retransmission behind
+  # the tbf queue) swayed by 50x between runs with 4; 4 MiB (the bandwidth) with 8, so a 30 Mbit/s link takes seconds.
   : >"comm_$rate.out"
-  for sizes in "--min-bytes 1024 --max-bytes 65536 --max-iters 32" "--min-bytes 4194304 --max-bytes 4194304 --max-iters 8"; do
+  for sizes in "--min-bytes 1024 --max-bytes 65536 --max-iters $small_iters" \
+    "--min-bytes 4194304 --max-bytes 4194304 --max-iters $large_iters"; do
     # shellcheck disable=SC2086 # the sizes' options, one word each
     "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-commbench" --json $sizes --factor 64 --warmup 1 \
       >>"comm_$rate.out" 2>"comm_$rate.err" ||
