@@ -249,8 +249,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error(ErrorKind::checkpoint, "cannot create checkpoint directory '" + dir + "': " + ec.message());
-    // A file system that cannot hold the tensors is said before the file exists: a write that fails inside
-    // MPI-IO leaves HDF5 with a file it cannot close (it crashed at MPI_Finalize in the tools).
+    // A file system that cannot hold the tensors is said before the file exists, with the space it needs.
     const fs::space_info space = fs::space(dir, ec);
     if (!ec && space.available < tensors) {
       throw Error(ErrorKind::checkpoint, "cannot write '" + path + "': it needs at least " +
