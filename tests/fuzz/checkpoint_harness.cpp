@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_common.hpp"
 #include "harness.hpp"
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/ckpt/inspect.hpp"
@@ -24,18 +25,6 @@
 namespace {
 
 using hsdp::ckpt::FullCheckpoint;
-
-// The fuzz model: tests/fuzz/make_fixtures.sh trains the seed checkpoint with exactly this shape.
-hsdp::model::GptConfig fuzz_model() {
-  hsdp::model::GptConfig c;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 16;
-  c.vocab_size = 64;
-  c.padded_vocab_size = 64;
-  return c;
-}
 
 struct Reference {
   std::optional<FullCheckpoint> full;  // the unmutated checkpoint, when named
@@ -46,22 +35,9 @@ Reference& reference() {
   return r;
 }
 
-bool same_tensors(const FullCheckpoint& a, const FullCheckpoint& b) {
-  const auto same = [](const auto& x, const auto& y) {
-    if (x.size() != y.size()) return false;
-    for (std::size_t u = 0; u < x.size(); ++u) {
-      if (x[u].size() != y[u].size() || std::memcmp(x[u].data(), y[u].data(), x[u].size() * sizeof(float)) != 0) {
-        return false;
-      }
-    }
-    return true;
-  };
-  return same(a.params, b.params) && same(a.exp_avg, b.exp_avg) && same(a.exp_avg_sq, b.exp_avg_sq);
-}
-
 void check_against_reference(const FullCheckpoint& loaded, const char* reader) {
   const auto& ref = reference().full;
-  if (ref && !same_tensors(loaded, *ref)) {
+  if (ref && !hsdp::fuzz::same_tensors(loaded, *ref)) {
     throw hsdp::fuzz::PropertyViolation("undetected_damage", std::string(reader) +
                                                                  " accepted a file whose tensors differ from the "
                                                                  "unmutated checkpoint's");
@@ -75,34 +51,11 @@ void verify(const std::string& path) {
 }
 
 void resume(const std::string& path) {
-  const hsdp::model::ModelLayout layout(fuzz_model());
-  FullCheckpoint mine = hsdp::ckpt::empty_checkpoint(fuzz_model());
+  const hsdp::model::ModelLayout layout(hsdp::fuzz::checkpoint_fuzz_model());
+  FullCheckpoint mine = hsdp::ckpt::empty_checkpoint(hsdp::fuzz::checkpoint_fuzz_model());
   const auto shards = mine.whole_units();
   hsdp::ckpt::load_checkpoint(MPI_COMM_SELF, path, layout, shards);
   check_against_reference(mine, "load_checkpoint");
-}
-
-// Runs one reader, then checks that it left no HDF5 identifier open (and closes what it left, so that the next input
-// starts clean).
-hsdp::fuzz::Outcome run_reader(const std::function<void()>& reader, const char* name) {
-  hsdp::fuzz::Outcome outcome = hsdp::fuzz::run_classified(reader);
-  const ssize_t left_open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
-  if (left_open > 0) {
-    std::vector<hid_t> ids(static_cast<std::size_t>(left_open));
-    H5Fget_obj_ids(H5F_OBJ_ALL, H5F_OBJ_ALL, ids.size(), ids.data());
-    for (const hid_t id : ids) {
-      if (H5Iget_type(id) == H5I_FILE) {
-        H5Fclose(id);
-      } else {
-        H5Oclose(id);
-      }
-    }
-    outcome = hsdp::fuzz::worse(outcome, {hsdp::fuzz::Verdict::failure, "property:hdf5_objects_left_open",
-                                          std::string(name) + " left " + std::to_string(left_open) +
-                                              " HDF5 file(s) or object(s) open after: " + outcome.category + ": " +
-                                              outcome.detail});
-  }
-  return outcome;
 }
 
 }  // namespace
@@ -123,8 +76,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::string path = hsdp::fuzz::scratch_dir() + "/step_1.h5";
   hsdp::fuzz::write_file(path, {data, size});
-  hsdp::fuzz::Outcome outcome = run_reader([&] { verify(path); }, "read_full_checkpoint + inspect_checkpoint");
-  outcome = hsdp::fuzz::worse(outcome, run_reader([&] { hsdp::ckpt::inspect_checkpoint(path); }, "inspect_checkpoint"));
-  outcome = hsdp::fuzz::worse(outcome, run_reader([&] { resume(path); }, "load_checkpoint"));
+  hsdp::fuzz::Outcome outcome =
+      hsdp::fuzz::run_checkpoint_reader([&] { verify(path); }, "read_full_checkpoint + inspect_checkpoint");
+  outcome = hsdp::fuzz::worse(
+      outcome, hsdp::fuzz::run_checkpoint_reader([&] { hsdp::ckpt::inspect_checkpoint(path); }, "inspect_checkpoint"));
+  outcome = hsdp::fuzz::worse(outcome, hsdp::fuzz::run_checkpoint_reader([&] { resume(path); }, "load_checkpoint"));
   return hsdp::fuzz::finish(outcome);
 }

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint_common.hpp"
 #include "h5.hpp"
 #include "harness.hpp"
 #include "hsdp/ckpt/checkpoint.hpp"
@@ -228,17 +229,6 @@ Edited apply_edits(const std::string& path, const std::uint8_t* data, std::size_
   return out;
 }
 
-hsdp::model::GptConfig fuzz_model() {  // the shape of make_fixtures.sh's checkpoint
-  hsdp::model::GptConfig c;
-  c.n_layer = 1;
-  c.n_head = 2;
-  c.n_embd = 16;
-  c.block_size = 16;
-  c.vocab_size = 64;
-  c.padded_vocab_size = 64;
-  return c;
-}
-
 std::optional<FullCheckpoint>& reference() {
   static std::optional<FullCheckpoint> r;
   return r;
@@ -246,19 +236,6 @@ std::optional<FullCheckpoint>& reference() {
 std::string& reference_path() {
   static std::string p;
   return p;
-}
-
-bool same_tensors(const FullCheckpoint& a, const FullCheckpoint& b) {
-  const auto same = [](const auto& x, const auto& y) {
-    if (x.size() != y.size()) return false;
-    for (std::size_t u = 0; u < x.size(); ++u) {
-      if (x[u].size() != y[u].size() || std::memcmp(x[u].data(), y[u].data(), x[u].size() * sizeof(float)) != 0) {
-        return false;
-      }
-    }
-    return true;
-  };
-  return same(a.params, b.params) && same(a.exp_avg, b.exp_avg) && same(a.exp_avg_sq, b.exp_avg_sq);
 }
 
 // What every writer's state satisfies (restated from the format, not taken from the reader).
@@ -283,30 +260,10 @@ void accepted(const FullCheckpoint& loaded, const TrainState& state, const Edite
                                             "meta_checksum neither recomputed nor removed");
   }
   check_in_range(state, reader);
-  if (!same_tensors(loaded, *reference())) {
+  if (!hsdp::fuzz::same_tensors(loaded, *reference())) {
     throw hsdp::fuzz::PropertyViolation("undetected_damage",
                                         std::string(reader) + " read tensors that differ from the reference's");
   }
-}
-
-hsdp::fuzz::Outcome run_reader(const std::function<void()>& reader, const char* name) {
-  hsdp::fuzz::Outcome outcome = hsdp::fuzz::run_classified(reader);
-  const ssize_t left_open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
-  if (left_open > 0) {
-    std::vector<hid_t> ids(static_cast<std::size_t>(left_open));
-    H5Fget_obj_ids(H5F_OBJ_ALL, H5F_OBJ_ALL, ids.size(), ids.data());
-    for (const hid_t id : ids) {
-      if (H5Iget_type(id) == H5I_FILE) {
-        H5Fclose(id);
-      } else {
-        H5Oclose(id);
-      }
-    }
-    outcome =
-        hsdp::fuzz::worse(outcome, {hsdp::fuzz::Verdict::failure, "property:hdf5_objects_left_open",
-                                    std::string(name) + " left " + std::to_string(left_open) + " HDF5 object(s) open"});
-  }
-  return outcome;
 }
 
 }  // namespace
@@ -338,23 +295,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const std::exception& e) {  // a value HDF5 would not write: no file for the readers
     return hsdp::fuzz::finish({hsdp::fuzz::Verdict::rejected, "edit", e.what()});
   }
-  hsdp::fuzz::Outcome outcome = run_reader(
+  hsdp::fuzz::Outcome outcome = hsdp::fuzz::run_checkpoint_reader(
       [&] {
         const FullCheckpoint full = hsdp::ckpt::read_full_checkpoint(path);
         hsdp::ckpt::inspect_checkpoint(path);
         accepted(full, full.state, edited, "read_full_checkpoint");
       },
       "read_full_checkpoint + inspect_checkpoint");
-  outcome = hsdp::fuzz::worse(outcome, run_reader([&] { hsdp::ckpt::inspect_checkpoint(path); }, "inspect_checkpoint"));
-  outcome = hsdp::fuzz::worse(outcome, run_reader(
-                                           [&] {
-                                             const hsdp::model::ModelLayout layout(fuzz_model());
-                                             FullCheckpoint mine = hsdp::ckpt::empty_checkpoint(fuzz_model());
-                                             const auto shards = mine.whole_units();
-                                             const TrainState state =
-                                                 hsdp::ckpt::load_checkpoint(MPI_COMM_SELF, path, layout, shards);
-                                             accepted(mine, state, edited, "load_checkpoint");
-                                           },
-                                           "load_checkpoint"));
+  outcome = hsdp::fuzz::worse(
+      outcome, hsdp::fuzz::run_checkpoint_reader([&] { hsdp::ckpt::inspect_checkpoint(path); }, "inspect_checkpoint"));
+  outcome = hsdp::fuzz::worse(
+      outcome, hsdp::fuzz::run_checkpoint_reader(
+                   [&] {
+                     const hsdp::model::ModelLayout layout(hsdp::fuzz::checkpoint_fuzz_model());
+                     FullCheckpoint mine = hsdp::ckpt::empty_checkpoint(hsdp::fuzz::checkpoint_fuzz_model());
+                     const auto shards = mine.whole_units();
+                     const TrainState state = hsdp::ckpt::load_checkpoint(MPI_COMM_SELF, path, layout, shards);
+                     accepted(mine, state, edited, "load_checkpoint");
+                   },
+                   "load_checkpoint"));
   return hsdp::fuzz::finish(outcome);
 }

@@ -72,6 +72,25 @@ def _stop(proc):
             continue
 
 
+def _clear(point_dir):
+    """What an earlier run of the point left, so that collect never reads it as this run's."""
+    for stale in ("summary.json", "metrics.jsonl", "exit_code"):
+        if os.path.exists(os.path.join(point_dir, stale)):
+            os.remove(os.path.join(point_dir, stale))
+
+
+def _run_point(cmd, point_dir, timeout):
+    """Runs one point's command; records its exit status in <point>/exit_code. Returns (status, seconds, what to
+    say of it)."""
+    start = time.monotonic()
+    status = _run_one(cmd, os.path.join(point_dir, "train.log"), timeout)
+    seconds = time.monotonic() - start
+    with open(os.path.join(point_dir, "exit_code"), "w", encoding="utf-8") as f:
+        f.write(f"{status}\n")
+    result = _final_loss(point_dir) if status == 0 else f"FAILED, see {point_dir}/train.log"
+    return status, seconds, result
+
+
 def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
     """Runs every point; returns the indices of the points that failed. Each point's output goes to
     <point>/train.log and its exit status to <point>/exit_code."""
@@ -82,9 +101,7 @@ def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
     failed = []
     for n, (index, values, deck) in enumerate(points, 1):
         point_dir = os.path.dirname(deck)
-        for stale in ("summary.json", "metrics.jsonl", "exit_code"):
-            if os.path.exists(os.path.join(point_dir, stale)):
-                os.remove(os.path.join(point_dir, stale))
+        _clear(point_dir)
         nodes = int(dict(values).get(LAUNCH_NODES, 0))
         ranks = np * nodes if nodes else np
         # A launch.nodes point on one machine: nodes of `np` emulated ranks each.
@@ -92,12 +109,7 @@ def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
         cmd = [mpirun, *launcher_args(mpirun, ranks, mpirun_args), "-np", str(ranks), *mpirun_args,
                train, "--config", deck, *emulate]
         label = " ".join(f"{k}={v}" for k, v in values)
-        start = time.monotonic()
-        status = _run_one(cmd, os.path.join(point_dir, "train.log"), timeout)
-        seconds = time.monotonic() - start
-        with open(os.path.join(point_dir, "exit_code"), "w", encoding="utf-8") as f:
-            f.write(f"{status}\n")
-        result = _final_loss(point_dir) if status == 0 else f"FAILED, see {point_dir}/train.log"
+        status, seconds, result = _run_point(cmd, point_dir, timeout)
         if status != 0:
             failed.append(index)
         out(f"point {index} ({n}/{len(points)}) [{label}] {ranks} rank(s): exit {status} in {seconds:.1f} s; {result}")
@@ -131,9 +143,7 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
         out(f"hsdp-sweep: test cluster '{env_name}' up: {' '.join(hosts)}")
         for n, (index, values, deck) in enumerate(points, 1):
             point_dir = os.path.dirname(deck)
-            for stale in ("summary.json", "metrics.jsonl", "exit_code"):
-                if os.path.exists(os.path.join(point_dir, stale)):
-                    os.remove(os.path.join(point_dir, stale))
+            _clear(point_dir)
             nodes = int(dict(values).get(LAUNCH_NODES, 2))
             rate = int(dict(values).get(LAUNCH_LINK, 0))
             for host in hosts:
@@ -143,12 +153,7 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
             cmd = [cluster_sh, "mpirun", *root, "--oversubscribe", "--map-by", f"ppr:{np}:node", "-np", str(ranks),
                    *mpirun_args, train, "--config", deck]
             label = " ".join(f"{k}={v}" for k, v in values)
-            start = time.monotonic()
-            status = _run_one(cmd, os.path.join(point_dir, "train.log"), timeout)
-            seconds = time.monotonic() - start
-            with open(os.path.join(point_dir, "exit_code"), "w", encoding="utf-8") as f:
-                f.write(f"{status}\n")
-            result = _final_loss(point_dir) if status == 0 else f"FAILED, see {point_dir}/train.log"
+            status, seconds, result = _run_point(cmd, point_dir, timeout)
             if status != 0:
                 failed.append(index)
             link = f"{rate} Mbit/s" if rate > 0 else "not capped"
