@@ -41,6 +41,36 @@ TEST(Calibrate, BandwidthIsMeanBusbwAtTheLargestSize_LatencyIsTimePerMessageAtTh
   EXPECT_NE(c.inter->how.find("inter-node"), std::string::npos);
 }
 
+// By size: busbw with the latency of the size's messages taken out, where that latency is under half the time.
+TEST(Calibrate, BandwidthBySize_TakesTheLatencyOut_AndLeavesOutLatencyBoundSizes) {
+  const Calibration c = parse_commbench(kLines, "bench.json");
+  // intra: latency 2.5 us; 8 B is the latency's own size: left out.
+  ASSERT_EQ(c.intra->by_size.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.intra->by_size[0].bytes, 1048576);
+  EXPECT_DOUBLE_EQ(c.intra->by_size[0].gbps, (10.5 * 100 / (100 - 2 * 2.5) + 6.5 * 80 / (80 - 2.5)) / 2);
+  ASSERT_EQ(c.inter->by_size.size(), 1u);
+  EXPECT_DOUBLE_EQ(c.inter->by_size[0].gbps, 0.6 * 900 / (900 - 12));
+  EXPECT_NE(c.inter->how.find("by size"), std::string::npos) << c.inter->how;
+}
+
+// Between two measured sizes the bandwidth is interpolated linearly in log size; outside them the nearest one's.
+TEST(Calibrate, ACollectiveGetsTheBandwidthOfItsSize) {
+  LinkClass link{2, 0, {{65536, 1.0}, {4194304, 0.5}}};
+  EXPECT_DOUBLE_EQ(link.gbps_at(1024), 1.0);
+  EXPECT_DOUBLE_EQ(link.gbps_at(65536), 1.0);
+  EXPECT_NEAR(link.gbps_at(1048576), 1.0 - 0.5 * (4.0 / 6.0), 1e-12);  // 16x of the 64x from 64 KiB to 4 MiB
+  EXPECT_DOUBLE_EQ(link.gbps_at(1 << 30), 0.5);
+  const LinkClass flat{2, 0, {}};
+  EXPECT_DOUBLE_EQ(flat.gbps_at(1024), 2.0);
+  // An all_gather of 262144 fp32 elements per rank on 2 ranks across 2 nodes is 2 MiB in commbench's convention.
+  shard::GroupView g;
+  g.node_of_rank = {0, 1};
+  Cluster cluster;
+  cluster.inter = link;
+  const CollectiveCall call{&g, comm::Collective::all_gather, 262144, 4, 1, 1, Phase::forward_gather};
+  EXPECT_NEAR(collective_seconds(call, cluster), 1048576.0 / (link.gbps_at(2097152) * 1e9), 1e-15);
+}
+
 TEST(Calibrate, OneNode_HasNoInterNodeLink) {
   const Calibration c = parse_commbench(
       R"({"bench":"comm","group":"intra-node","ranks":4,"collective":"all_gather","bytes":64,"iters":2,"time_us":9,"algbw_gbps":1,"busbw_gbps":2,"bus_factor":0.75})",

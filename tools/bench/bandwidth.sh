@@ -10,8 +10,8 @@
 #    "plan_recommends":...}
 #
 #   tools/bench/bandwidth.sh [--rates 0,300,100,30] [--strategies LIST] [--steps 8] [--micro-batch 8]
-#                            [--calibration-iters 32,8] [--deck input/quickstart.ini] [--build build] [--work DIR]
-#                            [--json FILE.jsonl]
+#                            [--calibration-iters 32,8] [--tcp-eager BYTES] [--deck input/quickstart.ini]
+#                            [--build build] [--work DIR] [--json FILE.jsonl]
 #
 # With --json, also FILE.md (the table: tokens/s, measured and predicted step per point) and FILE.png (tokens/s
 # against the rate, one line per strategy; FILE.gp and FILE.dat to restyle it).
@@ -21,8 +21,12 @@
 # hybrid_shard_qgz (bf16, qgZ). The model: the deck's (the quickstart's: 0.81M parameters) with micro_batch 8 x 64
 # tokens per rank, so a step computes for tens of milliseconds on this machine, against up to a few seconds of
 # communication at 30 Mbit/s. measured_step_ms is the median of steps 2..N (step 1 warms up). --calibration-iters:
-# hsdp-commbench's iterations for the small messages (1 and 64 KiB: the latency) and at 4 MiB (the bandwidth). Needs root and
-# network namespaces; exit 77 with the reason where they cannot be made.
+# hsdp-commbench's iterations for the small messages (1 and 64 KiB: the latency) and for 256 KiB to 4 MiB (the
+# bandwidth by size). --tcp-eager: Open MPI's TCP transport sends messages up to BYTES eagerly (btl_tcp_eager_limit,
+# rndv_eager_limit and max_send_size; default 64 KiB, 64 KiB, 128 KiB): a larger message goes by rendezvous, whose
+# fragments move only while both ranks are inside MPI calls, so a collective in flight stalls while its ranks
+# compute; eager, the kernel carries it meanwhile. For every run of the study, calibration included. Needs root
+# and network namespaces; exit 77 with the reason where they cannot be made.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${HSDP_BUILD_DIR:-$root/build}
@@ -31,6 +35,7 @@ strategies=no_shard,full_shard,full_shard_bf16,hybrid_shard,hybrid_shard_zero2,f
 steps=8
 micro_batch=8
 calibration_iters=32,8
+tcp_eager=
 deck=$root/input/quickstart.ini
 work=${TMPDIR:-/tmp}/hsdp_bandwidth
 json=
@@ -42,6 +47,7 @@ while (($#)); do
     --steps) steps=$2; shift 2 ;;
     --micro-batch) micro_batch=$2; shift 2 ;;
     --calibration-iters) calibration_iters=$2; shift 2 ;;
+    --tcp-eager) tcp_eager=$2; shift 2 ;;
     --deck) deck=$(readlink -f "$2"); shift 2 ;;
     --build) build=$(readlink -f "$2"); shift 2 ;;
     --work) work=$2; shift 2 ;;
@@ -56,6 +62,12 @@ if ! [[ $calibration_iters =~ ^[1-9][0-9]*,[1-9][0-9]*$ ]]; then
   exit 2
 fi
 small_iters=${calibration_iters%,*} large_iters=${calibration_iters#*,}
+if [[ -n $tcp_eager ]]; then
+  [[ $tcp_eager =~ ^[1-9][0-9]*$ ]] || { echo "bandwidth.sh: --tcp-eager $tcp_eager: need a number of bytes" >&2; exit 2; }
+  # mpirun hands OMPI_MCA_* to every rank, on every host
+  export OMPI_MCA_btl_tcp_eager_limit=$tcp_eager OMPI_MCA_btl_tcp_rndv_eager_limit=$tcp_eager
+  export OMPI_MCA_btl_tcp_max_send_size=$tcp_eager
+fi
 for rate in ${rates//,/ }; do
   [[ $rate =~ ^[0-9]+$ ]] || { echo "bandwidth.sh: --rates: '$rate' is not a whole number of Mbit/s" >&2; exit 2; }
 done
@@ -111,12 +123,13 @@ for rate in ${rates//,/ }; do
   for h in "${hosts[@]}"; do "$cluster" rate "$h" "$([[ $rate == 0 ]] && echo off || echo "$rate")"; done
   # The links at this rate, across the hosts (both ranks of a host sending at once, as in training): the small
   # sizes (the latency) with 32 iterations (default), whose mean a single slow message (a TCP retransmission behind
-  # the tbf queue) swayed by 50x between runs with 4; 4 MiB (the bandwidth) with 8, so a 30 Mbit/s link takes seconds.
+  # the tbf queue) swayed by 50x between runs with 4; 256 KiB, 1 MiB and 4 MiB (the bandwidth by size: 64 KiB moved
+  # at ~90% of a capped link, 4 MiB at 55-60%) with 8, so a 30 Mbit/s link takes seconds.
   : >"comm_$rate.out"
-  for sizes in "--min-bytes 1024 --max-bytes 65536 --max-iters $small_iters" \
-    "--min-bytes 4194304 --max-bytes 4194304 --max-iters $large_iters"; do
+  for sizes in "--min-bytes 1024 --max-bytes 65536 --factor 64 --max-iters $small_iters" \
+    "--min-bytes 262144 --max-bytes 4194304 --factor 4 --max-iters $large_iters"; do
     # shellcheck disable=SC2086 # the sizes' options, one word each
-    "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-commbench" --json $sizes --factor 64 --warmup 1 \
+    "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-commbench" --json $sizes --warmup 1 \
       >>"comm_$rate.out" 2>"comm_$rate.err" ||
       { cat "comm_$rate.err" >&2; echo "bandwidth.sh: hsdp-commbench at $rate Mbit/s failed" >&2; exit 1; }
   done

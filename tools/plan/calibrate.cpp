@@ -1,5 +1,6 @@
 #include "plan/calibrate.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
@@ -127,9 +128,26 @@ std::optional<LinkCalibration> derive(const std::vector<Sample>& samples, const 
   LinkCalibration c;
   c.gbps = bw / count;
   c.latency_us = alpha / count;
+  // The bandwidth by size: each sample's busbw with its messages' latency taken out (busbw t / (t - alpha m)),
+  // where that latency is under half its time, and not at the smallest size (the latency's own measurement); the
+  // mean over the collectives measured at the size.
+  std::map<double, std::pair<double, int>> sized;  // bytes -> (sum, samples)
+  for (const Sample& s : samples) {
+    const double latency = c.latency_us * ring_messages(s.collective, s.ranks);
+    if (&s == extremes[s.collective].first || s.time_us <= 2 * latency) continue;
+    auto& [sum, n] = sized[s.bytes];
+    sum += s.busbw * s.time_us / (s.time_us - latency);
+    n += 1;
+  }
+  std::string how_sized;
+  for (const auto& [bytes, mean] : sized) {
+    c.by_size.push_back({bytes, mean.first / mean.second});
+    how_sized += (how_sized.empty() ? "" : ", ") + fmt(c.by_size.back().gbps) + " at " + size_text(bytes);
+  }
   c.how = group + " (" + fmt(samples.front().ranks) + " ranks): bandwidth " + fmt(c.gbps) +
           " GB/s = mean busbw at the largest size (" + how_bw + "); latency " + fmt(c.latency_us) +
-          " us = mean time per message at the smallest size (" + how_alpha + ")";
+          " us = mean time per message at the smallest size (" + how_alpha + "); by size, the latency taken out, " +
+          "GB/s (what a collective of that size gets; interpolated in log size between them): " + how_sized;
   return c;
 }
 

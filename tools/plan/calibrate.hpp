@@ -3,8 +3,11 @@
 // "intra-node" and "inter-node" and the ring collectives (all_reduce, reduce_scatter, all_gather):
 //   bandwidth  = the mean over those collectives of busbw_gbps at the largest size each was measured at (busbw is
 //                the bytes one rank moves per second, which is what the time model divides by);
+//   by size    = at each measured size, the mean over those collectives of busbw t / (t - latency x messages), the
+//                bandwidth with the latency of the size's messages taken out (sizes where that latency is half the
+//                time or more are left out): the time model interpolates it by a collective's size (cost.hpp);
 //   latency    = the mean over them, at the smallest size each was measured at, of time_us / (messages of the
-//                ring: 2(n-1) for all_reduce, n-1 for the others; n the group's ranks): the alpha of one message.
+//                ring: 2(n-1) for all_reduce, n-1 for the others; n the group's ranks): the alpha of one message;
 // And the compute rate per rank from the lines of hsdp-bench-train-cpu --json (bench=train_cpu) and
 // hsdp-bench-train-gpu (bench=train_gpu), one training step of a GPT on one rank:
 //   compute    = the mean over those lines of hsdp-plan's FLOPs of the measured step (flops_per_token of cost.hpp with
@@ -17,11 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "plan/cost.hpp"
+
 namespace hsdp::plan {
 
 struct LinkCalibration {
   double gbps = 0;
   double latency_us = 0;
+  std::vector<SizedBandwidth> by_size;  // the bandwidth at each measured size (LinkClass::by_size)
   std::string how;  // what it took, for the output
 };
 

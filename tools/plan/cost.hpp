@@ -20,14 +20,27 @@
 // backward, 12 L C T for attention scores and values), + (2 P + 4 L C T) per token of forward recomputation with
 // activation checkpointing; divided by --compute-tflops.
 //
-// Overlap: without prefetch (parallel.prefetch = false) step = compute + comm. With prefetch,
-//   step = exposed + max(compute, comm - exposed)
-// where `exposed` is the communication nothing can hide: the embedding's first forward gather of each micro-batch
-// (no compute runs before it), the embedding's gradient reduction after the last backward (nothing runs after it;
-// no_shard: the bucket holding the embedding, all three hops when hierarchical), zero1's all-gather after AdamW, and qgZ's all-to-alls (hsdp runs the
-// two hops blocking).
+// Overlap: without prefetch (parallel.prefetch = false) step = compute + comm. With prefetch, the engine's schedule
+// (docs/architecture.md) is replayed on a clock (step_time's Schedule): the host computes unit by unit, a third of a
+// unit's FLOPs in forward (2 N + 4 C T per token for a block of N elements), the rest in backward (the tied head's
+// with the final unit), and waits where the engine waits: a unit's gather before its compute, qgZ's all-to-alls
+// (blocking in hsdp), every reduction before the next micro-batch and the optimizer step, zero1's all-gather after
+// it. A gather runs from when it is prefetched (the next unit's, when the current one starts), a gradient reduction
+// from the end of its unit's backward, hybrid's cross-node all-reduce (and hierarchical no_shard's hops) when the
+// hop before it completes; each on its link class (inside a node, across nodes), which carries one collective at a
+// time: a later-issued collective takes a gap left before one that waits for its input. exposed = step - compute.
+// Measured on two hosts capped at 300 Mbit/s (tools/bench/bandwidth.sh, one run predicted by both), this took
+// hybrid_shard from -36% to -22% of the measured step and hybrid_shard+qgZ from -51% to -34%: their cross-node
+// reductions cannot overlap the forward, which the former `exposed + max(compute, comm - exposed)` assumed.
+//
+// Bandwidth by size: --calibrate keeps the bandwidth measured at each message size (LinkClass::by_size), and a
+// collective gets the one of its size. Across capped TCP links, 64 KiB messages moved at up to 90% of the cap while
+// 4 MiB ones got 55-60% (two flows per host behind tbf's queue), so ZeRO++'s small int8/int4 messages and the
+// large fp32 gathers of full_shard are not one bandwidth (over three runs of the study it lowered the largest
+// error from 44%, 41%, 28% to 34%, 32%, 24%).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hsdp/shard/formulas.hpp"
 #include "plan/shapes.hpp"
@@ -43,9 +56,19 @@ using shard::Phase;
 using shard::step_traffic;
 using shard::UnitSizes;
 
+// A link's bandwidth at one message size, from a measurement with the latency of its messages taken out.
+struct SizedBandwidth {
+  double bytes = 0;  // the collective's size in nccl-tests' convention (hsdp-commbench's "bytes")
+  double gbps = 0;
+};
+
 struct LinkClass {
   double gbps = 0;        // GB/s (1e9 bytes) per rank
   double latency_us = 0;  // per message
+  // Measured (--calibrate), by increasing size. A collective of B bytes gets the bandwidth interpolated between the
+  // measured sizes around B (linearly in log B; outside them, the nearest one's). Empty: gbps at every size.
+  std::vector<SizedBandwidth> by_size;
+  double gbps_at(double bytes) const;
 };
 
 struct Cluster {
@@ -54,8 +77,8 @@ struct Cluster {
   comm::Placement placement = comm::Placement::block;
   double memory_per_rank_gib = 80;
   double memory_margin = 0.10;  // fraction of a rank's memory kept free (runtime, allocator, communication library)
-  LinkClass intra{150, 5};
-  LinkClass inter{25, 10};
+  LinkClass intra{150, 5, {}};
+  LinkClass inter{25, 10, {}};
   double compute_tflops = 400;  // sustained per rank
   int world() const { return nodes * ranks_per_node; }
 };

@@ -55,9 +55,13 @@ time model (alpha-beta):
   most the intra-node bandwidth.
   compute: tokens per rank x (6P + 12 L C T) FLOPs / --compute-tflops (+ 2P + 4 L C T per token of recomputation
   when only activation checkpointing fits, or the deck asks for it).
-  overlap: parallel.prefetch=false: step = compute + comm. prefetch on: step = exposed + max(compute, comm -
-  exposed), exposed = the embedding's first gather per micro-batch, its gradient reduction after the last backward
-  (no_shard: the last bucket), zero1's post-step all-gather, and qgZ's all-to-alls (blocking in hsdp).
+  overlap: parallel.prefetch=false: step = compute + comm. prefetch on: the engine's schedule replayed on a clock:
+  the host computes unit by unit (a third of a unit's FLOPs in forward, the rest in backward) and waits where
+  hsdp-train waits (a unit's gather before its compute, qgZ's blocking all-to-alls, every reduction before the
+  next micro-batch and the optimizer step); a gather runs from its prefetch, a gradient reduction from the end of
+  its unit's backward (hybrid's cross-node all-reduce after the reduce-scatter), each on its link (intra- or
+  inter-node: one collective at a time). exposed = step - compute: the time compute waits for communication.
+  --calibrate measures the bandwidth by message size: a collective gets the one of its size.
 
 memory: fits = model state + transient (gathered units, full gradients, staging, hpZ copies: an estimate of what
   hsdp allocates during a step) + activations <= memory per rank x (1 - --memory-margin).
@@ -375,9 +379,10 @@ int run(int argc, char** argv) {
         return;
       }
       context.cluster_notes += "calibration: " + link->how + "\n";
-      if (vm[gbps_flag].defaulted() && !(gbps_flag == "inter-gbyte-s" && vm.count("inter-gbit-per-node")))
+      if (vm[gbps_flag].defaulted() && !(gbps_flag == "inter-gbyte-s" && vm.count("inter-gbit-per-node"))) {
         into.gbps = link->gbps;
-      else
+        into.by_size = link->by_size;
+      } else
         context.cluster_notes += "  --" + gbps_flag + " given: it wins over the calibration\n";
       if (vm[latency_flag].defaulted())
         into.latency_us = link->latency_us;

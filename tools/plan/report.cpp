@@ -149,9 +149,9 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
          "(inter-node when the group spans nodes); compute = tokens x (6P + 12 L C T) FLOPs / rate (c: plus the\n"
          "recomputation of activation checkpointing, used when only that fits);\n"
       << (o.prefetch
-              ? "step = exposed + max(compute, comm - exposed): prefetch is on, so communication overlaps compute\n"
-                "except what nothing can hide (`exposed`): the embedding's first gather and last reduction,\n"
-                "zero1's post-step gather and qgZ's blocking all-to-alls"
+              ? "step = the engine's schedule replayed (prefetch is on): compute unit by unit, each gather from its\n"
+                "prefetch, each gradient reduction from the end of its unit's backward, one collective at a time per\n"
+                "link; `exposed` = step - compute, the time compute waits (qgZ's all-to-alls block it)"
               : "step = compute + comm: prefetch is off, nothing overlaps")
       << "\nstate: hsdp no_shard 16P (20P with a non-fp32 param dtype), zero1 8P + 16P/n, sharded 16P/n;\n"
          "ZeRO paper 16P, 4P + 12P/n, 2P + 14P/n, 16P/n (n = shard group: world, or ranks per node for hybrid)\n";
