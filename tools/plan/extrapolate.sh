@@ -2,8 +2,8 @@
 # Extrapolation from the time model that held on the capped links (issue 24, item 4): hsdp-plan for GPT-2 XL and a 7B
 # Llama on 16 to 1024 nodes of 8 GPUs at 100, 200, 400 and 800 Gbit/s per node; every strategy's predicted step and
 # its speed-up over full_shard (ZeRO-3), as a Markdown table on stdout (docs/extrapolation.md is its output).
-#   tools/plan/extrapolate.sh [HSDP_PLAN]          (HSDP_EXTRAPOLATE_NODES="16 64 256" for fewer node counts:
-#                                                  one plan of 1024 x 8 ranks takes about 70 s here)
+#   tools/plan/extrapolate.sh [HSDP_PLAN]          (HSDP_EXTRAPOLATE_NODES="16 64" for fewer node counts; the
+#                                                  whole table takes about 10 s here)
 # GPU nodes as hsdp-plan's defaults describe them: 80 GiB and 400 TFLOP/s per GPU, 150 GB/s per GPU inside a node
 # (NVLink's bus bandwidth), 5/10 us latency; bf16 parameters and reduction, micro-batch 1 of 1024 (GPT-2 XL) or
 # 2048 (Llama) tokens per GPU. A row that does not fit is planned with activation checkpointing (its time includes
