@@ -136,11 +136,11 @@ TEST(Recommendation, ZeroPPUnderTheTenPercentGain_TheReasonGivesItsGain) {
       << plan.reason;
 }
 
-// Llama-7B on 2 nodes x 8 of 96 GiB, micro-batch 6 x 1024 tokens, intra 150 / inter 12 GB/s: the fastest
+// Llama-7B on 2 nodes x 8 of 80 GiB, micro-batch 6 x 1024 tokens, intra 150 / inter 25 GB/s: the fastest
 // (no_shard) does not fit, and the fastest that fits (full_shard+qwZ+hpZ+qgZ) is ZeRO++, which rule 3 leaves out
 // while the pick's inter-node communication stays under its compute: both are explained.
 TEST(Recommendation, FastestAndFastestThatFits_AreBothExplained) {
-  PlanInputs in = cluster_of("llama-7b", 2, 150, 12, 96, 6);
+  PlanInputs in = cluster_of("llama-7b", 2, 150, 25, 80, 6);
   in.work.seq_len = 1024;
   const Plan plan = make_plan(in);
   EXPECT_EQ(picked(plan), "hybrid_shard_zero2") << plan.reason;

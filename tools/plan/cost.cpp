@@ -123,8 +123,8 @@ class Link {
 };
 
 // The engine's schedule of one step (docs/architecture.md, "The engine's schedule") replayed on a clock: the host
-// computes unit by unit and waits where the engine waits (a gather before the unit that needs it, qgZ's blocking
-// all-to-alls, every reduction before the next micro-batch and the optimizer step); collectives run on their link
+// computes unit by unit and waits where the engine waits (a gather before the unit that needs it, every reduction
+// before the next micro-batch and the optimizer step); collectives run on their link
 // when issued and when the one they follow has completed (hybrid's cross-node all-reduce after the unit's
 // reduce-scatter, hierarchical no_shard's three hops).
 class Schedule {
@@ -200,15 +200,15 @@ class Schedule {
     if (static_cast<std::size_t>(i) >= per_micro_batch) return issued;
     return run(calls[calls.size() == 1 ? 0 : static_cast<std::size_t>(i)], issued);
   }
-  // Unit u's gradient reduction, issued now: its hops one after the other (qgZ's all-to-alls block the host), then
-  // the cross-node all-reduce and the node's all-gather, on the micro-batches they run on.
+  // Unit u's gradient reduction, issued now: its hops one after the other (qgZ's two all-to-alls included: queue
+  // steps, like the reduce-scatter they replace), then the cross-node all-reduce and the node's all-gather, on the
+  // micro-batches they run on.
   void reduce(int u, bool last) {
     double ready = host_;
     for (const Phase phase : {Phase::bucket_reduce, Phase::reduce, Phase::cross_node_reduce, Phase::bucket_gather}) {
       for (const CollectiveCall& c : of(u, phase)) {
         if (c.times < k_ && !last) continue;  // once per step: on the last micro-batch
         ready = run(c, ready);
-        if (c.op == comm::Collective::all_to_all) wait(ready);
       }
     }
     pending_ = std::max(pending_, ready);

@@ -23,15 +23,16 @@
 // Overlap: without prefetch (parallel.prefetch = false) step = compute + comm. With prefetch, the engine's schedule
 // (docs/architecture.md) is replayed on a clock (step_time's Schedule): the host computes unit by unit, a third of a
 // unit's FLOPs in forward (2 N + 4 C T per token for a block of N elements), the rest in backward (the tied head's
-// with the final unit), and waits where the engine waits: a unit's gather before its compute, qgZ's all-to-alls
-// (blocking in hsdp), every reduction before the next micro-batch and the optimizer step, zero1's all-gather after
-// it. A gather runs from when it is prefetched (the next unit's, when the current one starts), a gradient reduction
-// from the end of its unit's backward, hybrid's cross-node all-reduce (and hierarchical no_shard's hops) when the
-// hop before it completes; each on its link class (inside a node, across nodes), which carries one collective at a
+// with the final unit), and waits where the engine waits: a unit's gather before its compute, every reduction
+// before the next micro-batch and the optimizer step, zero1's all-gather after it. A gather runs from when it is
+// prefetched (the next unit's, when the current one starts), a gradient reduction from the end of its unit's
+// backward, the hop after it (qgZ's second all-to-all, hybrid's cross-node all-reduce, hierarchical no_shard's
+// all-reduce and all-gather) when the hop before it completes; each on its link class (inside a node, across nodes), which carries one collective at a
 // time: a later-issued collective takes a gap left before one that waits for its input. exposed = step - compute.
 // Measured on two hosts capped at 300 Mbit/s (tools/bench/bandwidth.sh, one run predicted by both), this took
 // hybrid_shard from -36% to -22% of the measured step and hybrid_shard+qgZ from -51% to -34%: their cross-node
-// reductions cannot overlap the forward, which the former `exposed + max(compute, comm - exposed)` assumed.
+// reductions cannot overlap the forward, which the former `exposed + max(compute, comm - exposed)` assumed (it also
+// held qgZ's all-to-alls blocking, as hsdp ran them before its engine became stream-ordered).
 //
 // Bandwidth by size: --calibrate keeps the bandwidth measured at each message size (LinkClass::by_size), and a
 // collective gets the one of its size. Across capped TCP links, 64 KiB messages moved at up to 90% of the cap while

@@ -57,9 +57,9 @@ time model (alpha-beta):
   when only activation checkpointing fits, or the deck asks for it).
   overlap: parallel.prefetch=false: step = compute + comm. prefetch on: the engine's schedule replayed on a clock:
   the host computes unit by unit (a third of a unit's FLOPs in forward, the rest in backward) and waits where
-  hsdp-train waits (a unit's gather before its compute, qgZ's blocking all-to-alls, every reduction before the
-  next micro-batch and the optimizer step); a gather runs from its prefetch, a gradient reduction from the end of
-  its unit's backward (hybrid's cross-node all-reduce after the reduce-scatter), each on its link (intra- or
+  hsdp-train waits (a unit's gather before its compute, every reduction before the next micro-batch and the
+  optimizer step); a gather runs from its prefetch, a gradient reduction from the end of its unit's backward
+  (qgZ's second hop, hybrid's cross-node all-reduce after the hop before), each on its link (intra- or
   inter-node: one collective at a time). exposed = step - compute: the time compute waits for communication.
   --calibrate measures the bandwidth by message size: a collective gets the one of its size.
 

@@ -151,7 +151,7 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
       << (o.prefetch
               ? "step = the engine's schedule replayed (prefetch is on): compute unit by unit, each gather from its\n"
                 "prefetch, each gradient reduction from the end of its unit's backward, one collective at a time per\n"
-                "link; `exposed` = step - compute, the time compute waits (qgZ's all-to-alls block it)"
+                "link; `exposed` = step - compute, the time compute waits for communication"
               : "step = compute + comm: prefetch is off, nothing overlaps")
       << "\nstate: hsdp no_shard 16P (20P with a non-fp32 param dtype), zero1 8P + 16P/n, sharded 16P/n;\n"
          "ZeRO paper 16P, 4P + 12P/n, 2P + 14P/n, 16P/n (n = shard group: world, or ranks per node for hybrid)\n";
