@@ -26,6 +26,18 @@ const StrategyPlan& row(const Plan& plan, const std::string& name) {
   throw std::runtime_error("no row " + name);
 }
 
+// A GPT-2 of n_layer blocks, width 64, 2 heads, vocabulary 64.
+model::GptConfig tiny_config(int n_layer) {
+  model::GptConfig tiny;
+  tiny.n_layer = n_layer;
+  tiny.n_head = 2;
+  tiny.n_embd = 64;
+  tiny.block_size = 64;
+  tiny.vocab_size = 64;
+  tiny.padded_vocab_size = 64;
+  return tiny;
+}
+
 PlanInputs inputs(const PlanModel& model, int nodes, int ranks_per_node) {
   PlanInputs in;
   in.model = model;
@@ -79,13 +91,7 @@ TEST(Llama70b, NoShardWithBf16Params_Is20P) {
 }
 
 TEST(Recommendation, TinyModelOnAFastCluster_IsNoShard) {
-  model::GptConfig tiny;
-  tiny.n_layer = 2;
-  tiny.n_head = 2;
-  tiny.n_embd = 64;
-  tiny.block_size = 64;
-  tiny.vocab_size = 64;
-  tiny.padded_vocab_size = 64;
+  const model::GptConfig tiny = tiny_config(2);
   for (const int nodes : {1, 2}) {
     PlanInputs in = inputs(gpt_model(tiny, "tiny"), nodes, 4);
     in.cluster.intra = {300, 2, {}};
@@ -282,13 +288,7 @@ TEST(Cost, AllReduceOnTwoNodes_IsTwoStepsOfAlphaPlusBytesOverInterBandwidth) {
 
 // The step replays the engine's schedule (cost.hpp). Links that cost nothing: the step is the compute.
 TEST(StepSchedule, FreeLinks_TheStepIsTheCompute) {
-  model::GptConfig tiny;
-  tiny.n_layer = 3;
-  tiny.n_head = 2;
-  tiny.n_embd = 64;
-  tiny.block_size = 64;
-  tiny.vocab_size = 64;
-  tiny.padded_vocab_size = 64;
+  const model::GptConfig tiny = tiny_config(3);
   PlanInputs in = inputs(gpt_model(tiny, "tiny"), 2, 2);
   in.cluster.intra = {1e9, 0, {}};
   in.cluster.inter = {1e9, 0, {}};
@@ -304,13 +304,7 @@ TEST(StepSchedule, FreeLinks_TheStepIsTheCompute) {
 // one on: step = forward (a third of the compute) + the head's backward (final unit and tied embedding) + the sum of
 // the all-reduces. The former max(compute, comm) overlapped them with the forward too.
 TEST(StepSchedule, HybridOnASlowLink_GradientReductionsStartAfterTheHeadsBackward) {
-  model::GptConfig tiny;
-  tiny.n_layer = 3;
-  tiny.n_head = 2;
-  tiny.n_embd = 64;
-  tiny.block_size = 64;
-  tiny.vocab_size = 64;
-  tiny.padded_vocab_size = 64;
+  const model::GptConfig tiny = tiny_config(3);
   const PlanModel m = gpt_model(tiny, "tiny");
   PlanInputs in = inputs(m, 2, 1);
   in.cluster.inter = {1e-4, 0, {}};  // 100 KB/s
