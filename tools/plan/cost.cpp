@@ -124,9 +124,9 @@ class Link {
 
 // The engine's schedule of one step (docs/architecture.md, "The engine's schedule") replayed on a clock: the host
 // computes unit by unit and waits where the engine waits (a gather before the unit that needs it, every reduction
-// before the next micro-batch and the optimizer step); collectives run on their link
-// when issued and when the one they follow has completed (hybrid's cross-node all-reduce after the unit's
-// reduce-scatter, hierarchical no_shard's three hops).
+// before the next micro-batch and the optimizer step); collectives run on their link when issued and when the one
+// they follow has completed (qgZ's second hop, hybrid's cross-node all-reduce after the unit's reduce-scatter,
+// hierarchical no_shard's three hops).
 class Schedule {
  public:
   Schedule(const Cluster& cluster, const UnitSizes& units, const shard::EngineOptions& options,
