@@ -1,7 +1,8 @@
 // main of the MPI test suite: MPI, the emulated mesh from the command line, one ProcessMesh per strategy,
 // then GoogleTest on every rank. Rank 0 prints gtest's output; other ranks print only their own failures.
 // Every rank exits non-zero when any rank had a failure.
-//   comm_mpi_test --topology.ranks_per_node=N --topology.placement=block|cyclic [gtest flags]
+//   comm_mpi_test --topology.ranks_per_node=N --topology.placement=block|cyclic [--comm.ring_min_bytes=N]
+//                 [gtest flags]
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -22,8 +23,9 @@ MpiTestContext*& context_slot() {
   return slot;
 }
 
-// Removes `--topology.<key>=value` arguments (gtest would reject them) and returns what they said.
-TopologyOptions take_topology_args(int& argc, char** argv) {
+// Removes `--topology.<key>=value` and `--comm.ring_min_bytes=N` arguments (gtest would reject them) and returns
+// what they said.
+TopologyOptions take_topology_args(int& argc, char** argv, std::size_t& ring_min_bytes) {
   TopologyOptions options;
   options.ranks_per_node = 4;
   int kept = 1;
@@ -31,7 +33,10 @@ TopologyOptions take_topology_args(int& argc, char** argv) {
     const std::string_view arg = argv[i];
     constexpr std::string_view kRpn = "--topology.ranks_per_node=";
     constexpr std::string_view kPlacement = "--topology.placement=";
-    if (arg.starts_with(kRpn)) {
+    constexpr std::string_view kRing = "--comm.ring_min_bytes=";
+    if (arg.starts_with(kRing)) {
+      ring_min_bytes = std::stoull(std::string(arg.substr(kRing.size())));
+    } else if (arg.starts_with(kRpn)) {
       options.ranks_per_node = std::stoi(std::string(arg.substr(kRpn.size())));
     } else if (arg.starts_with(kPlacement)) {
       options.placement = parse_placement(std::string(arg.substr(kPlacement.size())));
@@ -45,11 +50,12 @@ TopologyOptions take_topology_args(int& argc, char** argv) {
 }
 
 int run(int& argc, char** argv, const MpiEnvironment& mpi) {
-  const TopologyOptions options = take_topology_args(argc, argv);
+  CommOptions comm_options;
+  // Generous: 4 ranks share 2 cores here, and a hang should still end the run long before ctest's timeout.
+  comm_options.timeout_s = 60.0;
+  const TopologyOptions options = take_topology_args(argc, argv, comm_options.ring_min_bytes);
   Logger logger(mpi.world_rank(), host_name());
   const Topology topology = detect_topology(MPI_COMM_WORLD, options);
-  // Generous: 4 ranks share 2 cores here, and a hang should still end the run long before ctest's timeout.
-  const CommOptions comm_options{60.0};
   MpiCommunicator world(MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank, comm_options, logger);
   MpiTestContext context{world, topology, MeshSpec{mpi.world_size(), options.ranks_per_node, options.placement},
                          logger, {}};
@@ -61,7 +67,8 @@ int run(int& argc, char** argv, const MpiEnvironment& mpi) {
 
   ::testing::InitGoogleTest(&argc, argv);
   logger.info("comm_mpi_test: ", mpi.world_size(), " ranks, --topology.ranks_per_node=", options.ranks_per_node,
-              " --topology.placement=", to_string(options.placement));
+              " --topology.placement=", to_string(options.placement),
+              " --comm.ring_min_bytes=", comm_options.ring_min_bytes);
   const int failures = hsdp::testing::run_all_tests_on_every_rank(MPI_COMM_WORLD);
   context_slot() = nullptr;
   if (failures > 0) logger.error("comm_mpi_test: ", failures, " failure(s) summed over all ranks");

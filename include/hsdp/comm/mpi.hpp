@@ -1,5 +1,14 @@
 #pragma once
-// The MPI implementation of Communicator, over an RAII MPI_Comm; async through MPI's nonblocking collectives.
+// The MPI implementation of Communicator, over an RAII MPI_Comm; async through MPI's nonblocking collectives,
+// except all_reduce, reduce_scatter and all_gather of CommOptions::ring_min_bytes or more (the whole buffer): those
+// are rings of point-to-point messages on a duplicate of the communicator, its members in node-major order,
+// advanced a step each time any operation is polled. Open MPI's nonblocking collectives (libnbc) reduce-scatter by
+// a binomial reduce to rank 0 and a linear scatter, all-reduce in place, or over fewer than 4 ranks, by a binomial
+// reduce and broadcast, and all-gather linearly (every rank to every rank): whole buffers through one rank, the two
+// directions of a link used one after the other (a 2-node all-reduce takes twice a ring's time), a node's every
+// rank sending to every other node. The ring sends (n-1)/n of the buffer per rank per phase, crossing each node
+// boundary once, every link busy both ways at once: the bytes the traffic model counts (traffic.hpp) and the time
+// the plan's calibration measures (hsdp-commbench goes through the same calls).
 // bf16 and f16 travel as 2-byte MPI types with user-defined sum ops (f32 accumulation). Each communicator of more
 // than one rank publishes every issued sequence number on the watchdog's side channel (sequence_board.hpp): a
 // communicator made from a raw MPI_Comm (the world) makes the SequenceBoard, collectively, and its splits share
@@ -16,6 +25,7 @@
 namespace hsdp::comm {
 
 class SequenceBoard;
+struct OpIdentity;
 class BoardSeat;
 
 // True once MPI_Finalize has run (nothing MPI may be called then, not even to free a handle).
@@ -102,6 +112,12 @@ class MpiCommunicator final : public Communicator {
   // avg_data/avg_count: the result to divide by size() once it has arrived (avg), nullptr otherwise.
   CommHandle issued(MPI_Request request, Collective c, std::size_t count, DType t, void* avg_data,
                     std::size_t avg_count, int root = 0);
+  // Counts an issued collective and names it for the watchdog.
+  OpIdentity identify(Collective c, std::size_t count, DType t, int root);
+  // The ring of all_reduce, reduce_scatter or all_gather over `count` elements in size() blocks of `block`.
+  CommHandle ring(Collective c, const void* send, void* recv, std::size_t count, std::size_t block, DType t,
+                  ReduceOp op);
+  bool use_ring(std::size_t bytes) const { return size_ > 1 && bytes >= options_.ring_min_bytes; }
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -115,6 +131,10 @@ class MpiCommunicator final : public Communicator {
   const Logger& logger_;
   ByteCounters counters_;
   std::uint64_t sequence_ = 0;
+  MpiComm ring_comm_;            // the rings' point-to-point messages (a duplicate: never matched by anything else)
+  std::vector<int> ring_order_;  // the members in node-major order
+  int ring_place_ = 0;           // this rank's place in it
+  std::uint64_t rings_ = 0;      // rings issued: the tag of the next
   std::shared_ptr<SequenceBoard> side_channel_;
   std::shared_ptr<BoardSeat> seat_;  // null for one rank; pending ops hold it weakly
 };

@@ -77,6 +77,9 @@ struct CommOptions {
   // Start-up (the deck agreed, the mesh, threads, data and the model built) may take this long on any rank before
   // the stall watch ends the job; rank 0 says every limit / 4 s (at most 30 s) that it is still waiting.
   double startup_timeout_s = 600.0;
+  // all_reduce, reduce_scatter and all_gather of at least this many bytes (the whole buffer) run as rings of
+  // point-to-point messages (mpi.hpp says why); smaller ones, latency-bound, go to MPI's own nonblocking collectives.
+  std::size_t ring_min_bytes = 64 * 1024;
 };
 
 }  // namespace hsdp::comm
