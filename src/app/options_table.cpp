@@ -283,6 +283,12 @@ const std::vector<OptionSpec>& option_table() {
           .into([](V v, O o) { o.log_dir = v.text(); }),
       integer("log.every", "10", "print the progress line every N steps (and the first and last step)", 1)
           .into([](V v, O o) { o.log_every = v.integer(); }),
+      boolean("log.trace", "false",
+              "write log.dir/trace_rank<R>.json on every rank: the timeline of the engine's queues (compute, gather, "
+              "reduce, cross, regather: each operation while it ran, each collective from issue to observed "
+              "completion) and the host's waits, in Chrome's trace event format (open in ui.perfetto.dev); a few "
+              "hundred events per step, for short runs (CPU device)")
+          .into([](V v, O o) { o.log_trace = v.boolean(); }),
   };
   return table;
 }

@@ -148,13 +148,18 @@ void Gpt<T>::block_forward_into(const BlockActivations& a, const T* x, T* y, con
   const auto NC = static_cast<std::size_t>(N_) * C;
   layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p + o.ln_1_weight, p + o.ln_1_bias, N, C);
   matmul_forward(a.qkv, a.ln1, p + o.c_attn_weight, p + o.c_attn_bias, N, C, 3 * C);
+  tick();
   attention_forward(a.atty, a.att, a.qkv, B_, T_, C, NH_);
+  tick();
   matmul_forward(branch_out_.data(), a.atty, p + o.attn_proj_weight, p + o.attn_proj_bias, N, C, C);
+  tick();
   residual_forward(a.res2, x, branch_out_.data(), NC);
   layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p + o.ln_2_weight, p + o.ln_2_bias, N, C);
   matmul_forward(a.fch, a.ln2, p + o.c_fc_weight, p + o.c_fc_bias, N, C, 4 * C);
+  tick();
   gelu_forward(a.fch_gelu, a.fch, NC * 4);
   matmul_forward(branch_out_.data(), a.fch_gelu, p + o.mlp_proj_weight, p + o.mlp_proj_bias, N, 4 * C, C);
+  tick();
   residual_forward(y, a.res2, branch_out_.data(), NC);
 }
 
@@ -174,6 +179,7 @@ T Gpt<T>::head_forward(std::span<const std::int32_t> targets, const T* lnf_param
   layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual(L_), lnf_params + f.weight,
                     lnf_params + f.bias, N, C_);
   lm_head_forward(logits_.data(), lnf_.data(), emb_params + layout_.embedding_offsets().wte, N, C_, V_, Vp_);
+  tick();
   if (keep_probs) {
     softmax_xent_forward(logits_.data(), losses_.data(), logits_.data(), targets_.data(), N, V_, Vp_);
   } else {
@@ -200,6 +206,7 @@ void Gpt<T>::backward_head(const T* lnf_params, const T* emb_params, T* lnf_grad
   softmax_xent_backward(logits_.data(), logits_.data(), targets_.data(), dloss / static_cast<T>(N_), N, V_, Vp_);
   dln_.fill_zero();
   lm_head_backward(dln_.data(), emb_grads + wte, logits_.data(), lnf_.data(), emb_params + wte, N, C_, V_, Vp_);
+  tick();
   dresidual_.fill_zero();
   layernorm_backward(dresidual_.data(), lnf_grads + f.weight, lnf_grads + f.bias, dln_.data(), residual(L_),
                      lnf_params + f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C_);
@@ -226,11 +233,13 @@ void Gpt<T>::backward_block(int block, const T* p, T* g) {
   dfch_gelu_.fill_zero();
   matmul_backward(dfch_gelu_.data(), g + o.mlp_proj_weight, g + o.mlp_proj_bias, dres, a.fch_gelu,
                   p + o.mlp_proj_weight, N, 4 * C, C);
+  tick();
   dfch_.fill_zero();
   gelu_backward(dfch_.data(), a.fch, dfch_gelu_.data(), NC * 4);
   dln_.fill_zero();
   matmul_backward(dln_.data(), g + o.c_fc_weight, g + o.c_fc_bias, dfch_.data(), a.ln2, p + o.c_fc_weight, N, C,
                   4 * C);
+  tick();
   layernorm_backward(dres, g + o.ln_2_weight, g + o.ln_2_bias, dln_.data(), a.res2, p + o.ln_2_weight, a.ln2_mean,
                      a.ln2_rstd, N, C);
 
@@ -238,11 +247,14 @@ void Gpt<T>::backward_block(int block, const T* p, T* g) {
   datty_.fill_zero();
   matmul_backward(datty_.data(), g + o.attn_proj_weight, g + o.attn_proj_bias, dres, a.atty, p + o.attn_proj_weight,
                   N, C, C);
+  tick();
   dqkv_.fill_zero();
   attention_backward(dqkv_.data(), datt_row_.data(), datty_.data(), a.qkv, a.att, B_, T_, C, NH_);
+  tick();
   dln_.fill_zero();
   matmul_backward(dln_.data(), g + o.c_attn_weight, g + o.c_attn_bias, dqkv_.data(), a.ln1, p + o.c_attn_weight, N,
                   C, 3 * C);
+  tick();
   layernorm_backward(dres, g + o.ln_1_weight, g + o.ln_1_bias, dln_.data(), x, p + o.ln_1_weight, a.ln1_mean,
                      a.ln1_rstd, N, C);
 }

@@ -15,6 +15,23 @@ void require_fp32_compute(const model::UnitModel& model) {
   }
 }
 
+// While a micro-batch computes, the model polls the queues between its kernels (UnitModel::between_kernels), so a
+// unit's reduction moves on to its next hop, and MPI moves its messages, within the next unit's compute instead of
+// at its end. Inline queues only: with worker threads the model runs off the host thread, the only one that may
+// call MPI (it is initialised FUNNELED).
+class PollBetweenKernels {
+ public:
+  PollBetweenKernels(model::UnitModel& model, StreamQueues& queues) : model_(model) {
+    if (!queues.options().threads) model_.between_kernels([&queues] { queues.progress(); });
+  }
+  ~PollBetweenKernels() { model_.between_kernels({}); }
+  PollBetweenKernels(const PollBetweenKernels&) = delete;
+  PollBetweenKernels& operator=(const PollBetweenKernels&) = delete;
+
+ private:
+  model::UnitModel& model_;
+};
+
 }  // namespace
 
 Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
@@ -155,6 +172,10 @@ void Engine::refresh_derived_state() {
 void Engine::begin_step() {
   Impl& m = *impl_;
   m.compute_after_reductions();
+  if (m.trace) {
+    m.trace->instant("begin_step " + std::to_string(++m.steps_begun), monotonic_seconds());
+    m.trace->flush();
+  }
   timing_ = {};
   m.in_flight.clear();
   m.waited_at_step_start = m.q.host_waited_s();
@@ -189,6 +210,7 @@ float Engine::forward_backward(model::UnitModel& model, std::span<const std::int
   const int final_unit = L + 1;
   const QueueId compute = m.compute;
   StreamQueues& q = m.q;
+  const PollBetweenKernels poll(model, q);
   // A reduction still in flight reads this unit's gradient buffer, which this micro-batch's backward adds to.
   m.compute_after_reductions();
   if (m.unsharded && last) {

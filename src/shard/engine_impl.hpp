@@ -19,6 +19,7 @@
 #include "hsdp/core/buffer.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
+#include "hsdp/core/trace.hpp"
 #include "hsdp/shard/buckets.hpp"
 #include "hsdp/shard/device_ops.hpp"
 #include "hsdp/shard/engine.hpp"
@@ -53,6 +54,8 @@ struct Engine::Impl {
   int n_units;
 
   const Logger* log;
+  std::unique_ptr<TraceFile> trace;  // log.trace: the queues' timeline
+  int steps_begun = 0;
   const Strategy& st;        // what the strategy means (strategy.hpp)
   bool persistent_full;      // full parameters live on every rank between steps
   bool free_after_forward;   // free after forward, gather again for backward
@@ -117,6 +120,12 @@ struct Engine::Impl {
     cross = q.make_queue("cross");
     regather = q.make_queue("regather");
     q.on_collective([this](double issued, double completed) { in_flight.emplace_back(issued, completed); });
+    if (!o.trace_file.empty()) {
+      trace = std::make_unique<TraceFile>(o.trace_file, m.world().rank());
+      q.on_span([t = trace.get()](const std::string& queue, const std::string& name, double begin, double end) {
+        t->span(queue, name, begin, end);
+      });
+    }
     scalars = dev.array<double>(3, MemCategory::comm_buffers);
     loss_id = q.track("loss");
     norm_id = q.track("squared norm");

@@ -87,7 +87,7 @@ void StreamQueues::enqueue(QueueId q, std::string name, const std::vector<Buffer
   check(q, name, accesses);
   Worker& w = worker(q);
   if (q == StreamChecker::kHost || (!options_.threads && w.role == QueueRole::compute)) {
-    work();
+    run_traced(q, name, work);
     const std::lock_guard lock(mutex_);
     w.done = ++w.enqueued;
     return;
@@ -220,7 +220,7 @@ bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
           if (options_.threads) break;
           w.items.pop_front();
           lock.unlock();
-          item->work();
+          run_traced(static_cast<QueueId>(qi), item->name, item->work);
           lock.lock();
           w.done = item->seq;
           changed = true;
@@ -252,7 +252,9 @@ bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
         const bool finished = item->handle.done();
         lock.lock();
         if (!finished) break;
-        if (collective_sink_) collective_sink_(item->issued_at, monotonic_seconds());
+        const double completed = monotonic_seconds();
+        if (collective_sink_) collective_sink_(item->issued_at, completed);
+        if (span_sink_) span_sink_(w.name, item->name, item->issued_at, completed);
         item->state = CollectiveState::completed;
         changed = true;
         if (options_.threads) {  // the worker moves on
@@ -280,8 +282,19 @@ bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
   return any;
 }
 
+void StreamQueues::run_traced(QueueId q, const std::string& name, const std::function<void()>& work) {
+  if (!span_sink_) {
+    work();
+    return;
+  }
+  const double begin = monotonic_seconds();
+  work();
+  span_sink_(worker(q).name, name, begin, monotonic_seconds());
+}
+
 void StreamQueues::block_until(QueueId q, std::uint64_t seq) {
   const Stopwatch waited;
+  const double begin = span_sink_ ? monotonic_seconds() : 0;
   std::unique_lock lock(mutex_);
   for (;;) {
     if (failure_) {
@@ -300,6 +313,7 @@ void StreamQueues::block_until(QueueId q, std::uint64_t seq) {
     }
   }
   host_waited_s_ += waited.seconds();
+  if (span_sink_) span_sink_("host", "wait for " + worker(q).name, begin, monotonic_seconds());
 }
 
 // Inline: blocks on the collective queue q's head waits for, following waits and group turns. False if there is none.

@@ -1,5 +1,6 @@
 // The CPU backend: the sharding engine over model::Gpt<float> (every strategy, ZeRO++, fp16 loss scaling).
 #include <memory>
+#include <string>
 
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/model/unit_model.hpp"
@@ -9,11 +10,18 @@ namespace hsdp::train {
 
 namespace {
 
+// The engine's options, with log.trace's file for this rank.
+shard::EngineOptions engine_options(const TrainOptions& o, comm::ProcessMesh& mesh) {
+  shard::EngineOptions e = o.engine;
+  if (o.log_trace) e.trace_file = o.log_dir + "/trace_rank" + std::to_string(mesh.world().rank()) + ".json";
+  return e;
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh, MemoryAccountant& memory,
              const Logger& log)
-      : engine_(layout, mesh, o.engine, o.model_seed, memory, &log),
+      : engine_(layout, mesh, engine_options(o, mesh), o.model_seed, memory, &log),
         gpt_(layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing),
         units_(gpt_) {}
 

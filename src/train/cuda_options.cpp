@@ -27,6 +27,7 @@ void check_cuda_options(const TrainOptions& o) {
   if (o.activation_checkpointing) {
     throw_config(what + "keeps every activation: set train.activation_checkpointing=false");
   }
+  if (o.log_trace) throw_config(what + "has no timeline yet: log.trace is the CPU engine's; set log.trace=false");
 }
 
 }  // namespace hsdp::train

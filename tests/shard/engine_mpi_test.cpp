@@ -109,8 +109,15 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
   comm::ProcessMesh& mesh = *ctx.meshes.at(shard::strategy(strategy).shard_scope);
   const model::ModelLayout layout(tiny_config());
   MemoryAccountant memory;
-  EngineOptions options{.strategy = strategy, .param_dtype = param, .reduce_dtype = reduce, .prefetch = true,
-                        .bucket_mb = 0.002, .grad_accum = k, .zeropp = {}, .streams = {}};
+  EngineOptions options{.strategy = strategy,
+                        .param_dtype = param,
+                        .reduce_dtype = reduce,
+                        .prefetch = true,
+                        .bucket_mb = 0.002,
+                        .grad_accum = k,
+                        .zeropp = {},
+                        .streams = {},
+                        .trace_file = {}};
   Engine engine(layout, mesh, options, kSeed, memory);
   const int world = ctx.world.size();
   const int rank = ctx.world.rank();
@@ -360,8 +367,15 @@ Traffic measure(comm::ProcessMesh& mesh, const EngineOptions& options, float ran
 }
 
 EngineOptions bf16_full_shard() {
-  return {.strategy = Sharding::full_shard, .param_dtype = DType::bf16, .reduce_dtype = DType::bf16,
-          .prefetch = true, .bucket_mb = 25, .grad_accum = 1, .zeropp = {}, .streams = {}};
+  return {.strategy = Sharding::full_shard,
+          .param_dtype = DType::bf16,
+          .reduce_dtype = DType::bf16,
+          .prefetch = true,
+          .bucket_mb = 25,
+          .grad_accum = 1,
+          .zeropp = {},
+          .streams = {},
+          .trace_file = {}};
 }
 
 // Inter-node bytes summed over all ranks, ZeRO++ over full_shard at bf16: qwZ halves the forward gather, hpZ keeps

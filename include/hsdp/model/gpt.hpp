@@ -13,6 +13,7 @@
 //   backward_embedding.
 // Backward ADDS into the gradient buffers (accumulation over micro-batches); the caller zeroes them.
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "hsdp/core/buffer.hpp"
@@ -60,6 +61,10 @@ class Gpt {
   std::span<const T> logits() const { return logits_.span(); }
   // Bytes of activations and scratch this object holds.
   std::size_t activation_bytes() const;
+  // Called between the kernels of a block and of the head, forward and backward (empty: nothing). The sharding
+  // engine polls its nonblocking collectives there: MPI moves a message in flight only while a rank is inside an
+  // MPI call, so a unit's reduction would otherwise wait for the next unit boundary at every hop.
+  void between_kernels(std::function<void()> hook) { between_kernels_ = std::move(hook); }
 
  private:
   // Pointers into one block's saved activations.
@@ -78,6 +83,10 @@ class Gpt {
     T* fch_gelu;
   };
   std::size_t block_activation_numel() const;
+  void tick() const {
+    if (between_kernels_) between_kernels_();
+  }
+  std::function<void()> between_kernels_;
   BlockActivations block_activations(int block);
   T* residual(int index) { return residual_.data() + static_cast<std::size_t>(index) * N_ * C_; }
   void check_block(int block) const;

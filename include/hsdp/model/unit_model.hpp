@@ -16,7 +16,9 @@
 // dloss is d(objective) / d(mean loss) (1 / grad_accum, times a loss scale for fp16). It is given to forward_head,
 // not backward_head, so that a model can fuse the loss and the d-logits into one pass over the logits (the GPU's).
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <utility>
 
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/model/gpt.hpp"
@@ -47,6 +49,9 @@ class UnitModel {
   virtual void backward_head(const void* lnf_params, const void* emb_params, float* lnf_grads, float* emb_grads) = 0;
   virtual void backward_block(int block, const void* block_params, float* block_grads) = 0;
   virtual void backward_embedding(float* emb_grads) = 0;
+  // A hook the host runs between a unit's kernels (Gpt::between_kernels), where the model runs on the host
+  // thread; a model whose kernels only enqueue (the GPU's) never calls it.
+  virtual void between_kernels(std::function<void()> hook) { (void)hook; }
 };
 
 // model::Gpt<float> as a UnitModel: every call delegates; the loss is written to host memory (the CPU device's).
@@ -68,6 +73,7 @@ class CpuUnitModel final : public UnitModel {
   void backward_head(const void* lnf_params, const void* emb_params, float* lnf_grads, float* emb_grads) override;
   void backward_block(int block, const void* block_params, float* block_grads) override;
   void backward_embedding(float* emb_grads) override;
+  void between_kernels(std::function<void()> hook) override { gpt_.between_kernels(std::move(hook)); }
 
   Gpt<float>& gpt() { return gpt_; }
 

@@ -39,14 +39,15 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/core/dtype.hpp"
+#include "hsdp/core/log.hpp"
 #include "hsdp/core/memory.hpp"
 #include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/adamw.hpp"
-#include "hsdp/core/log.hpp"
 #include "hsdp/shard/device_ops.hpp"
 #include "hsdp/shard/flat_param.hpp"
 #include "hsdp/shard/strategy.hpp"
@@ -64,6 +65,7 @@ struct EngineOptions {
   int grad_accum = 1;
   ZeroPPOptions zeropp;  // full_shard and hybrid_shard only
   StreamOptions streams;  // how the queues run: inline (default), checked, on worker threads (stream_queues.hpp)
+  std::string trace_file;  // non-empty: every queue operation, collective and host wait to this file (trace.hpp)
 };
 
 // Orderings the engine leaves out on purpose, to prove that the stream checker reports them (tests only).

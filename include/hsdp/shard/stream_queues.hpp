@@ -89,6 +89,10 @@ class StreamQueues {
 
   // Each collective's (issue, observed completion) in monotonic seconds, as it completes.
   void on_collective(std::function<void(double, double)> sink) { collective_sink_ = std::move(sink); }
+  // Every operation as it ends (trace): the queue's name, the operation's, and its begin and end in monotonic
+  // seconds. Work: while it ran; a collective: issue to observed completion; the host's waits: "wait" on "host".
+  using SpanSink = std::function<void(const std::string& queue, const std::string& name, double begin, double end)>;
+  void on_span(SpanSink sink) { span_sink_ = std::move(sink); }
   // Seconds the host spent blocked in synchronize(), wait() on a compute queue (inline) and drain().
   double host_waited_s() const { return host_waited_s_; }
 
@@ -133,6 +137,7 @@ class StreamQueues {
   bool block_on_something(QueueId q, std::unique_lock<std::mutex>& lock);
   void run_worker(QueueId q);
   void rethrow();
+  void run_traced(QueueId q, const std::string& name, const std::function<void()>& work);
   Worker& worker(QueueId q) { return *workers_.at(static_cast<std::size_t>(q)); }
 
   StreamOptions options_;
@@ -146,6 +151,7 @@ class StreamQueues {
   bool advancing_ = false;
   std::exception_ptr failure_;
   std::function<void(double, double)> collective_sink_;
+  SpanSink span_sink_;
   double host_waited_s_ = 0;
 };
 

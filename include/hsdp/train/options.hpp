@@ -57,6 +57,7 @@ struct TrainOptions {
 
   std::string log_dir = "runs/hsdp";
   std::int64_t log_every = 10;
+  bool log_trace = false;  // log.dir/trace_rank<R>.json: the engine's queues, collectives and waits (trace.hpp)
   std::string deck_text;  // the resolved deck, recorded in summary.json
 };
 

@@ -1,0 +1,84 @@
+#include "hsdp/core/trace.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "hsdp/core/error.hpp"
+
+namespace hsdp {
+namespace {
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::filesystem::path scratch(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("hsdp_trace_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir / name;
+}
+
+TEST(TraceFile, WritesAJsonArrayOfEvents_OneTrackPerName_NamedOnFirstUse) {
+  const auto path = scratch("a/b/trace.json");  // parent folders are made
+  {
+    TraceFile trace(path.string(), 3);
+    trace.span("compute", "forward block unit 1", 1.0, 1.0025);
+    trace.span("reduce", "qgZ all_to_all unit 1", 1.001, 1.004);
+    trace.span("compute", "backward block unit 1", 1.003, 1.002);  // ends before it begins: duration 0
+    trace.instant("begin_step 2", 2.5);
+  }
+  EXPECT_EQ(read_all(path),
+            "[\n"
+            R"({"name":"thread_name","ph":"M","pid":3,"tid":1,"args":{"name":"compute"}},)" "\n"
+            R"({"name":"forward block unit 1","ph":"X","pid":3,"tid":1,"ts":1000000,"dur":2500},)" "\n"
+            R"({"name":"thread_name","ph":"M","pid":3,"tid":2,"args":{"name":"reduce"}},)" "\n"
+            R"({"name":"qgZ all_to_all unit 1","ph":"X","pid":3,"tid":2,"ts":1001000,"dur":3000},)" "\n"
+            R"({"name":"backward block unit 1","ph":"X","pid":3,"tid":1,"ts":1003000,"dur":0},)" "\n"
+            R"({"name":"begin_step 2","ph":"i","s":"p","pid":3,"tid":0,"ts":2500000})" "\n"
+            "]\n");
+}
+
+TEST(TraceFile, SpansFromSeveralThreads_AreEachWrittenWhole) {
+  const auto path = scratch("threads.json");
+  constexpr int kPerThread = 500;
+  {
+    TraceFile trace(path.string(), 0);
+    std::thread a([&] {
+      for (int i = 0; i < kPerThread; ++i) trace.span("gather", "a", i, i + 0.5);
+    });
+    std::thread b([&] {
+      for (int i = 0; i < kPerThread; ++i) trace.span("reduce", "b", i, i + 0.5);
+    });
+    a.join();
+    b.join();
+  }
+  const std::string text = read_all(path);
+  std::size_t whole = 0;
+  for (std::size_t at = text.find("\"ph\":\"X\""); at != std::string::npos; at = text.find("\"ph\":\"X\"", at + 1)) {
+    ++whole;
+  }
+  EXPECT_EQ(whole, 2u * kPerThread);
+  EXPECT_EQ(text.front(), '[');
+  EXPECT_EQ(text.substr(text.size() - 2), "]\n");
+}
+
+TEST(TraceFile, AnUnwritablePath_IsAConfigErrorNamingIt) {
+  try {
+    TraceFile trace("/proc/hsdp_no_such_dir/trace.json", 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(std::string(e.what()).find("/proc/hsdp_no_such_dir/trace.json"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hsdp
