@@ -71,6 +71,41 @@ TEST(Calibrate, ACollectiveGetsTheBandwidthOfItsSize) {
   EXPECT_NEAR(collective_seconds(call, cluster), 1048576.0 / (link.gbps_at(2097152) * 1e9), 1e-15);
 }
 
+// The world's ring over nodes of several ranks is measured as it runs: a ring collective over a group of that shape
+// (the same number of its members on every node) takes the world ring's bandwidth and latency instead of twice the
+// per-flow share of the inter-node pairs (measured with both ranks of a node sending at once); one rank per node,
+// or a group of another shape, keeps the inter-node link's.
+TEST(Calibrate, AGroupShapedLikeTheMeasuredWorldRing_TakesItsTimeFromIt) {
+  const Calibration c = parse_commbench(kLines, "bench.json");
+  ASSERT_TRUE(c.node_ring.has_value());
+  EXPECT_EQ(c.node_ring_members, 2);
+  EXPECT_DOUBLE_EQ(c.node_ring->gbps, 0.0004);
+  EXPECT_DOUBLE_EQ(c.node_ring->latency_us, 30.0 / 6);  // all_reduce on 4 ranks: 6 messages
+  Cluster cluster;
+  cluster.inter = {1.0, 10, {}};
+  cluster.node_ring = {3.0, 2, {}};
+  cluster.node_ring_members = 2;
+  // all_gather of 1000 fp32 per rank: (n-1) messages of 4000 B per rank
+  shard::GroupView world;
+  world.node_of_rank = {0, 0, 1, 1};
+  const CollectiveCall ring{&world, comm::Collective::all_gather, 1000, 4, 1, 1, Phase::forward_gather};
+  EXPECT_NEAR(collective_seconds(ring, cluster), 3 * 2e-6 + 3 * 4000.0 / 3e9, 1e-15);
+  shard::GroupView pair;
+  pair.node_of_rank = {0, 1};
+  const CollectiveCall across{&pair, comm::Collective::all_gather, 1000, 4, 1, 1, Phase::forward_gather};
+  EXPECT_NEAR(collective_seconds(across, cluster), 10e-6 + 4000.0 / 1e9, 1e-15);
+  shard::GroupView uneven;  // 2 ranks on node 0, 1 on node 1: the inter-node per-flow share (1 GB/s at its pace)
+  uneven.node_of_rank = {0, 0, 1};
+  const CollectiveCall other{&uneven, comm::Collective::all_gather, 1000, 4, 1, 1, Phase::forward_gather};
+  EXPECT_NEAR(collective_seconds(other, cluster), 2 * 10e-6 + 2 * 4000.0 / 1e9, 1e-15);
+  // One node of ranks: no node ring.
+  const Calibration one = parse_commbench(
+      R"({"bench":"comm","group":"world","ranks":4,"collective":"all_gather","bytes":64,"iters":2,"time_us":9,"algbw_gbps":1,"busbw_gbps":2,"bus_factor":0.75}
+{"bench":"comm","group":"intra-node","ranks":4,"collective":"all_gather","bytes":64,"iters":2,"time_us":9,"algbw_gbps":1,"busbw_gbps":2,"bus_factor":0.75})",
+      "one.json");
+  EXPECT_FALSE(one.node_ring.has_value());
+}
+
 TEST(Calibrate, OneNode_HasNoInterNodeLink) {
   const Calibration c = parse_commbench(
       R"({"bench":"comm","group":"intra-node","ranks":4,"collective":"all_gather","bytes":64,"iters":2,"time_us":9,"algbw_gbps":1,"busbw_gbps":2,"bus_factor":0.75})",

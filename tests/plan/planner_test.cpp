@@ -318,5 +318,23 @@ TEST(StepSchedule, HybridOnASlowLink_GradientReductionsStartAfterTheHeadsBackwar
   EXPECT_GT(hybrid.step_s, std::max(compute, hybrid.time.comm_s));
 }
 
+// The CPU engine (host_polls): each step of a collective waits half the compute between two polls. no_shard on 2
+// nodes of 1 rank, free links: the one bucket's all-reduce (2 steps on 2 ranks) goes after the backward, so the step
+// is the compute and one poll interval (a micro-batch's compute over 12 L + 6 stretches). Without host_polls: the
+// compute.
+TEST(StepSchedule, HostPolls_EachStepOfACollectiveWaitsHalfAPollInterval) {
+  const model::GptConfig tiny = tiny_config(3);
+  PlanInputs in = inputs(gpt_model(tiny, "tiny"), 2, 1);
+  in.cluster.intra = {1e9, 0, {}};
+  in.cluster.inter = {1e9, 0, {}};
+  in.cluster.compute_tflops = 1e-3;
+  const StrategyPlan off = row(make_plan(in), "no_shard");
+  EXPECT_NEAR(off.step_s, off.time.compute_s, 1e-9 * off.time.compute_s);
+  in.cluster.host_polls = true;
+  const StrategyPlan on = row(make_plan(in), "no_shard");
+  const double interval = on.time.compute_s / (12.0 * 3 + 6);
+  EXPECT_NEAR(on.step_s, on.time.compute_s + 2 * interval / 2, 1e-9 * on.step_s);
+}
+
 }  // namespace
 }  // namespace hsdp::plan

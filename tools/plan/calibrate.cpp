@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -185,6 +186,7 @@ Calibration parse_calibration(const std::vector<CalibrationSource>& sources) {
   std::map<std::string, std::vector<Sample>> by_group;
   double tflops_sum = 0;
   int train_lines = 0;
+  int cpu_lines = 0;  // of which bench=train_cpu
   std::string compute_how;
   Calibration c;
   for (const CalibrationSource& source : sources) {
@@ -207,6 +209,7 @@ Calibration parse_calibration(const std::vector<CalibrationSource>& sources) {
       if (bench != nullptr && (*bench == "train_cpu" || *bench == "train_gpu")) {
         ++bench_lines;
         ++train_lines;
+        cpu_lines += *bench == "train_cpu" ? 1 : 0;
         tflops_sum += train_line_tflops(*object, where, compute_how);
         continue;
       }
@@ -232,9 +235,20 @@ Calibration parse_calibration(const std::vector<CalibrationSource>& sources) {
   }
   c.intra = derive(by_group["intra-node"], "intra-node");
   c.inter = derive(by_group["inter-node"], "inter-node");
+  // The world's ring, where it spans nodes (inter-node lines: one rank per node) of several ranks each.
+  const std::vector<Sample>& world = by_group["world"];
+  const std::vector<Sample>& across = by_group["inter-node"];
+  if (!world.empty() && !across.empty() && world.front().ranks > across.front().ranks) {
+    const double members = world.front().ranks / across.front().ranks;
+    if (members == std::floor(members)) {
+      c.node_ring = derive(world, "world (a node-major ring, " + fmt(members) + " ranks per node)");
+      c.node_ring_members = static_cast<int>(members);
+    }
+  }
   if (train_lines > 0) {
     ComputeCalibration compute;
     compute.tflops = tflops_sum / train_lines;
+    compute.cpu = cpu_lines == train_lines;
     compute.how = "compute " + fmt(compute.tflops) +
                   " TFLOP/s per rank = the mean over the bench=train lines of hsdp-plan's FLOPs of the measured "
                   "step (6P + 12 L C T per token) / its mean step_ms (" +

@@ -33,11 +33,16 @@ struct LinkCalibration {
 
 struct ComputeCalibration {
   double tflops = 0;  // per rank
+  bool cpu = false;   // from bench=train_cpu lines: the CPU engine, whose collectives progress when it polls
   std::string how;
 };
 
 struct Calibration {
   std::optional<LinkCalibration> intra, inter;
+  // The world's ring where it spans nodes of several ranks each (one flow per node crossing, as every world-wide
+  // ring of the engine), and its ranks per node: Cluster::node_ring.
+  std::optional<LinkCalibration> node_ring;
+  int node_ring_members = 0;
   std::optional<ComputeCalibration> compute;
   std::string source;  // the files, comma-separated
 };

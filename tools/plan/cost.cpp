@@ -38,6 +38,17 @@ double ring_inter_gbps(const CollectiveCall& call, const Cluster& cluster) {
   return per_flow;
 }
 
+// Whether `group` spans nodes with node_ring_members of its members on every node (a calibrated node ring).
+bool shaped_like_node_ring(const shard::GroupView& group, const Cluster& cluster) {
+  if (cluster.node_ring.gbps <= 0 || cluster.node_ring_members < 2) return false;
+  std::map<int, int> members;
+  for (const int node : group.node_of_rank) members[node] += 1;
+  for (const auto& [node, m] : members) {
+    if (m != cluster.node_ring_members) return false;
+  }
+  return members.size() > 1;
+}
+
 }  // namespace
 
 double LinkClass::gbps_at(double bytes) const {
@@ -57,7 +68,8 @@ double collective_seconds(const CollectiveCall& call, const Cluster& cluster) {
   const int n = group.size();
   if (n <= 1) return 0;
   const bool across = spans_nodes(group);
-  const LinkClass& link = across ? cluster.inter : cluster.intra;
+  const bool node_ring = across && call.op != Collective::all_to_all && shaped_like_node_ring(group, cluster);
+  const LinkClass& link = node_ring ? cluster.node_ring : across ? cluster.inter : cluster.intra;
   const comm::LinkBytes bytes =
       comm::traffic_bytes(call.op, call.count, call.elem_bytes, group.rank, group.node_of_rank);
   const double alpha = link.latency_us * 1e-6;
@@ -68,8 +80,8 @@ double collective_seconds(const CollectiveCall& call, const Cluster& cluster) {
   const auto per_second = [size](const LinkClass& l) { return l.gbps_at(size) * 1e9; };
   // A ring goes at the pace of its slowest hop: across nodes, the share of the node's network each flow gets.
   const double ring_per_second =
-      across ? ring_inter_gbps(call, cluster) * cluster.inter.gbps_at(size) / cluster.inter.gbps * 1e9
-             : per_second(link);
+      across && !node_ring ? ring_inter_gbps(call, cluster) * cluster.inter.gbps_at(size) / cluster.inter.gbps * 1e9
+                           : per_second(link);
   switch (call.op) {
     case Collective::all_reduce:
       return 2.0 * (n - 1) * alpha + static_cast<double>(bytes.total()) / ring_per_second;
@@ -78,6 +90,18 @@ double collective_seconds(const CollectiveCall& call, const Cluster& cluster) {
              static_cast<double>(bytes.inter) / per_second(cluster.inter);
     default:
       return (n - 1) * alpha + static_cast<double>(bytes.total()) / ring_per_second;
+  }
+}
+
+double collective_steps(const CollectiveCall& call) {
+  const auto n = static_cast<double>(call.group->size());
+  switch (call.op) {
+    case Collective::all_reduce:
+      return 2 * (n - 1);
+    case Collective::all_to_all:
+      return 1;
+    default:
+      return n - 1;
   }
 }
 
@@ -129,9 +153,13 @@ class Link {
 // hierarchical no_shard's three hops).
 class Schedule {
  public:
+  // step_poll_s: what each step of a collective waits for its ranks to poll (Cluster::host_polls).
   Schedule(const Cluster& cluster, const UnitSizes& units, const shard::EngineOptions& options,
-           const shard::MeshGroups& groups)
-      : cluster_(cluster), k_(options.grad_accum), n_units_(static_cast<int>(units.numel.size())) {
+           const shard::MeshGroups& groups, double step_poll_s)
+      : cluster_(cluster),
+        k_(options.grad_accum),
+        n_units_(static_cast<int>(units.numel.size())),
+        step_poll_s_(step_poll_s) {
     calls_.resize(static_cast<std::size_t>(n_units_));
     for_each_collective(units, options, groups, [&](const CollectiveCall& call) {
       calls_[static_cast<std::size_t>(call.unit)].push_back(call);
@@ -187,7 +215,8 @@ class Schedule {
     return out;
   }
   double run(const CollectiveCall& c, double ready) {
-    return (spans_nodes(*c.group) ? inter_ : intra_).run(ready, collective_seconds(c, cluster_));
+    const double polls = c.group->size() > 1 ? collective_steps(c) * step_poll_s_ : 0.0;
+    return (spans_nodes(*c.group) ? inter_ : intra_).run(ready, collective_seconds(c, cluster_) + polls);
   }
   void wait(double t) { host_ = std::max(host_, t); }
   // The i-th gather of unit u in this phase and micro-batch (the embedding's second: the tied head's), issued at
@@ -218,6 +247,7 @@ class Schedule {
   int k_, n_units_;
   std::vector<std::vector<CollectiveCall>> calls_;
   Link intra_, inter_;
+  double step_poll_s_;
   double host_ = 0, pending_ = 0;
 };
 
@@ -252,7 +282,9 @@ StepTime step_time(const PlanModel& model, const Workload& work, const Cluster& 
     forward[static_cast<std::size_t>(u)] *= per_micro_batch / total;
     backward[static_cast<std::size_t>(u)] *= per_micro_batch / total;
   }
-  Schedule schedule(cluster, units, options, groups);
+  const double segments = 12.0 * static_cast<double>(model.activation.n_layer) + 6.0;  // Cluster::host_polls
+  const double step_poll_s = cluster.host_polls ? per_micro_batch / segments / 2 : 0.0;
+  Schedule schedule(cluster, units, options, groups, step_poll_s);
   t.exposed_s = std::max(0.0, schedule.step(forward, backward, model.tied_head) - t.compute_s);
   return t;
 }

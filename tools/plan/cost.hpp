@@ -80,6 +80,19 @@ struct Cluster {
   double memory_margin = 0.10;  // fraction of a rank's memory kept free (runtime, allocator, communication library)
   LinkClass intra{150, 5, {}};
   LinkClass inter{25, 10, {}};
+  // Measured (--calibrate): a node-major ring over nodes of node_ring_members ranks each (the world of the
+  // calibration run), whose busbw is its crossing hop's pace. A ring collective over a group of that shape takes its
+  // time from it instead of from inter's per-flow share (gbps 0: not measured). One flow per node crossing need not
+  // get what two flows sharing the link each get times two (TCP through a shaped link does not).
+  LinkClass node_ring{0, 0, {}};
+  int node_ring_members = 0;
+  // The CPU engine (compute calibrated from hsdp-bench-train-cpu): a collective moves on only when its ranks poll,
+  // at unit boundaries and between a unit's kernels (docs/architecture.md, "The engine's schedule"), so each step
+  // of it (a ring's n-1 per phase, an all-to-all's one) starts on average half a poll interval after the step before
+  // ended; the interval is the compute between two polls (a micro-batch's compute over its 12 L + 6 stretches:
+  // each block's forward and backward cut in 6 by its 5 kernel polls, the head's 2 each way, the embedding's one
+  // each way). false: collectives progress on their own (NCCL, the GPU nodes of hsdp-plan's defaults).
+  bool host_polls = false;
   double compute_tflops = 400;  // sustained per rank
   int world() const { return nodes * ranks_per_node; }
 };
@@ -91,6 +104,9 @@ struct Workload {
 };
 
 double collective_seconds(const CollectiveCall& call, const Cluster& cluster);
+// The steps a collective waits between (Cluster::host_polls): a ring's n-1 per phase (all_reduce 2(n-1)), one for
+// an all-to-all (every pair at once).
+double collective_steps(const CollectiveCall& call);
 
 struct StepTime {
   double compute_s = 0;

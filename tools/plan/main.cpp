@@ -391,6 +391,19 @@ int run(int argc, char** argv) {
     };
     apply(cal.intra, c.intra, "intra-node", "intra-gbyte-s", "intra-latency-us");
     apply(cal.inter, c.inter, "inter-node", "inter-gbyte-s", "inter-latency-us");
+    if (cal.node_ring) {
+      const bool inter_given = !vm["inter-gbyte-s"].defaulted() || vm.count("inter-gbit-per-node") > 0;
+      context.cluster_notes += "calibration: " + cal.node_ring->how + "\n";
+      if (inter_given) {
+        context.cluster_notes += "  the inter-node bandwidth given wins: rings over nodes of " +
+                                 std::to_string(cal.node_ring_members) + " ranks take it too\n";
+      } else {
+        c.node_ring = {cal.node_ring->gbps, cal.node_ring->latency_us, cal.node_ring->by_size};
+        c.node_ring_members = cal.node_ring_members;
+        context.cluster_notes += "  ring collectives over groups of " + std::to_string(cal.node_ring_members) +
+                                 " ranks on each node take their time from it\n";
+      }
+    }
     if (!cal.compute) {
       context.cluster_notes += "calibration: " + cal.source +
                                " has no bench=train_cpu or bench=train_gpu lines; --compute-tflops keeps its value\n";
@@ -400,6 +413,12 @@ int run(int argc, char** argv) {
         c.compute_tflops = cal.compute->tflops;
       else
         context.cluster_notes += "  --compute-tflops given: it wins over the calibration\n";
+      c.host_polls = cal.compute->cpu;
+      if (c.host_polls) {
+        context.cluster_notes +=
+            "  the CPU engine: a collective's every step waits half a poll interval for its ranks (the compute "
+            "between two polls: a micro-batch's over 12 L + 6)\n";
+      }
     }
   }
   check_cluster(c);
