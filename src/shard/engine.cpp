@@ -277,6 +277,7 @@ float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> to
   const int L = m.n_layer;
   const QueueId compute = m.compute;
   StreamQueues& q = m.q;
+  const PollBetweenKernels poll(model, q);
   model::UnitModel* g = &model;
   m.ensure(0);
   m.maybe_prefetch(1);

@@ -384,7 +384,7 @@ void StreamQueues::run_worker(QueueId q) {
       w.items.pop_front();
       lock.unlock();
       try {
-        item->work();
+        run_traced(q, item->name, item->work);
       } catch (...) {
         const std::lock_guard failed(mutex_);
         if (!failure_) failure_ = std::current_exception();

@@ -35,7 +35,8 @@
 // forward and backward; reductions are issued after each unit's backward and completed later. All of it is work on
 // stream queues (stream_queues.hpp; the queues are listed in engine_impl.hpp): compute waits for a gather's event,
 // reductions for compute's, and memory returns to its pool after the event of its last use. Nonblocking MPI
-// collectives progress when polled, so the engine polls the queues at every unit boundary.
+// collectives progress when polled, so the engine polls the queues at every unit boundary and, through
+// UnitModel::between_kernels, between a unit's kernels (inline queues).
 #include <cstdint>
 #include <memory>
 #include <span>

@@ -90,7 +90,8 @@ class StreamQueues {
   // Each collective's (issue, observed completion) in monotonic seconds, as it completes.
   void on_collective(std::function<void(double, double)> sink) { collective_sink_ = std::move(sink); }
   // Every operation as it ends (trace): the queue's name, the operation's, and its begin and end in monotonic
-  // seconds. Work: while it ran; a collective: issue to observed completion; the host's waits: "wait" on "host".
+  // seconds. Work: while it ran (on a worker thread too: the sink must be thread-safe); a collective: issue to
+  // observed completion; the host's blocking waits: "wait for <queue>" on queue "host".
   using SpanSink = std::function<void(const std::string& queue, const std::string& name, double begin, double end)>;
   void on_span(SpanSink sink) { span_sink_ = std::move(sink); }
   // Seconds the host spent blocked in synchronize(), wait() on a compute queue (inline) and drain().
