@@ -9,6 +9,7 @@
 #include "hsdp/app/options.hpp"
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/comm/mpi.hpp"
+#include "hsdp/comm/staged.hpp"
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/core/fault.hpp"
 #include "hsdp/core/log.hpp"
@@ -85,9 +86,13 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
       if (options_error) throw *options_error;
     });
     hsdp::comm::agree(MPI_COMM_WORLD, [&] {
-      mesh = std::make_unique<hsdp::comm::ProcessMesh>(
-          world, topology,
-          hsdp::shard::mesh_options(options.engine.strategy, options.engine.zeropp.hpz_partition_size));
+      hsdp::comm::MeshOptions mesh_options =
+          hsdp::shard::mesh_options(options.engine.strategy, options.engine.zeropp.hpz_partition_size);
+      // The CPU device's memory is the host's: staging is asked for, to run the GPU's staged path.
+      if (options.device_type == hsdp::device::DeviceType::cpu && options.comm_stage == hsdp::comm::Staging::host) {
+        mesh_options.carry = hsdp::comm::staged_carrier(hsdp::comm::make_memcpy_staging());
+      }
+      mesh = std::make_unique<hsdp::comm::ProcessMesh>(world, topology, mesh_options);
     });
   }
   if (cli.print_mesh) {

@@ -253,6 +253,14 @@ const std::vector<OptionSpec>& option_table() {
              "device.type=cpu always uses MPI",
              "mpi|nccl")
           .into([](V v, O o) { o.comm_inter = comm::parse_transport(v.text(), v.key); }),
+      choice("comm.stage", "auto",
+             "how MPI reaches the memory the engine trains in: direct = MPI reads and writes it (on a GPU only "
+             "where the MPI library is CUDA-aware); host = every collective is staged through host buffers (a copy "
+             "to the host, MPI on the copy, a copy back after it completes; on the CPU the copies are memcpy: the "
+             "GPU's staged path, run where it can be checked bit for bit against direct); auto = direct on the CPU "
+             "and with CUDA-aware MPI, else host",
+             "auto|direct|host")
+          .into([](V v, O o) { o.comm_stage = comm::parse_staging(v.text(), v.key); }),
 
       // [device]
       choice("device.type", "cpu",

@@ -26,6 +26,22 @@ Transport parse_transport(std::string_view text, std::string_view key) {
 
 const char* to_string(Transport t) { return t == Transport::mpi ? "mpi" : "nccl"; }
 
+Staging parse_staging(std::string_view text, std::string_view key) {
+  if (text == "auto") return Staging::automatic;
+  if (text == "direct") return Staging::direct;
+  if (text == "host") return Staging::host;
+  throw_config(std::string(key) + ": unknown value '" + std::string(text) + "' (allowed: auto|direct|host)");
+}
+
+const char* to_string(Staging s) {
+  switch (s) {
+    case Staging::automatic: return "auto";
+    case Staging::direct: return "direct";
+    case Staging::host: return "host";
+  }
+  return "?";
+}
+
 std::string_view to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return "sum";

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/comm/staged.hpp"
 #include "hsdp/core/log.hpp"
 
 namespace hsdp::comm {
@@ -69,37 +70,48 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, const
   const int me = topology.world_rank;
   const int node_id = topology.node();
   const int local = topology.local_rank();
-  node_ = world.split(node_id, me, "node");
-  cross_node_ = world.split(local, node_id, "cross_node");
-  node_gather_ = world.split(node_id, me, "node_gather");
+  node_.mpi = world.split(node_id, me, "node");
+  cross_node_.mpi = world.split(local, node_id, "cross_node");
+  node_gather_.mpi = world.split(node_id, me, "node_gather");
   switch (shard_scope_) {
     case ShardScope::world:
-      shard_ = world.split(0, me, "shard");
-      replicate_ = world.split(me, 0, "replicate");
+      shard_.mpi = world.split(0, me, "shard");
+      replicate_.mpi = world.split(me, 0, "replicate");
       break;
     case ShardScope::node:
-      shard_ = world.split(node_id, me, "shard");
-      replicate_ = world.split(local, node_id, "replicate");
+      shard_.mpi = world.split(node_id, me, "shard");
+      replicate_.mpi = world.split(local, node_id, "replicate");
       break;
     case ShardScope::self:
-      shard_ = world.split(me, 0, "shard");
-      replicate_ = world.split(0, me, "replicate");
+      shard_.mpi = world.split(me, 0, "shard");
+      replicate_.mpi = world.split(0, me, "replicate");
       break;
   }
-  if (hpz_size > 0) hpz_ = world.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
+  if (hpz_size > 0) hpz_.mpi = world.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
+  for (Group* g : {&node_, &cross_node_, &node_gather_, &shard_, &replicate_, &hpz_}) carry(*g, options);
+}
+
+void ProcessMesh::carry(Group& group, const MeshOptions& options) {
+  if (group.mpi && options.carry) group.carrier = options.carry(*group.mpi);
+}
+
+std::function<std::unique_ptr<Communicator>(MpiCommunicator&)> staged_carrier(std::shared_ptr<HostStaging> staging) {
+  return [staging = std::move(staging)](MpiCommunicator& group) -> std::unique_ptr<Communicator> {
+    return std::make_unique<StagedCommunicator>(group, staging);
+  };
 }
 
 ByteCounters ProcessMesh::total_counters() const {
   ByteCounters total;
-  for (const auto* c : {node_.get(), node_gather_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
-    if (c != nullptr) total += c->counters();
+  for (const Group* g : {&node_, &node_gather_, &cross_node_, &shard_, &replicate_, &hpz_}) {
+    if (g->mpi) total += g->carried().counters();
   }
   return total;
 }
 
 void ProcessMesh::reset_counters() {
-  for (auto* c : {node_.get(), node_gather_.get(), cross_node_.get(), shard_.get(), replicate_.get(), hpz_.get()}) {
-    if (c != nullptr) c->reset_counters();
+  for (const Group* g : {&node_, &node_gather_, &cross_node_, &shard_, &replicate_, &hpz_}) {
+    if (g->mpi) g->carried().reset_counters();
   }
 }
 
@@ -108,8 +120,8 @@ std::string ProcessMesh::describe() {
   const int world_size = topology_.world_size;
   const MPI_Comm world = world_.raw();
 
-  const std::array<Membership, 3> mine = {membership_of(shard_.get(), me), membership_of(replicate_.get(), me),
-                                          membership_of(hpz_.get(), me)};
+  const std::array<Membership, 3> mine = {membership_of(shard_.mpi.get(), me),
+                                          membership_of(replicate_.mpi.get(), me), membership_of(hpz_.mpi.get(), me)};
   std::vector<int> row;
   for (const auto& m : mine) row.insert(row.end(), {m.leader, m.rank, m.size});
   constexpr int kRow = 9;
@@ -168,12 +180,12 @@ std::string ProcessMesh::describe() {
   }
   out << "  shard groups (a unit's parameters are split over):  " << groups_text(0) << "\n";
   out << "  replicate groups (hold the same shard):             " << groups_text(1) << "\n";
-  if (hpz_) out << "  hpz groups (secondary copy of the weights):         " << groups_text(2) << "\n";
+  if (hpz_.mpi) out << "  hpz groups (secondary copy of the weights):         " << groups_text(2) << "\n";
   for (int r = 0; r < world_size; ++r) {
     out << "  rank " << r << ": host " << host_of(r) << "  node " << topology_.node_of_rank[static_cast<std::size_t>(r)]
         << "  local " << topology_.local_rank_of(r) << "  shard " << at(r, 0).rank << "/" << at(r, 0).size
         << "  replicate " << at(r, 1).rank << "/" << at(r, 1).size;
-    if (hpz_) out << "  hpz " << at(r, 2).rank << "/" << at(r, 2).size;
+    if (hpz_.mpi) out << "  hpz " << at(r, 2).rank << "/" << at(r, 2).size;
     out << "\n";
   }
   return out.str();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hsdp/comm/sequence_board.hpp"
+#include "hsdp/comm/staged.hpp"
 #include "hsdp/comm/traffic.hpp"
 #include "hsdp/comm/watchdog.hpp"
 #include "hsdp/core/error.hpp"
@@ -566,6 +567,7 @@ bool mpi_finalized() {
 }
 
 const MpiCommunicator& as_mpi(const Communicator& group) {
+  if (const auto* staged = dynamic_cast<const StagedCommunicator*>(&group)) return as_mpi(staged->carrier());
   const auto* mpi = dynamic_cast<const MpiCommunicator*>(&group);
   if (mpi == nullptr) throw_internal("the group '" + group.name() + "' is not carried by MPI");
   return *mpi;

@@ -27,6 +27,11 @@ void check_cuda_options(const TrainOptions& o) {
   if (o.activation_checkpointing) {
     throw_config(what + "keeps every activation: set train.activation_checkpointing=false");
   }
+  if (o.comm_stage != comm::Staging::automatic) {
+    throw_config(what + "runs its own data-parallel collectives, staged through pinned host memory where MPI is not "
+                 "CUDA-aware: comm.stage=" + std::string(comm::to_string(o.comm_stage)) +
+                 " is the CPU engine's; set comm.stage=auto");
+  }
   if (o.log_trace) throw_config(what + "has no timeline yet: log.trace is the CPU engine's; set log.trace=false");
 }
 

@@ -1,7 +1,9 @@
 #pragma once
 // What every test of comm_mpi_test shares: the emulated mesh given on the command line, the topology, the world
 // communicator and one ProcessMesh per shard scope. Built once by main (collectively) before the tests run.
+#include <functional>
 #include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -35,6 +37,15 @@ struct MpiTestContext {
   MeshSpec spec;
   Logger& logger;
   std::map<ShardScope, std::unique_ptr<ProcessMesh>> meshes;  // node: only on nodes of equal size
+  // --comm.stage: "direct" (MPI on the buffers), "host" (staged, memcpy) or "deferred" (staged, late copies).
+  std::string stage = "direct";
+  std::function<std::unique_ptr<Communicator>(MpiCommunicator&)> carry;  // MeshOptions::carry for that stage
+
+  // `options` with this run's staging: every mesh a test builds carries its groups as the harness's meshes do.
+  MeshOptions staged(MeshOptions options) const {
+    options.carry = carry;
+    return options;
+  }
 };
 
 // Set by main for the lifetime of RUN_ALL_TESTS (gtest offers no other way to hand objects to TEST_P bodies).

@@ -385,7 +385,7 @@ TEST(ZeroPP, InterNodeBytes_AreAQuarterOfFullShardBf16_AndEachFeatureShowsItsFac
   const comm::Topology& topo = ctx.topology;
   if (topo.num_nodes() == 1 || !topo.nodes_equal_size()) GTEST_SKIP() << "needs several equal nodes";
   const int k = topo.node_size(0);
-  comm::ProcessMesh mesh(ctx.world, topo, mesh_options(Sharding::full_shard, k));
+  comm::ProcessMesh mesh(ctx.world, topo, ctx.staged(mesh_options(Sharding::full_shard, k)));
   const Traffic base = measure(mesh, bf16_full_shard());
   EngineOptions qwz = bf16_full_shard(), hpz = bf16_full_shard(), qgz = bf16_full_shard(), all = bf16_full_shard();
   qwz.zeropp.quantized_weights = true;

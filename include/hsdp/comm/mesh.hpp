@@ -11,6 +11,9 @@
 //   hpz         hpZ secondary group: k consecutive local ranks of this node (only when hpz k > 0)
 // The shard group's scope comes from the strategy (hsdp/shard/strategy.hpp): world (replicate = self), node
 // (replicate = cross_node; needs nodes of equal size) or self (replicate = world).
+// Every group is an MPI communicator (a split of world); what carries its collectives over the engine's memory is
+// MeshOptions::carry's choice (MPI itself by default; staged through host buffers with comm.stage=host).
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,7 +33,15 @@ struct MeshOptions {
   int hpz_size = 0;
   // Who asked for this mesh, for error messages (e.g. "parallel.sharding=hybrid_shard").
   std::string requested_by = "the process mesh";
+  // What carries a group's collectives, given its MPI communicator (which the mesh keeps, and which outlives what
+  // this returns); empty: the MPI communicator itself. Not applied to world, the caller's.
+  std::function<std::unique_ptr<Communicator>(MpiCommunicator& group)> carry = {};
 };
+
+// A carrier for MeshOptions::carry: every group's collectives staged through host buffers by `staging`
+// (staged.hpp).
+class HostStaging;
+std::function<std::unique_ptr<Communicator>(MpiCommunicator&)> staged_carrier(std::shared_ptr<HostStaging> staging);
 
 class ProcessMesh {
  public:
@@ -40,15 +51,15 @@ class ProcessMesh {
 
   // The groups as the engine sees them: collectives and counters (communicator.hpp), whatever carries them.
   Communicator& world() { return world_; }
-  Communicator& node() { return *node_; }
-  Communicator& cross_node() { return *cross_node_; }
-  Communicator& node_gather() { return *node_gather_; }
-  Communicator& shard() { return *shard_; }
-  Communicator& replicate() { return *replicate_; }
-  const Communicator& shard() const { return *shard_; }
-  const Communicator& replicate() const { return *replicate_; }
-  bool has_hpz() const { return hpz_ != nullptr; }
-  Communicator& hpz() { return *hpz_; }
+  Communicator& node() { return node_.carried(); }
+  Communicator& cross_node() { return cross_node_.carried(); }
+  Communicator& node_gather() { return node_gather_.carried(); }
+  Communicator& shard() { return shard_.carried(); }
+  Communicator& replicate() { return replicate_.carried(); }
+  const Communicator& shard() const { return shard_.carried(); }
+  const Communicator& replicate() const { return replicate_.carried(); }
+  bool has_hpz() const { return hpz_.mpi != nullptr; }
+  Communicator& hpz() { return hpz_.carried(); }
   // The MPI communicator behind world, for what only MPI does (the watchdog's side channel, MPI_Abort).
   MpiCommunicator& mpi_world() { return world_; }
   const Topology& topology() const { return topology_; }
@@ -67,14 +78,22 @@ class ProcessMesh {
   Topology topology_;
   ShardScope shard_scope_;
   std::string requested_by_;
-  std::unique_ptr<MpiCommunicator> node_;
-  std::unique_ptr<MpiCommunicator> cross_node_;
-  std::unique_ptr<MpiCommunicator> node_gather_;
+  // A group: its MPI communicator and, where MeshOptions::carry gave one, what carries its collectives.
+  struct Group {
+    std::unique_ptr<MpiCommunicator> mpi;
+    std::unique_ptr<Communicator> carrier;
+    Communicator& carried() const { return carrier ? *carrier : *mpi; }
+  };
+  void carry(Group& group, const MeshOptions& options);
+
+  Group node_;
+  Group cross_node_;
+  Group node_gather_;
   // shard and replicate are communicators of their own (splits with the same membership as world, node,
   // cross_node or self) so that counters and watchdog messages name the role they play.
-  std::unique_ptr<MpiCommunicator> shard_;
-  std::unique_ptr<MpiCommunicator> replicate_;
-  std::unique_ptr<MpiCommunicator> hpz_;
+  Group shard_;
+  Group replicate_;
+  Group hpz_;
 };
 
 }  // namespace hsdp::comm

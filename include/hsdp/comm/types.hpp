@@ -71,6 +71,14 @@ enum class Transport { mpi, nccl };
 Transport parse_transport(std::string_view text, std::string_view key);
 const char* to_string(Transport t);
 
+// How MPI reaches the memory the engine trains in (comm.stage). direct: MPI reads and writes it (host memory on the
+// CPU; on a GPU only where the MPI library is CUDA-aware); host: staged through host buffers (staged.hpp; on the
+// CPU the copies are memcpy, which runs the GPU's staged path where CI can check it); automatic: direct on the CPU
+// and with CUDA-aware MPI, else host.
+enum class Staging { automatic, direct, host };
+Staging parse_staging(std::string_view text, std::string_view key);
+const char* to_string(Staging s);
+
 struct CommOptions {
   // A collective that has not completed after this many seconds aborts the whole job (the watchdog).
   double timeout_s = 300.0;

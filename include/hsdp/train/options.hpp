@@ -38,6 +38,7 @@ struct TrainOptions {
   device::DeviceType device_type = device::DeviceType::cpu;  // hsdp/train/cuda_backend.hpp
   comm::Transport comm_intra = comm::Transport::nccl;  // cuda: what carries the collectives inside a node
   comm::Transport comm_inter = comm::Transport::mpi;   // cuda: what carries the collectives across nodes
+  comm::Staging comm_stage = comm::Staging::automatic;  // how MPI reaches the engine's memory (comm/types.hpp)
   comm::CommOptions comm;           // the watchdog's timeout, for the communicators the backend creates
   comm::TopologyOptions topology;   // emulated nodes and placement (comm/topology.hpp)
 
