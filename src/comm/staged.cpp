@@ -34,6 +34,7 @@ class MemcpyStaging final : public HostStaging {
     std::memcpy(device, host, bytes);
     return std::make_unique<LandedCopy>();
   }
+  std::unique_ptr<StagedCopy> fence() override { return std::make_unique<LandedCopy>(); }
 };
 
 }  // namespace
@@ -167,8 +168,15 @@ bool within(const std::byte* inner, std::size_t inner_bytes, const std::byte* ou
 
 }  // namespace
 
-StagedCommunicator::StagedCommunicator(Communicator& carrier, std::shared_ptr<HostStaging> staging)
-    : carrier_(carrier), staging_(std::move(staging)), pool_(std::make_shared<Pool>(Pool{staging_, {}, 0, {}})) {}
+StagedCommunicator::StagedCommunicator(Communicator& carrier, std::shared_ptr<HostStaging> staging,
+                                       DirectCollectives direct)
+    : carrier_(carrier), staging_(std::move(staging)), direct_(direct), pool_(std::make_shared<Pool>(Pool{staging_, {}, 0, {}})) {}
+
+StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> carrier, std::shared_ptr<HostStaging> staging,
+                                       DirectCollectives direct)
+    : StagedCommunicator(*carrier, std::move(staging), direct) {
+  owned_ = std::move(carrier);
+}
 
 StagedCommunicator::~StagedCommunicator() {
   // Handles wait for their collectives when they go; one that outlives the communicator must not find it half-issued.
@@ -211,6 +219,17 @@ CommHandle StagedCommunicator::staged(Shape shape) {
   return CommHandle(std::make_unique<StagedOp>(std::move(op)));
 }
 
+CommHandle StagedCommunicator::direct(std::function<CommHandle()> issue) {
+  auto op = std::make_shared<Operation>();
+  op->pool = pool_;
+  op->staging = staging_;
+  op->copy_in = staging_->fence();
+  op->shape.issue = [issue = std::move(issue)](const void*, void*) { return issue(); };
+  pool_->unissued.push_back(op);
+  pool_->advance();
+  return CommHandle(std::make_unique<StagedOp>(std::move(op)));
+}
+
 CommHandle StagedCommunicator::all_reduce_async(const void* send, void* recv, std::size_t count, DType t,
                                                 ReduceOp op) {
   const std::size_t bytes = count * size_of(t);
@@ -229,6 +248,9 @@ CommHandle StagedCommunicator::reduce_scatter_async(const void* send, void* recv
 }
 
 CommHandle StagedCommunicator::all_gather_async(const void* send, void* recv, std::size_t send_count, DType t) {
+  if (direct_ == DirectCollectives::data_movement) {
+    return direct([=, this] { return carrier_.all_gather_async(send, recv, send_count, t); });
+  }
   const std::size_t bytes = send_count * size_of(t);
   return staged({send, bytes, recv, bytes * static_cast<std::size_t>(size()),
                  [this, send_count, t](const void* s, void* r) {
@@ -237,6 +259,9 @@ CommHandle StagedCommunicator::all_gather_async(const void* send, void* recv, st
 }
 
 CommHandle StagedCommunicator::all_to_all_async(const void* send, void* recv, std::size_t count_per_peer, DType t) {
+  if (direct_ == DirectCollectives::data_movement) {
+    return direct([=, this] { return carrier_.all_to_all_async(send, recv, count_per_peer, t); });
+  }
   const std::size_t bytes = count_per_peer * size_of(t) * static_cast<std::size_t>(size());
   return staged({send, bytes, recv, bytes, [this, count_per_peer, t](const void* s, void* r) {
                    return carrier_.all_to_all_async(s, r, count_per_peer, t);
@@ -244,6 +269,9 @@ CommHandle StagedCommunicator::all_to_all_async(const void* send, void* recv, st
 }
 
 CommHandle StagedCommunicator::broadcast_async(void* buffer, std::size_t count, DType t, int root) {
+  if (direct_ == DirectCollectives::data_movement) {
+    return direct([=, this] { return carrier_.broadcast_async(buffer, count, t, root); });
+  }
   const std::size_t bytes = count * size_of(t);
   // The root's buffer is the input and stays as it is; every other rank's is the output.
   if (rank() == root) {
@@ -257,6 +285,7 @@ CommHandle StagedCommunicator::broadcast_async(void* buffer, std::size_t count, 
 }
 
 CommHandle StagedCommunicator::barrier_async() {
+  if (direct_ == DirectCollectives::data_movement) return direct([this] { return carrier_.barrier_async(); });
   return staged({nullptr, 0, nullptr, 0, [this](const void*, void*) { return carrier_.barrier_async(); }});
 }
 

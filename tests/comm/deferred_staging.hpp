@@ -1,6 +1,6 @@
 #pragma once
 // A HostStaging whose copies land late, as a GPU's do: each copy is a memcpy made only when done() has been asked
-// a number of times drawn per copy (0 to 3, from a generator seeded by the rank, so that the ranks see their copies
+// a number of times drawn per copy (a fence likewise, copying nothing) (0 to 3, from a generator seeded by the rank, so that the ranks see their copies
 // land in different orders), or at wait(). A StagedCommunicator over it must still issue its collectives in call
 // order on every rank, and never read a host buffer before its copy landed or free one before its copy back did.
 #include <cstring>
@@ -23,6 +23,7 @@ class DeferredStaging final : public HostStaging {
   std::unique_ptr<StagedCopy> to_device(const void* host, void* device, std::size_t bytes) override {
     return later(host, device, bytes);
   }
+  std::unique_ptr<StagedCopy> fence() override { return later(nullptr, nullptr, 0); }
 
  private:
   class LateCopy final : public StagedCopy {

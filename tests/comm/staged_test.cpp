@@ -110,6 +110,7 @@ class HeldStaging final : public HostStaging {
   std::unique_ptr<StagedCopy> to_device(const void* host, void* device, std::size_t bytes) override {
     return held(host, device, bytes);
   }
+  std::unique_ptr<StagedCopy> fence() override { return held(nullptr, nullptr, 0); }
   void land(std::size_t i) { *landed.at(i) = true; }
 
   int allocations = 0;
@@ -243,6 +244,28 @@ TEST(Staged, ASecondStepOfTheSameCollectives_AllocatesNoHostBuffer) {
   step();
   step();
   EXPECT_EQ(staging->allocations, first);
+}
+
+// CUDA-aware MPI: collectives that only move bytes run on the device ranges once the fence says the stream's work
+// before them is done; reductions stay staged; all in call order.
+TEST(Staged, DirectDataMovement_HandsTheDevicePointersOverAfterTheFence_AndStagesReductions) {
+  FakeCarrier carrier;
+  auto staging = std::make_shared<HeldStaging>();
+  StagedCommunicator staged(carrier, staging, DirectCollectives::data_movement);
+  std::vector<float> gathered{5, 6, 0, 0}, summed{1};
+  CommHandle hg = staged.all_gather_async(gathered.data(), gathered.data(), 2, DType::f32);
+  CommHandle hs = staged.all_reduce_async(summed.data(), summed.data(), 1, DType::f32, ReduceOp::sum);
+  staging->land(1);  // the reduction's input
+  EXPECT_FALSE(hs.done());
+  EXPECT_TRUE(carrier.calls.empty()) << "issued before the fence of the collective called first";
+  staging->land(0);  // the fence
+  EXPECT_TRUE(hg.done());
+  ASSERT_EQ(carrier.calls.size(), 2u);
+  EXPECT_EQ(carrier.calls[0].send, gathered.data()) << "the device pointer itself";
+  EXPECT_NE(carrier.calls[1].send, summed.data()) << "a reduction is staged";
+  hs.wait();
+  EXPECT_EQ(gathered, (std::vector<float>{5, 6, 5, 6}));
+  EXPECT_EQ(summed, (std::vector<float>{2}));
 }
 
 TEST(Staged, CountersSequenceAndNames_AreTheCarriers) {

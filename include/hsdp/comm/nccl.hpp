@@ -23,6 +23,7 @@
 
 #include "hsdp/comm/communicator.hpp"
 #include "hsdp/comm/mpi.hpp"
+#include "hsdp/comm/staged.hpp"
 #include "hsdp/core/log.hpp"
 
 namespace hsdp::comm {
@@ -87,6 +88,33 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<BoardSeat> seat_;  // null for one rank; pending ops hold it weakly
 };
 
+// HostStaging on one GPU (staged.hpp), for MPI over device memory: pinned host buffers (cudaMallocHost; the
+// StagedCommunicator's pool keeps them, so a step allocates none after its first), copies by cudaMemcpyAsync on the
+// stream set by use_stream (the queue's: a copy in is ordered after the kernels that produced its input, a copy back
+// before the work enqueued after the collective is seen complete), each followed by an event from a pool of its own
+// that the host polls (done) or waits for (wait). A fence is such an event alone.
+class CudaStaging final : public HostStaging {
+ public:
+  explicit CudaStaging(cudaStream_t stream);
+  ~CudaStaging() override;
+  CudaStaging(const CudaStaging&) = delete;
+  CudaStaging& operator=(const CudaStaging&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  void use_stream(cudaStream_t stream) { stream_ = stream; }
+  HostBlock allocate(std::size_t bytes) override;
+  std::unique_ptr<StagedCopy> to_host(const void* device, void* host, std::size_t bytes) override;
+  std::unique_ptr<StagedCopy> to_device(const void* host, void* device, std::size_t bytes) override;
+  std::unique_ptr<StagedCopy> fence() override;
+
+  struct Events;
+
+ private:
+  std::unique_ptr<StagedCopy> recorded();
+  cudaStream_t stream_;
+  std::shared_ptr<Events> events_;  // shared with the copies in flight
+};
+
 // comm.inter's values (types.hpp: parse_transport).
 using InterNodeBackend = Transport;
 
@@ -97,12 +125,11 @@ bool mpi_is_cuda_aware();
 // The communicator over DEVICE buffers for a group that crosses nodes (`group`: e.g. the replicate group of
 // HYBRID_SHARD), collective over it:
 //   nccl: an NcclCommunicator over the group (NCCL's own network transports between nodes).
-//   mpi:  MPI collectives on a private duplicate of `group`, counted by the same traffic model. With CUDA-aware
-//         MPI, all_gather, all_to_all and broadcast hand the device pointers to MPI; reductions (whose bf16/f16
-//         sums and avg run on the host) and every collective without CUDA-aware MPI are staged: device ->
-//         pinned host buffer -> MPI -> device. Operations of this communicator are serialized (issuing one
-//         completes the previous), and device inputs must be ready when a call is made (synchronize the producing
-//         stream, or pass its stream as `compute`: each call then waits for the work issued to it so far).
+//   mpi:  a StagedCommunicator (staged.hpp) over a private duplicate of `group`, with CudaStaging on `compute`: the
+//         copies are ordered after the work issued to `compute` before each call. With CUDA-aware MPI, all_gather,
+//         all_to_all and broadcast hand the device pointers to MPI once that work is done; reductions (whose bf16/f16
+//         sums and avg run on the host) and every collective without CUDA-aware MPI are staged: device -> pinned
+//         host buffer -> MPI -> device. Counted by the same traffic model (the duplicate's counters).
 std::unique_ptr<Communicator> make_inter_node_communicator(InterNodeBackend backend, const MpiCommunicator& group,
                                                            std::string name, cudaStream_t compute,
                                                            const CommOptions& options, const Logger& logger);

@@ -52,15 +52,27 @@ class HostStaging {
   // Starts a copy ordered after the device work issued so far to the stream the caller works on.
   virtual std::unique_ptr<StagedCopy> to_host(const void* device, void* host, std::size_t bytes) = 0;
   virtual std::unique_ptr<StagedCopy> to_device(const void* host, void* device, std::size_t bytes) = 0;
+  // No copy: done once the device work issued so far to the caller's stream has completed (before the carrier reads
+  // and writes device memory itself).
+  virtual std::unique_ptr<StagedCopy> fence() = 0;
 };
 
 // The CPU device's staging: memory is host memory, so every copy is a memcpy, done when it returns.
 std::shared_ptr<HostStaging> make_memcpy_staging();
 
+// Which collectives the carrier runs on device memory itself, after a fence: none (every one staged), or those that
+// only move bytes (all_gather, all_to_all, broadcast, barrier: CUDA-aware MPI, whose reductions of bf16 and f16 and
+// whose avg run on the host and so must stay staged).
+enum class DirectCollectives { none, data_movement };
+
 class StagedCommunicator final : public Communicator {
  public:
   // `carrier` must outlive this communicator (the mesh owns both).
-  StagedCommunicator(Communicator& carrier, std::shared_ptr<HostStaging> staging);
+  StagedCommunicator(Communicator& carrier, std::shared_ptr<HostStaging> staging,
+                     DirectCollectives direct = DirectCollectives::none);
+  // The same, owning its carrier.
+  StagedCommunicator(std::unique_ptr<Communicator> carrier, std::shared_ptr<HostStaging> staging,
+                     DirectCollectives direct = DirectCollectives::none);
   ~StagedCommunicator() override;
   StagedCommunicator(const StagedCommunicator&) = delete;
   StagedCommunicator& operator=(const StagedCommunicator&) = delete;
@@ -103,9 +115,13 @@ class StagedCommunicator final : public Communicator {
     std::function<CommHandle(const void* host_send, void* host_recv)> issue;
   };
   CommHandle staged(Shape shape);
+  // The carrier on the device ranges themselves, after a fence, in call order with the staged ones.
+  CommHandle direct(std::function<CommHandle()> issue);
 
+  std::unique_ptr<Communicator> owned_;  // the carrier, where this communicator owns it
   Communicator& carrier_;
   std::shared_ptr<HostStaging> staging_;
+  DirectCollectives direct_;
   std::shared_ptr<Pool> pool_;  // shared with the operations in flight
 };
 
