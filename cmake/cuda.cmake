@@ -12,7 +12,7 @@
 #   src/quant/cuda   hsdp_quant_cuda        block-wise quantization kernels
 #   src/model/cuda   hsdp_model_cuda        the GPT layers' kernels and GEMM layers, the GPT on one GPU
 #   src/optim/cuda   hsdp_optim_cuda        AdamW and the squared gradient norm on the GPU
-#   src/shard/cuda   hsdp_shard_cuda        the sharding engine's DeviceOps on one GPU
+#   src/stream/cuda  hsdp_stream_cuda       DeviceOps on one GPU (the engine's device interface)
 #   src/train/cuda   hsdp_train_cuda_state  a training run's parameters, gradients and AdamW state on one GPU
 #                    hsdp_train_cuda        the device.type=cuda training backend (needs NCCL)
 #   src/comm/nccl    hsdp_comm_nccl         NcclCommunicator and make_inter_node_communicator (needs NCCL)

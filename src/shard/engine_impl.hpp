@@ -1,6 +1,6 @@
 #pragma once
 // The sharding engine's internals (private to src/shard): gathers of parameters and reductions of gradients as work
-// on stream queues (stream_queues.hpp). Engine (engine.cpp) drives them unit by unit.
+// on stream queues (hsdp/stream/queues.hpp). Engine (engine.cpp) drives them unit by unit.
 //
 // Queues (docs/architecture.md, "Stream order and the stream checker"):
 //   compute   the model's forward and backward, AdamW, the norm and overflow partial sums
@@ -21,9 +21,9 @@
 #include "hsdp/core/timer.hpp"
 #include "hsdp/core/trace.hpp"
 #include "hsdp/shard/buckets.hpp"
-#include "hsdp/shard/device_ops.hpp"
+#include "hsdp/stream/device_ops.hpp"
 #include "hsdp/shard/engine.hpp"
-#include "hsdp/shard/stream_queues.hpp"
+#include "hsdp/stream/queues.hpp"
 
 namespace hsdp::shard {
 

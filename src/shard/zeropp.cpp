@@ -1,6 +1,6 @@
 #include "hsdp/shard/zeropp.hpp"
 
-#include "hsdp/shard/device_ops.hpp"
+#include "hsdp/stream/device_ops.hpp"
 
 // Derivation of the qgZ bound in zeropp.hpp: quantization with scale s changes an element by at most s/2, and
 // s = absmax/qmax rounded up by at most 2^-16 relative. Hop 1 adds, for each rank i of a node, at most
@@ -10,31 +10,6 @@
 // (1 + 2^-15) instead of (1 + 2^-16).
 
 namespace hsdp::shard {
-
-namespace {
-std::size_t packed_region(std::size_t count, quant::Bits bits) {
-  return (quant::packed_bytes(count, bits) + 3) / 4 * 4;
-}
-}  // namespace
-
-std::size_t message_bytes(std::size_t count, quant::QuantSpec spec) {
-  return packed_region(count, spec.bits) + sizeof(float) * quant::scale_count(count, spec.block);
-}
-
-quant::QuantizedSpan message_span(std::uint8_t* out, std::size_t count, quant::QuantSpec spec) {
-  const std::size_t packed = quant::packed_bytes(count, spec.bits);
-  auto* scales = reinterpret_cast<float*>(out + packed_region(count, spec.bits));
-  return {std::span<std::uint8_t>(out, packed), std::span<float>(scales, quant::scale_count(count, spec.block)), count,
-          spec};
-}
-
-quant::QuantizedView message_view(const std::uint8_t* in, std::size_t count, quant::QuantSpec spec) {
-  return message_span(const_cast<std::uint8_t*>(in), count, spec);
-}
-
-void pack_message(std::span<const float> values, quant::QuantSpec spec, std::uint8_t* out) {
-  quant::quantize(values, message_span(out, values.size(), spec));
-}
 
 void qgz_quantize_slices(DeviceOps& device, const float* full, std::size_t s, quant::QuantSpec spec,
                          const std::vector<std::vector<int>>& shard_rank_at, std::uint8_t* out) {

@@ -1,4 +1,4 @@
-// The sharding engine's DeviceOps on the GPU (shard::cuda::CudaDeviceOps) against the CPU's (make_cpu_device_ops),
+// DeviceOps on the GPU (stream::cuda::CudaDeviceOps) against the CPU's (make_cpu_device_ops),
 // call by call on the same inputs: bit for bit (memcmp), except
 //   accumulate with a scale that is not a power of two (the engine's scales are 1 and 1 / shard size): the CPU
 //                build may fuse sum + x * scale into one FMA (g++ contracts in C++ with -march=native), the GPU
@@ -18,14 +18,14 @@
 
 #include "gpu_test_util.hpp"
 #include "hsdp/core/error.hpp"
-#include "hsdp/shard/cuda/device_ops.hpp"
-#include "hsdp/shard/device_ops.hpp"
-#include "hsdp/shard/zeropp.hpp"
+#include "hsdp/stream/cuda/device_ops.hpp"
+#include "hsdp/stream/device_ops.hpp"
+#include "hsdp/quant/message.hpp"
 
 namespace hsdp::gpu_testing {
 namespace {
 
-using shard::DeviceOps;
+using stream::DeviceOps;
 
 constexpr std::size_t kN = 100000;  // not a multiple of the quantization blocks nor of the launch sizes
 
@@ -47,18 +47,18 @@ class DeviceOpsGpu : public GpuTest {
   void SetUp() override {
     GpuTest::SetUp();
     if (IsSkipped()) return;
-    cpu_ = shard::make_cpu_device_ops(cpu_memory_);
-    gpu_ = std::make_unique<shard::cuda::CudaDeviceOps>(gpu_memory_, stream());
+    cpu_ = stream::make_cpu_device_ops(cpu_memory_);
+    gpu_ = std::make_unique<stream::cuda::CudaDeviceOps>(gpu_memory_, stream());
   }
   // Host bytes onto the GPU, through the ops (copy_from_host waits).
   template <typename T>
-  shard::DeviceArray<T> on_gpu(const std::vector<T>& host) {
-    shard::DeviceArray<T> a = gpu_->array<T>(host.size(), MemCategory::comm_buffers);
+  stream::DeviceArray<T> on_gpu(const std::vector<T>& host) {
+    stream::DeviceArray<T> a = gpu_->array<T>(host.size(), MemCategory::comm_buffers);
     gpu_->copy_from_host(a.data(), host.data(), host.size() * sizeof(T));
     return a;
   }
   template <typename T>
-  std::vector<T> back(shard::DeviceArray<T>& a) {
+  std::vector<T> back(stream::DeviceArray<T>& a) {
     std::vector<T> host(a.size());
     gpu_->copy_to_host(host.data(), a.data(), a.size() * sizeof(T));
     return host;
@@ -66,12 +66,12 @@ class DeviceOpsGpu : public GpuTest {
 
   MemoryAccountant cpu_memory_, gpu_memory_;
   std::unique_ptr<DeviceOps> cpu_;
-  std::unique_ptr<shard::cuda::CudaDeviceOps> gpu_;
+  std::unique_ptr<stream::cuda::CudaDeviceOps> gpu_;
 };
 
 TEST_F(DeviceOpsGpu, Allocate_IsZeroed_ChargedWhileItLives_AndNotHostVisible) {
   {
-    shard::DeviceArray<float> a = gpu_->array<float>(kN, MemCategory::grads);
+    stream::DeviceArray<float> a = gpu_->array<float>(kN, MemCategory::grads);
     EXPECT_EQ(gpu_memory_.current(MemCategory::grads), static_cast<std::int64_t>(kN * sizeof(float)));
     EXPECT_TRUE(same_bytes(back(a), std::vector<float>(kN, 0.0f)));
     EXPECT_EQ(gpu_->host_address(a.data()), nullptr);
@@ -88,8 +88,8 @@ TEST_F(DeviceOpsGpu, ConvertAndRound_AreTheCpus_BitForBit) {
     cpu_->convert(x.data(), DType::f32, cpu_narrow.data(), t, kN);
     cpu_->convert(cpu_narrow.data(), t, cpu_back.data(), DType::f32, kN);
     auto d_x = on_gpu(x);
-    shard::DeviceArray<std::byte> d_narrow = gpu_->typed(kN, t, MemCategory::comm_buffers);
-    shard::DeviceArray<float> d_back = gpu_->array<float>(kN, MemCategory::comm_buffers);
+    stream::DeviceArray<std::byte> d_narrow = gpu_->typed(kN, t, MemCategory::comm_buffers);
+    stream::DeviceArray<float> d_back = gpu_->array<float>(kN, MemCategory::comm_buffers);
     gpu_->convert(d_x.data(), DType::f32, d_narrow.data(), t, kN);
     gpu_->convert(d_narrow.data(), t, d_back.data(), DType::f32, kN);
     EXPECT_TRUE(same_bytes(back(d_narrow), cpu_narrow)) << to_string(t);
@@ -157,9 +157,9 @@ TEST_F(DeviceOpsGpu, AccumulateAndFill_AreTheCpus_BitForBit) {
 TEST_F(DeviceOpsGpu, ZeroPPMessages_AreTheCpus_BitForBit) {
   for (const quant::QuantSpec spec :
        {quant::QuantSpec{quant::Bits::int8, 2048}, quant::QuantSpec{quant::Bits::int4, 256}}) {
-    const std::size_t m = shard::message_bytes(kN, spec);
+    const std::size_t m = quant::message_bytes(kN, spec);
     std::vector<std::vector<std::uint8_t>> cpu_messages;
-    std::vector<shard::DeviceArray<std::uint8_t>> gpu_messages;
+    std::vector<stream::DeviceArray<std::uint8_t>> gpu_messages;
     for (std::uint64_t k = 0; k < 3; ++k) {
       const auto x = values(10 + k);
       cpu_messages.emplace_back(m);
@@ -197,7 +197,7 @@ TEST_F(DeviceOpsGpu, NonFiniteQuantize_IsRaisedLater_WithTheCpusMessage) {
   auto x = values(20);
   x[4242] = std::numeric_limits<float>::infinity();
   const quant::QuantSpec spec{quant::Bits::int8, 2048};
-  std::vector<std::uint8_t> message(shard::message_bytes(kN, spec));
+  std::vector<std::uint8_t> message(quant::message_bytes(kN, spec));
   std::string cpu_text;
   try {
     cpu_->quantize(x.data(), kN, spec, message.data());

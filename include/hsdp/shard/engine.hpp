@@ -33,7 +33,7 @@
 //
 // Overlap: with parallel.prefetch the next unit's all-gather is issued before the current unit computes, in
 // forward and backward; reductions are issued after each unit's backward and completed later. All of it is work on
-// stream queues (stream_queues.hpp; the queues are listed in engine_impl.hpp): compute waits for a gather's event,
+// stream queues (hsdp/stream/queues.hpp; the queues are listed in engine_impl.hpp): compute waits for a gather's event,
 // reductions for compute's, and memory returns to its pool after the event of its last use. Nonblocking MPI
 // collectives progress when polled, so the engine polls the queues at every unit boundary and, through
 // UnitModel::between_kernels, between a unit's kernels (inline queues).
@@ -49,13 +49,26 @@
 #include "hsdp/core/memory.hpp"
 #include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/adamw.hpp"
-#include "hsdp/shard/device_ops.hpp"
+#include "hsdp/stream/device_ops.hpp"
 #include "hsdp/shard/flat_param.hpp"
 #include "hsdp/shard/strategy.hpp"
-#include "hsdp/shard/stream_queues.hpp"
+#include "hsdp/stream/queues.hpp"
 #include "hsdp/shard/zeropp.hpp"
 
 namespace hsdp::shard {
+
+// The stream runtime the engine runs on (hsdp/stream/).
+using stream::AccessMode;
+using stream::BufferAccess;
+using stream::BufferId;
+using stream::make_cpu_device_ops;
+using stream::QueueId;
+using stream::QueueRole;
+using stream::reads;
+using stream::StreamEvent;
+using stream::StreamOptions;
+using stream::StreamQueues;
+using stream::writes;
 
 struct EngineOptions {
   Sharding strategy = Sharding::no_shard;
@@ -65,7 +78,7 @@ struct EngineOptions {
   double bucket_mb = 25.0;
   int grad_accum = 1;
   ZeroPPOptions zeropp;  // full_shard and hybrid_shard only
-  StreamOptions streams;  // how the queues run: inline (default), checked, on worker threads (stream_queues.hpp)
+  StreamOptions streams;  // how the queues run: inline (default), checked, on worker threads (hsdp/stream/queues.hpp)
   std::string trace_file;  // non-empty: every queue operation, collective and host wait to this file (trace.hpp)
 };
 

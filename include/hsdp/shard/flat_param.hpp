@@ -12,9 +12,12 @@
 
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/adamw.hpp"
-#include "hsdp/shard/device_ops.hpp"
+#include "hsdp/stream/device_ops.hpp"
 
 namespace hsdp::shard {
+
+using stream::DeviceArray;
+using stream::DeviceOps;
 
 struct UnitGeometry {
   std::size_t numel = 0;         // N

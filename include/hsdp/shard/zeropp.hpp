@@ -1,8 +1,6 @@
 #pragma once
-// ZeRO++ building blocks (pure: no communication here; the engine moves the messages).
-//
-// A quantized message of n elements is one byte buffer: the packed values (int8: n bytes, int4: ceil(n/2)),
-// padded to a multiple of 4 bytes, then the fp32 block scales. Collectives move messages as uint8.
+// ZeRO++: its options, and qgZ's two-hop quantized reduce-scatter over DeviceOps and the mesh's groups. Messages
+// are quant/message.hpp's.
 //
 // qgZ, the quantized gradient reduce-scatter, for a shard group of `nodes` x `p` ranks (equal nodes), unit
 // gradient G of Pp = n S elements, shard rank r = (node j, local l) owning slice r = G[r S, (r+1) S):
@@ -24,10 +22,15 @@
 
 #include "hsdp/comm/communicator.hpp"
 #include "hsdp/quant/blockwise.hpp"
+#include "hsdp/quant/message.hpp"
+
+namespace hsdp::stream {
+class DeviceOps;
+}  // namespace hsdp::stream
 
 namespace hsdp::shard {
 
-class DeviceOps;
+using stream::DeviceOps;
 
 struct ZeroPPOptions {
   bool quantized_weights = false;    // qwZ: int8 forward all-gather
@@ -38,12 +41,10 @@ struct ZeroPPOptions {
   bool any() const { return quantized_weights || hpz_partition_size > 0 || quantized_gradients; }
 };
 
-std::size_t message_bytes(std::size_t count, quant::QuantSpec spec);
-// Quantizes `values` into the message at `out` (message_bytes(values.size(), spec) bytes).
-void pack_message(std::span<const float> values, quant::QuantSpec spec, std::uint8_t* out);
-// A view of the message at `in` holding `count` elements.
-quant::QuantizedView message_view(const std::uint8_t* in, std::size_t count, quant::QuantSpec spec);
-quant::QuantizedSpan message_span(std::uint8_t* out, std::size_t count, quant::QuantSpec spec);
+using quant::message_bytes;
+using quant::message_span;
+using quant::message_view;
+using quant::pack_message;
 
 // qgZ across nodes (full_shard): `full` holds n S elements (n = nodes x p shard ranks); on return `slice_sum` holds the
 // sum over all ranks of this rank's slice (not averaged). `node` has this node's p ranks in local-rank order,

@@ -1,4 +1,4 @@
-#include "hsdp/shard/stream_queues.hpp"
+#include "hsdp/stream/queues.hpp"
 
 #include <chrono>
 #include <random>
@@ -6,7 +6,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 
-namespace hsdp::shard {
+namespace hsdp::stream {
 
 namespace {
 
@@ -396,4 +396,4 @@ void StreamQueues::run_worker(QueueId q) {
   }
 }
 
-}  // namespace hsdp::shard
+}  // namespace hsdp::stream

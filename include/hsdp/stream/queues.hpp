@@ -42,9 +42,9 @@
 #include <vector>
 
 #include "hsdp/comm/communicator.hpp"
-#include "hsdp/shard/stream_checker.hpp"
+#include "hsdp/stream/checker.hpp"
 
-namespace hsdp::shard {
+namespace hsdp::stream {
 
 struct StreamOptions {
   bool check = false;
@@ -156,4 +156,4 @@ class StreamQueues {
   double host_waited_s_ = 0;
 };
 
-}  // namespace hsdp::shard
+}  // namespace hsdp::stream

@@ -1,5 +1,5 @@
 #pragma once
-// The element kernels of CudaDeviceOps (private to src/shard/cuda), each the CPU DeviceOps' loop on the GPU with the
+// The element kernels of CudaDeviceOps (private to src/stream/cuda), each the CPU DeviceOps' loop on the GPU with the
 // same fp32 arithmetic (no contraction of a multiply and an add into one FMA, as the CPU build does not contract).
 #include <cuda_runtime_api.h>
 
@@ -7,7 +7,7 @@
 
 #include "hsdp/core/dtype.hpp"
 
-namespace hsdp::shard::cuda {
+namespace hsdp::stream::cuda {
 
 // out[i] = in[i] from one of f32, bf16, f16 to another (through fp32; the same dtype copies).
 void convert_elements(const void* in, DType from, void* out, DType to, std::size_t count, cudaStream_t stream);
@@ -24,4 +24,4 @@ void flag_if_found(double* flag, const int* found, cudaStream_t stream);
 // *sum += *x.
 void add_scalar(double* sum, const double* x, cudaStream_t stream);
 
-}  // namespace hsdp::shard::cuda
+}  // namespace hsdp::stream::cuda

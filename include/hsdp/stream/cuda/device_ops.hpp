@@ -1,5 +1,5 @@
 #pragma once
-// The sharding engine's DeviceOps (hsdp/shard/device_ops.hpp) on one GPU: device memory from CUDA's stream-ordered
+// The sharding engine's DeviceOps (hsdp/stream/device_ops.hpp) on one GPU: device memory from CUDA's stream-ordered
 // allocator (cudaMallocAsync, zeroed, charged to the accountant while it lives) and every element call as kernels
 // enqueued on the current stream, the stream of the queue the call was issued from (use_stream; the engine's queues
 // become CUDA streams). Nothing waits for the GPU but copy_to_host and copy_from_host (the host's data must be there
@@ -18,9 +18,9 @@
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/optim/cuda/adamw.hpp"
 #include "hsdp/quant/cuda/blockwise.hpp"
-#include "hsdp/shard/device_ops.hpp"
+#include "hsdp/stream/device_ops.hpp"
 
-namespace hsdp::shard::cuda {
+namespace hsdp::stream::cuda {
 
 class CudaDeviceOps final : public DeviceOps {
  public:
@@ -65,4 +65,4 @@ class CudaDeviceOps final : public DeviceOps {
   std::map<std::pair<const float*, std::size_t>, std::unique_ptr<optim::cuda::DeviceDecaySegments>> segments_;
 };
 
-}  // namespace hsdp::shard::cuda
+}  // namespace hsdp::stream::cuda

@@ -2,7 +2,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/device/cuda/kernel_util.cuh"
 
-namespace hsdp::shard::cuda {
+namespace hsdp::stream::cuda {
 namespace {
 
 namespace detail = hsdp::device::cuda::detail;
@@ -160,4 +160,4 @@ void add_scalar(double* sum, const double* x, cudaStream_t stream) {
   check_launch("add_scalar_kernel");
 }
 
-}  // namespace hsdp::shard::cuda
+}  // namespace hsdp::stream::cuda

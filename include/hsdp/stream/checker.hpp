@@ -17,14 +17,14 @@
 //     staging buffer freed while its collective may still read it);
 //   - a host read (the loss, the norm, the overflow flag) not ordered after the write that produced the value.
 // The checks use the logical order only, so a missing wait is found whether or not the timing of a run exposes it;
-// the executor (stream_queues.hpp) adds threads and random delays so that the values do too.
+// the executor (queues.hpp) adds threads and random delays so that the values do too.
 #include <cstdint>
 #include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
-namespace hsdp::shard {
+namespace hsdp::stream {
 
 using QueueId = int;   // 0 is the host
 using BufferId = int;  // one allocation
@@ -48,7 +48,7 @@ struct StreamEvent {
   QueueId queue = -1;  // -1: the empty event (covers nothing)
   std::vector<std::uint64_t> clock;
   std::uint64_t position =
-      0;  // the executor's (stream_queues.hpp): items enqueued on the queue before it, waits included
+      0;  // the executor's (queues.hpp): items enqueued on the queue before it, waits included
 };
 
 class StreamChecker {
@@ -105,4 +105,4 @@ class StreamChecker {
   std::size_t operations_ = 0;
 };
 
-}  // namespace hsdp::shard
+}  // namespace hsdp::stream

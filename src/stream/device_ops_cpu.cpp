@@ -8,10 +8,10 @@
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
 #include "hsdp/quant/fused.hpp"
-#include "hsdp/shard/device_ops.hpp"
-#include "hsdp/shard/zeropp.hpp"
+#include "hsdp/stream/device_ops.hpp"
+#include "hsdp/quant/message.hpp"
 
-namespace hsdp::shard {
+namespace hsdp::stream {
 namespace {
 
 class HostMemory final : public DeviceMemory {
@@ -28,7 +28,7 @@ std::vector<quant::QuantizedView> views(std::span<const std::uint8_t* const> mes
                                         quant::QuantSpec spec) {
   std::vector<quant::QuantizedView> out;
   out.reserve(messages.size());
-  for (const std::uint8_t* m : messages) out.push_back(message_view(m, count, spec));
+  for (const std::uint8_t* m : messages) out.push_back(quant::message_view(m, count, spec));
   return out;
 }
 
@@ -64,10 +64,10 @@ class CpuDeviceOps final : public DeviceOps {
     }
   }
   void quantize(const float* values, std::size_t count, quant::QuantSpec spec, std::uint8_t* message) override {
-    pack_message(std::span<const float>(values, count), spec, message);
+    quant::pack_message(std::span<const float>(values, count), spec, message);
   }
   void dequantize(const std::uint8_t* message, std::size_t count, quant::QuantSpec spec, float* out) override {
-    quant::dequantize(message_view(message, count, spec), std::span<float>(out, count));
+    quant::dequantize(quant::message_view(message, count, spec), std::span<float>(out, count));
   }
   void reduce_dequantize(std::span<const std::uint8_t* const> messages, std::size_t count, quant::QuantSpec spec,
                          float* out) override {
@@ -75,7 +75,7 @@ class CpuDeviceOps final : public DeviceOps {
   }
   void reduce_requantize(std::span<const std::uint8_t* const> messages, std::size_t count, quant::QuantSpec spec,
                          std::uint8_t* out) override {
-    quant::reduce_requantize(views(messages, count, spec), message_span(out, count, spec));
+    quant::reduce_requantize(views(messages, count, spec), quant::message_span(out, count, spec));
   }
   void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads, float* m,
              float* v, std::size_t count, std::span<const optim::DecaySegment> segments, bool zero_grads) override {
@@ -126,4 +126,4 @@ std::unique_ptr<DeviceOps> make_cpu_device_ops(MemoryAccountant& memory, bool ho
   return std::make_unique<CpuDeviceOps>(memory, host_visible);
 }
 
-}  // namespace hsdp::shard
+}  // namespace hsdp::stream

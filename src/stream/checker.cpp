@@ -1,10 +1,10 @@
-#include "hsdp/shard/stream_checker.hpp"
+#include "hsdp/stream/checker.hpp"
 
 #include <algorithm>
 
 #include "hsdp/core/error.hpp"
 
-namespace hsdp::shard {
+namespace hsdp::stream {
 
 StreamChecker::StreamChecker() {
   add_queue("host");
@@ -123,4 +123,4 @@ void StreamChecker::release(BufferId id, const StreamEvent& event, const std::st
   b.released_by = what + "' after an event of queue '" + queues_[static_cast<std::size_t>(q)].name;
 }
 
-}  // namespace hsdp::shard
+}  // namespace hsdp::stream

@@ -2,10 +2,10 @@
 
 #include "element_kernels.hpp"
 #include "hsdp/core/error.hpp"
-#include "hsdp/shard/cuda/device_ops.hpp"
-#include "hsdp/shard/zeropp.hpp"
+#include "hsdp/stream/cuda/device_ops.hpp"
+#include "hsdp/quant/message.hpp"
 
-namespace hsdp::shard::cuda {
+namespace hsdp::stream::cuda {
 namespace {
 
 namespace dc = hsdp::device::cuda;
@@ -45,7 +45,7 @@ struct MessageParts {
   float* scales;
 };
 MessageParts parts_of(const std::uint8_t* message, std::size_t count, quant::QuantSpec spec) {
-  const quant::QuantizedSpan s = message_span(const_cast<std::uint8_t*>(message), count, spec);
+  const quant::QuantizedSpan s = quant::message_span(const_cast<std::uint8_t*>(message), count, spec);
   return {s.packed.data(), s.scales.data()};
 }
 
@@ -162,4 +162,4 @@ void CudaDeviceOps::raise_deferred_errors() {
   quant_status_.throw_if_non_finite(quantized_count_, stream_);
 }
 
-}  // namespace hsdp::shard::cuda
+}  // namespace hsdp::stream::cuda

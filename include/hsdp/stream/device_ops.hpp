@@ -18,7 +18,7 @@
 // hands them to the DeviceOps, to communicators (which take device memory: NCCL, CUDA-aware MPI) and to the model's
 // kernels, and reaches the shard state from the host only through copies or host_address.
 //
-// Ordering: every call is issued inside work the engine enqueued on a queue (stream_queues.hpp); the engine orders
+// Ordering: every call is issued inside work the engine enqueued on a queue (hsdp/stream/queues.hpp); the engine orders
 // the queues with events. A GPU device runs each call on the stream of the queue it was issued from
 // (docs/architecture.md, "Stream order and the stream checker").
 #include <cstddef>
@@ -31,7 +31,7 @@
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/quant/blockwise.hpp"
 
-namespace hsdp::shard {
+namespace hsdp::stream {
 
 // A block of device memory, charged to its accountant category until destroyed.
 class DeviceMemory {
@@ -122,4 +122,4 @@ class DeviceOps {
 // false makes host_address answer null as a GPU's does, so tests prove the staged checkpoint path on the CPU.
 std::unique_ptr<DeviceOps> make_cpu_device_ops(MemoryAccountant& memory, bool host_visible = true);
 
-}  // namespace hsdp::shard
+}  // namespace hsdp::stream

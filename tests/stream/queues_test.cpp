@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/shard/stream_queues.hpp"
+#include "hsdp/stream/queues.hpp"
 
-namespace hsdp::shard {
+namespace hsdp::stream {
 namespace {
 
 // What a pipeline leaves out, to prove the checker catches it.
@@ -252,4 +252,4 @@ TEST(StreamQueues, Threads_TheHostIssuesCollectivesInGroupOrder_AndReleasesAfter
 }
 
 }  // namespace
-}  // namespace hsdp::shard
+}  // namespace hsdp::stream

@@ -1,7 +1,0 @@
-# The shard layer's CUDA target; included by src/shard/CMakeLists.txt when the CUDA backend is on.
-# hsdp_shard_cuda: the sharding engine's DeviceOps on one GPU (hsdp/shard/cuda/device_ops.hpp): stream-ordered
-# memory and the element kernels, over hsdp_quant_cuda's and hsdp_optim_cuda's kernels.
-add_library(hsdp_shard_cuda ${CMAKE_CURRENT_LIST_DIR}/device_ops_cuda.cpp ${CMAKE_CURRENT_LIST_DIR}/element_kernels.cu)
-set_target_properties(hsdp_shard_cuda PROPERTIES CUDA_STANDARD 20 CUDA_STANDARD_REQUIRED ON CUDA_EXTENSIONS OFF)
-target_link_libraries(hsdp_shard_cuda PUBLIC hsdp_shard hsdp_quant_cuda hsdp_optim_cuda hsdp_device_cuda
-                      PRIVATE hsdp_cuda_warnings)
