@@ -143,9 +143,12 @@ Engine::~Engine() {
       queues_->drain();
       for (int u = 0; u < impl_->n_units; ++u) impl_->release(u);
       queues_->drain();
-    } catch (...) {  // a failed collective: the job is ending; the memory goes with it
+    } catch (...) {  // a failed collective or a checker's report: the job is ending; the memory goes with it
     }
   }
+  // What is still held (after a failure) goes before the memory it may write: a collective's handle waits for it.
+  queues_.reset();
+  impl_.reset();
 }
 
 void Engine::refresh_derived_state() {

@@ -53,6 +53,20 @@ std::uint64_t StreamChecker::operation(QueueId q, const std::string& name, std::
     const auto& host = clock_of(kHost);
     for (std::size_t i = 0; i < host.size(); ++i) clock[i] = std::max(clock[i], host[i]);
   }
+  return check_and_record(q, name, accesses);
+}
+
+std::uint64_t StreamChecker::operation(QueueId q, const CheckerEvent& host, const std::string& name,
+                                       std::span<const BufferAccess> accesses) {
+  const std::lock_guard lock(mutex_);
+  auto& clock = clock_of(q);
+  for (std::size_t i = 0; i < host.clock.size() && i < clock.size(); ++i) clock[i] = std::max(clock[i], host.clock[i]);
+  return check_and_record(q, name, accesses);
+}
+
+std::uint64_t StreamChecker::check_and_record(QueueId q, const std::string& name,
+                                              std::span<const BufferAccess> accesses) {
+  auto& clock = clock_of(q);
   ++clock[static_cast<std::size_t>(q)];
   const Stamp now{q, clock[static_cast<std::size_t>(q)], name};
   for (const BufferAccess& a : accesses) {
@@ -93,12 +107,12 @@ std::uint64_t StreamChecker::operation(QueueId q, const std::string& name, std::
   return now.tick;
 }
 
-StreamEvent StreamChecker::record(QueueId q) {
+CheckerEvent StreamChecker::record(QueueId q) {
   const std::lock_guard lock(mutex_);
-  return StreamEvent{q, clock_of(q)};
+  return CheckerEvent{q, clock_of(q)};
 }
 
-void StreamChecker::wait(QueueId q, const StreamEvent& event) {
+void StreamChecker::wait(QueueId q, const CheckerEvent& event) {
   const std::lock_guard lock(mutex_);
   auto& clock = clock_of(q);
   for (std::size_t i = 0; i < event.clock.size() && i < clock.size(); ++i)
@@ -110,7 +124,7 @@ void StreamChecker::host_read(BufferId b, const std::string& what) {
   operation(kHost, what, std::span(&access, 1));
 }
 
-void StreamChecker::release(BufferId id, const StreamEvent& event, const std::string& what) {
+void StreamChecker::release(BufferId id, const CheckerEvent& event, const std::string& what) {
   const std::lock_guard lock(mutex_);
   BufferState& b = buffers_.at(static_cast<std::size_t>(id));
   const QueueId q = event.queue < 0 ? kHost : event.queue;

@@ -1,16 +1,21 @@
 #include "hsdp/stream/queues.hpp"
 
-#include <chrono>
-#include <random>
-
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/timer.hpp"
 
 namespace hsdp::stream {
 
+// Filled when the queue's work up to the event's position has been handed to the executor.
+struct EventPoint {
+  std::uint64_t position = 0;
+  bool reached = false;
+  ExecEvent exec;
+  CheckerEvent checked;
+};
+
 namespace {
 
-// Sets a flag for the lifetime of a scope (advance_locked is not reentrant: a callback it runs may call back in).
+// Sets a flag for the lifetime of a scope (advance is not reentrant: a callback it runs may call back in).
 class Flag {
  public:
   explicit Flag(bool& flag) : flag_(flag) { flag_ = true; }
@@ -24,36 +29,39 @@ class Flag {
 
 }  // namespace
 
-StreamQueues::StreamQueues(StreamOptions options) : options_(options) {
+StreamQueues::StreamQueues(StreamOptions options, std::unique_ptr<Executor> executor)
+    : options_(options), executor_(std::move(executor)) {
+  if (!executor_) {
+    executor_ = options_.threads ? make_threads_executor(options_.seed, options_.max_delay_us) : make_inline_executor();
+  }
   if (options_.check) checker_ = std::make_unique<StreamChecker>();
-  workers_.push_back(std::make_unique<Worker>());
-  workers_.front()->name = "host";
-  workers_.front()->role = QueueRole::compute;
+  auto host = std::make_unique<Queue>();
+  host->name = "host";
+  host->role = QueueRole::compute;
+  queues_.push_back(std::move(host));
 }
 
 StreamQueues::~StreamQueues() {
-  {
-    const std::lock_guard lock(mutex_);
-    stopping_ = true;
+  // Handles of collectives still held wait for them as they go; the executor stops after the queues.
+  queues_.clear();
+  executor_.reset();
+}
+
+StreamQueues::Queue& StreamQueues::queue(QueueId q) {
+  if (q < 0 || static_cast<std::size_t>(q) >= queues_.size()) {
+    throw_internal("stream queues: no queue " + std::to_string(q));
   }
-  changed_.notify_all();
-  for (auto& w : workers_) {
-    if (w->thread.joinable()) w->thread.join();
-  }
+  return *queues_[static_cast<std::size_t>(q)];
 }
 
 QueueId StreamQueues::make_queue(std::string name, QueueRole role) {
-  const QueueId id = checker_ ? checker_->add_queue(name) : static_cast<QueueId>(workers_.size());
-  if (static_cast<std::size_t>(id) != workers_.size()) throw_internal("stream queues: queue ids out of step");
-  auto w = std::make_unique<Worker>();
-  w->name = std::move(name);
-  w->role = role;
-  Worker& added = *w;
-  {
-    const std::lock_guard lock(mutex_);  // the workers read the list in their wait conditions
-    workers_.push_back(std::move(w));
-  }
-  if (options_.threads) added.thread = std::thread([this, id] { run_worker(id); });
+  const QueueId id = checker_ ? checker_->add_queue(name) : static_cast<QueueId>(queues_.size());
+  if (static_cast<std::size_t>(id) != queues_.size()) throw_internal("stream queues: queue ids out of step");
+  auto q = std::make_unique<Queue>();
+  q->stream = executor_->make_stream(name, role == QueueRole::compute);
+  q->name = std::move(name);
+  q->role = role;
+  queues_.push_back(std::move(q));
   return id;
 }
 
@@ -61,225 +69,246 @@ BufferId StreamQueues::track(std::string name) {
   return checker_ ? checker_->add_buffer(std::move(name)) : -1;
 }
 
-void StreamQueues::rethrow() {
-  std::exception_ptr failure;
-  {
-    const std::lock_guard lock(mutex_);
-    failure = failure_;
-  }
-  if (failure) std::rethrow_exception(failure);
-}
-
-void StreamQueues::check(QueueId q, const std::string& name, const std::vector<BufferAccess>& accesses) {
-  if (q < 0 || static_cast<std::size_t>(q) >= workers_.size()) {
-    throw_internal("stream queues: no queue " + std::to_string(q));
-  }
-  if (checker_) checker_->operation(q, name, accesses);
-}
-
-bool StreamQueues::done(QueueId q, std::uint64_t seq) {
-  return worker(q).done >= seq;
+CheckerEvent StreamQueues::host_order() {
+  return checker_ ? checker_->record(StreamChecker::kHost) : CheckerEvent{};
 }
 
 void StreamQueues::enqueue(QueueId q, std::string name, const std::vector<BufferAccess>& accesses,
                            std::function<void()> work) {
-  rethrow();
-  check(q, name, accesses);
-  Worker& w = worker(q);
-  if (q == StreamChecker::kHost || (!options_.threads && w.role == QueueRole::compute)) {
+  executor_->rethrow();
+  Queue& w = queue(q);
+  if (q == StreamChecker::kHost) {
+    if (checker_) checker_->operation(q, name, accesses);
     run_traced(q, name, work);
-    const std::lock_guard lock(mutex_);
-    w.done = ++w.enqueued;
+    w.handed = ++w.enqueued;
     return;
   }
   auto item = std::make_shared<Item>();
   item->kind = Kind::work;
   item->name = std::move(name);
+  item->accesses = accesses;
+  item->host = host_order();
   item->work = std::move(work);
   push(q, std::move(item));
 }
 
 void StreamQueues::collective(QueueId q, std::string name, std::vector<const void*> groups,
                               const std::vector<BufferAccess>& accesses, std::function<comm::CommHandle()> start) {
-  rethrow();
-  if (q == StreamChecker::kHost || worker(q).role != QueueRole::comm) {
+  executor_->rethrow();
+  if (q == StreamChecker::kHost || queue(q).role != QueueRole::comm) {
     throw_internal("stream queues: collective '" + name + "' on a queue that is not a comm queue");
   }
-  check(q, name, accesses);
   auto item = std::make_shared<Item>();
   item->kind = Kind::collective;
   item->name = std::move(name);
+  item->accesses = accesses;
+  item->host = host_order();
   item->start = std::move(start);
-  {
-    const std::lock_guard lock(mutex_);
-    for (const void* g : groups) item->turns.emplace_back(g, group_enqueued_[g]++);
-  }
+  for (const void* g : groups) item->turns.emplace_back(g, group_enqueued_[g]++);
   push(q, std::move(item));
 }
 
 void StreamQueues::push(QueueId q, std::shared_ptr<Item> item) {
-  std::unique_lock lock(mutex_);
-  item->seq = ++worker(q).enqueued;
-  worker(q).items.push_back(std::move(item));
-  if (options_.threads) {
-    changed_.notify_all();
-  }
-  advance_locked(lock);
+  Queue& w = queue(q);
+  item->seq = ++w.enqueued;
+  w.held.push_back(std::move(item));
+  advance();
 }
 
 StreamEvent StreamQueues::record(QueueId q) {
-  StreamEvent event;
-  if (checker_) {
-    event = checker_->record(q);
+  Queue& w = queue(q);
+  StreamEvent event{q, w.enqueued, std::make_shared<EventPoint>()};
+  event.point->position = w.enqueued;
+  if (w.handed == w.enqueued) {
+    reach(q, *event.point);
   } else {
-    event.queue = q;
+    w.points.push_back(event.point);
   }
-  const std::lock_guard lock(mutex_);
-  event.position = worker(q).enqueued;
   return event;
+}
+
+void StreamQueues::reach(QueueId q, EventPoint& point) {
+  if (q != StreamChecker::kHost) point.exec = executor_->record(queue(q).stream);
+  if (checker_) point.checked = checker_->record(q);
+  point.reached = true;
+}
+
+// Items up to seq of queue q are with the executor: the events recorded there exist now.
+void StreamQueues::handed(QueueId q, std::uint64_t seq) {
+  Queue& w = queue(q);
+  w.handed = seq;
+  bool reached = false;
+  while (!w.points.empty() && w.points.front()->position <= seq) {
+    reach(q, *w.points.front());
+    w.points.pop_front();
+    reached = true;
+  }
+  // A release takes its place in the checker's order where its event does: work handed over after this point
+  // touches memory that went back to its pool.
+  for (Release& r : releases_) {
+    if (!reached || r.buffer < 0 || !r.event.point->reached) continue;
+    check_release(r);
+    r.buffer = -1;
+  }
 }
 
 bool StreamQueues::happened(const StreamEvent& event) {
   if (event.queue < 0) return true;
-  const std::lock_guard lock(mutex_);
-  return done(event.queue, event.position);
+  return event.point->reached && executor_->query(event.point->exec);
 }
 
 void StreamQueues::wait(QueueId q, const StreamEvent& event) {
-  rethrow();
-  if (checker_) checker_->wait(q, event);
+  executor_->rethrow();
   if (event.queue < 0 || event.queue == q) return;
-  if (q == StreamChecker::kHost || (!options_.threads && worker(q).role == QueueRole::compute)) {
-    block_until(event.queue, event.position);
+  if (q == StreamChecker::kHost) {
+    synchronize(event);
     return;
   }
-  std::unique_lock lock(mutex_);
-  if (done(event.queue, event.position) && worker(q).items.empty()) return;
+  if (executor_->synchronous() && queue(q).role == QueueRole::compute) {
+    // Compute runs when enqueued: the host waits here, and the wait reaches the executor at once.
+    const Stopwatch waited;
+    const double begin = span_sink_ ? monotonic_seconds() : 0;
+    block_until_reached(event);
+    host_waited_s_ += waited.seconds();
+    if (span_sink_) span_sink_("host", "wait for " + queue(event.queue).name, begin, monotonic_seconds());
+  }
   auto item = std::make_shared<Item>();
   item->kind = Kind::wait;
-  item->wait_queue = event.queue;
-  item->wait_seq = event.position;
-  item->name = "wait for '" + worker(event.queue).name + "'";
-  item->seq = ++worker(q).enqueued;
-  worker(q).items.push_back(std::move(item));
-  if (options_.threads) changed_.notify_all();
+  item->name = "wait for '" + queue(event.queue).name + "'";
+  item->awaited = event;
+  push(q, std::move(item));
 }
 
 void StreamQueues::synchronize(const StreamEvent& event) {
-  wait(StreamChecker::kHost, event);
+  executor_->rethrow();
+  if (event.queue < 0) return;
+  const Stopwatch waited;
+  const double begin = span_sink_ ? monotonic_seconds() : 0;
+  block_until_reached(event);
+  executor_->synchronize(event.point->exec);
+  executor_->rethrow();
+  if (checker_) checker_->synchronize(event.point->checked);
+  advance();  // releases that waited for it
+  host_waited_s_ += waited.seconds();
+  if (span_sink_) span_sink_("host", "wait for " + queue(event.queue).name, begin, monotonic_seconds());
 }
 
 void StreamQueues::host_read(BufferId b, const std::string& what) {
   if (checker_) checker_->host_read(b, what);
 }
 
+void StreamQueues::check_release(const Release& r) {
+  if (!checker_ || r.buffer < 0) return;
+  checker_->release(r.buffer, r.event.queue < 0 ? CheckerEvent{} : r.event.point->checked, r.what);
+}
+
 void StreamQueues::release(BufferId b, const StreamEvent& event, const std::string& what, std::function<void()> free) {
-  if (checker_ && b >= 0) checker_->release(b, event, what);
-  if (!free) return;
+  Release r{event, b, what, std::move(free)};
+  // Checked now where the event's order is known already, so that a later access is named as one after the release.
+  if (event.queue < 0 || event.point->reached) {
+    check_release(r);
+    r.buffer = -1;
+  }
   if (happened(event)) {
-    free();
+    if (r.free) r.free();
     return;
   }
-  const std::lock_guard lock(mutex_);
-  releases_.push_back(Release{event.queue, event.position, std::move(free)});
+  releases_.push_back(std::move(r));
 }
 
 void StreamQueues::progress() {
-  rethrow();
-  std::unique_lock lock(mutex_);
-  advance_locked(lock);
+  executor_->rethrow();
+  advance();
 }
 
 void StreamQueues::drain() {
-  for (std::size_t q = 1; q < workers_.size(); ++q) {
-    std::uint64_t last = 0;
-    {
-      const std::lock_guard lock(mutex_);
-      last = workers_[q]->enqueued;
-    }
-    block_until(static_cast<QueueId>(q), last);
-  }
-  std::unique_lock lock(mutex_);
-  advance_locked(lock);
+  for (std::size_t q = 1; q < queues_.size(); ++q) synchronize(record(static_cast<QueueId>(q)));
+  advance();
   if (!releases_.empty()) throw_internal("stream queues: a release waits for an event after every queue drained");
 }
 
-// The host's part: inline, it runs every queue's work that can run; with threads, the workers run the work and the
-// host only issues and completes collectives. Then the releases whose events happened.
-bool StreamQueues::advance_locked(std::unique_lock<std::mutex>& lock) {
+// Hands queue q's first held item to the executor if it can go now (a collective: issues it, or sees it complete).
+bool StreamQueues::hand_over(QueueId q, Item& item) {
+  Queue& w = queue(q);
+  switch (item.kind) {
+    case Kind::work:
+      if (checker_) checker_->operation(q, item.host, item.name, item.accesses);
+      executor_->enqueue(w.stream, traced(q, item.name, std::move(item.work)));
+      return true;
+    case Kind::wait: {
+      const EventPoint& awaited = *item.awaited.point;
+      if (!awaited.reached) return false;
+      executor_->wait(w.stream, awaited.exec, [&] {
+        if (checker_) checker_->wait(q, awaited.checked);
+      });
+      return true;
+    }
+    case Kind::collective: {
+      if (item.state == CollectiveState::queued) {
+        for (const auto& [g, place] : item.turns) {
+          if (group_started_[g] != place) return false;
+        }
+        if (!item.before_recorded) {
+          item.before = executor_->record(w.stream);
+          item.before_recorded = true;
+        }
+        if (!executor_->query(item.before)) return false;
+        if (checker_) checker_->operation(q, item.host, item.name, item.accesses);
+        item.issued_at = monotonic_seconds();
+        item.handle = item.start();
+        item.state = CollectiveState::started;
+        for (const auto& [g, place] : item.turns) ++group_started_[g];
+      }
+      if (!item.handle.done()) return false;
+      const double completed = monotonic_seconds();
+      if (collective_sink_) collective_sink_(item.issued_at, completed);
+      if (span_sink_) span_sink_(w.name, item.name, item.issued_at, completed);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool StreamQueues::advance() {
   if (advancing_) return false;
   const Flag busy(advancing_);
   bool any = false;
   for (bool changed = true; changed;) {
     changed = false;
-    for (std::size_t qi = 1; qi < workers_.size(); ++qi) {
-      Worker& w = *workers_[qi];
-      while (!w.items.empty()) {
-        const std::shared_ptr<Item> item = w.items.front();
-        if (item->kind == Kind::work) {
-          if (options_.threads) break;
-          w.items.pop_front();
-          lock.unlock();
-          run_traced(static_cast<QueueId>(qi), item->name, item->work);
-          lock.lock();
-          w.done = item->seq;
-          changed = true;
-          continue;
-        }
-        if (item->kind == Kind::wait) {
-          if (options_.threads || !done(item->wait_queue, item->wait_seq)) break;
-          w.items.pop_front();
-          w.done = item->seq;
-          changed = true;
-          continue;
-        }
-        if (item->state == CollectiveState::queued && !options_.threads) item->state = CollectiveState::ready;
-        if (item->state == CollectiveState::ready) {
-          bool turn = true;
-          for (const auto& [g, place] : item->turns) turn = turn && group_started_[g] == place;
-          if (!turn) break;
-          item->issued_at = monotonic_seconds();
-          lock.unlock();
-          comm::CommHandle handle = item->start();
-          lock.lock();
-          item->handle = std::move(handle);
-          item->state = CollectiveState::started;
-          for (const auto& [g, place] : item->turns) ++group_started_[g];
-          changed = true;
-        }
-        if (item->state != CollectiveState::started) break;
-        lock.unlock();
-        const bool finished = item->handle.done();
-        lock.lock();
-        if (!finished) break;
-        const double completed = monotonic_seconds();
-        if (collective_sink_) collective_sink_(item->issued_at, completed);
-        if (span_sink_) span_sink_(w.name, item->name, item->issued_at, completed);
-        item->state = CollectiveState::completed;
-        changed = true;
-        if (options_.threads) {  // the worker moves on
-          changed_.notify_all();
+    for (std::size_t qi = 1; qi < queues_.size(); ++qi) {
+      Queue& w = *queues_[qi];
+      while (!w.held.empty()) {
+        const std::shared_ptr<Item> item = w.held.front();
+        const bool was_queued = item->kind == Kind::collective && item->state == CollectiveState::queued;
+        if (!hand_over(static_cast<QueueId>(qi), *item)) {
+          // Issued, not complete: another group's turn may have come.
+          changed = changed || (was_queued && item->state == CollectiveState::started);
           break;
         }
-        w.items.pop_front();
-        w.done = item->seq;
+        w.held.pop_front();
+        handed(static_cast<QueueId>(qi), item->seq);
+        changed = true;
       }
     }
     for (std::size_t i = 0; i < releases_.size();) {
-      if (!done(releases_[i].queue, releases_[i].seq)) {
+      if (!happened(releases_[i].event)) {
         ++i;
         continue;
       }
-      std::function<void()> free = std::move(releases_[i].free);
+      Release r = std::move(releases_[i]);
       releases_.erase(releases_.begin() + static_cast<std::ptrdiff_t>(i));
-      lock.unlock();
-      free();
-      lock.lock();
+      check_release(r);
+      if (r.free) r.free();
       changed = true;
     }
     any = any || changed;
   }
   return any;
+}
+
+std::function<void()> StreamQueues::traced(QueueId q, const std::string& name, std::function<void()> work) {
+  if (!span_sink_) return work;
+  return [this, q, name, work = std::move(work)] { run_traced(q, name, work); };
 }
 
 void StreamQueues::run_traced(QueueId q, const std::string& name, const std::function<void()>& work) {
@@ -289,57 +318,49 @@ void StreamQueues::run_traced(QueueId q, const std::string& name, const std::fun
   }
   const double begin = monotonic_seconds();
   work();
-  span_sink_(worker(q).name, name, begin, monotonic_seconds());
+  span_sink_(queue(q).name, name, begin, monotonic_seconds());
 }
 
-void StreamQueues::block_until(QueueId q, std::uint64_t seq) {
-  const Stopwatch waited;
-  const double begin = span_sink_ ? monotonic_seconds() : 0;
-  std::unique_lock lock(mutex_);
+// The host progresses until the queue's work up to the event has been handed to the executor.
+void StreamQueues::block_until_reached(const StreamEvent& event) {
   for (;;) {
-    if (failure_) {
-      const std::exception_ptr failure = failure_;
-      lock.unlock();
-      std::rethrow_exception(failure);
-    }
-    advance_locked(lock);
-    if (done(q, seq)) break;
-    if (options_.threads) {
-      changed_.wait_for(lock, std::chrono::microseconds(50));
-      continue;
-    }
-    if (!block_on_something(q, lock)) {
-      throw_internal("stream queues: queue '" + worker(q).name + "' waits for work that nothing will run");
+    executor_->rethrow();
+    advance();
+    if (event.point->reached) return;
+    if (!block_on_something(event.queue)) {
+      throw_internal("stream queues: queue '" + queue(event.queue).name + "' waits for work that nothing will run");
     }
   }
-  host_waited_s_ += waited.seconds();
-  if (span_sink_) span_sink_("host", "wait for " + worker(q).name, begin, monotonic_seconds());
 }
 
-// Inline: blocks on the collective queue q's head waits for, following waits and group turns. False if there is none.
-bool StreamQueues::block_on_something(QueueId q, std::unique_lock<std::mutex>& lock) {
+// Blocks on what holds queue q's first item back, following waits and group turns. False if nothing does.
+bool StreamQueues::block_on_something(QueueId q) {
   QueueId at = q;
-  for (std::size_t hops = 0; hops <= 2 * workers_.size() + 2; ++hops) {
-    Worker& w = worker(at);
-    if (w.items.empty()) return false;
-    const std::shared_ptr<Item> item = w.items.front();
+  for (std::size_t hops = 0; hops <= 2 * queues_.size() + 2; ++hops) {
+    Queue& w = queue(at);
+    if (w.held.empty()) return false;
+    const std::shared_ptr<Item> item = w.held.front();
     if (item->kind == Kind::wait) {
-      at = item->wait_queue;
+      at = item->awaited.queue;
       continue;
     }
-    if (item->kind == Kind::work) return true;  // runnable: the next advance runs it
+    if (item->kind == Kind::work) return true;  // it can go: the next advance hands it over
     if (item->state == CollectiveState::started) {
-      lock.unlock();
       item->handle.wait();
-      lock.lock();
+      return true;
+    }
+    bool turn = true;
+    for (const auto& [g, place] : item->turns) turn = turn && group_started_[g] == place;
+    if (turn) {
+      if (item->before_recorded) executor_->synchronize(item->before);
       return true;
     }
     // Not its group's turn yet: follow the collective whose turn it is.
     QueueId next = -1;
     for (const auto& [g, place] : item->turns) {
       if (group_started_[g] == place) continue;
-      for (std::size_t o = 1; o < workers_.size() && next < 0; ++o) {
-        for (const auto& other : workers_[o]->items) {
+      for (std::size_t o = 1; o < queues_.size() && next < 0; ++o) {
+        for (const auto& other : queues_[o]->held) {
           if (other->kind != Kind::collective) continue;
           for (const auto& [og, oplace] : other->turns) {
             if (og == g && oplace == group_started_[g]) next = static_cast<QueueId>(o);
@@ -352,48 +373,6 @@ bool StreamQueues::block_on_something(QueueId q, std::unique_lock<std::mutex>& l
     at = next;
   }
   return false;
-}
-
-void StreamQueues::run_worker(QueueId q) {
-  std::mt19937_64 random(options_.seed * 1000003u + static_cast<std::uint64_t>(q));
-  std::uniform_real_distribution<double> delay_us(0.0, options_.max_delay_us);
-  std::unique_lock lock(mutex_);
-  Worker& w = worker(q);
-  for (;;) {
-    changed_.wait(lock, [&] { return stopping_ || !w.items.empty(); });
-    if (w.items.empty()) return;  // stopping, nothing left
-    const std::shared_ptr<Item> item = w.items.front();
-    if (item->kind == Kind::wait) {
-      changed_.wait(lock, [&] { return stopping_ || done(item->wait_queue, item->wait_seq); });
-      if (stopping_) return;
-      w.items.pop_front();
-      w.done = item->seq;
-      changed_.notify_all();
-      continue;
-    }
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::duration<double, std::micro>(delay_us(random)));
-    lock.lock();
-    if (item->kind == Kind::collective) {
-      item->state = CollectiveState::ready;  // the host issues it (progress, synchronize)
-      changed_.notify_all();
-      changed_.wait(lock, [&] { return stopping_ || item->state == CollectiveState::completed; });
-      if (stopping_) return;
-      w.items.pop_front();
-    } else {
-      w.items.pop_front();
-      lock.unlock();
-      try {
-        run_traced(q, item->name, item->work);
-      } catch (...) {
-        const std::lock_guard failed(mutex_);
-        if (!failure_) failure_ = std::current_exception();
-      }
-      lock.lock();
-    }
-    w.done = item->seq;
-    changed_.notify_all();
-  }
 }
 
 }  // namespace hsdp::stream

@@ -17,7 +17,9 @@
 //     staging buffer freed while its collective may still read it);
 //   - a host read (the loss, the norm, the overflow flag) not ordered after the write that produced the value.
 // The checks use the logical order only, so a missing wait is found whether or not the timing of a run exposes it;
-// the executor (queues.hpp) adds threads and random delays so that the values do too.
+// the threads executor (executor.hpp) adds threads and random delays so that the values do too. The queues
+// (queues.hpp) tell the checker what they hand to their executor, in that order, and a wait once the executor has
+// put it in place.
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -43,12 +45,10 @@ inline BufferAccess writes(BufferId b) {
   return {b, AccessMode::write};
 }
 
-// A point of a queue's order and everything ordered before it.
-struct StreamEvent {
+// A point of a queue's order and everything ordered before it: the queue's vector clock there.
+struct CheckerEvent {
   QueueId queue = -1;  // -1: the empty event (covers nothing)
   std::vector<std::uint64_t> clock;
-  std::uint64_t position =
-      0;  // the executor's (queues.hpp): items enqueued on the queue before it, waits included
 };
 
 class StreamChecker {
@@ -62,17 +62,21 @@ class StreamChecker {
   const std::string& buffer_name(BufferId b) const { return buffers_.at(static_cast<std::size_t>(b)).name; }
 
   // An operation `name` on queue q touching `accesses`: checked, then recorded; its place in q's order (1, 2, ...).
-  // Throws on a violation.
+  // Throws on a violation. Ordered after everything the host did and waited for so far.
   std::uint64_t operation(QueueId q, const std::string& name, std::span<const BufferAccess> accesses);
-  StreamEvent record(QueueId q);
-  void wait(QueueId q, const StreamEvent& event);
+  // The same, ordered after what the host had done and waited for at `host` (record(kHost) when the host enqueued
+  // it), for work the queues hand to their executor after the host moved on.
+  std::uint64_t operation(QueueId q, const CheckerEvent& host, const std::string& name,
+                          std::span<const BufferAccess> accesses);
+  CheckerEvent record(QueueId q);
+  void wait(QueueId q, const CheckerEvent& event);
   // The host blocks until `event` has happened.
-  void synchronize(const StreamEvent& event) { wait(kHost, event); }
+  void synchronize(const CheckerEvent& event) { wait(kHost, event); }
   // The host reads buffer b (a scalar the step needs): a read on the host queue.
   void host_read(BufferId b, const std::string& what);
   // Buffer b goes back to its pool once `event` has happened: every access to it must be ordered before the event.
   // The buffer id is dead afterwards; any later access is a violation.
-  void release(BufferId b, const StreamEvent& event, const std::string& what);
+  void release(BufferId b, const CheckerEvent& event, const std::string& what);
 
   std::size_t operations() const { return operations_; }
 
@@ -95,6 +99,7 @@ class StreamChecker {
   };
 
   static bool ordered(const Stamp& before, const std::vector<std::uint64_t>& clock);
+  std::uint64_t check_and_record(QueueId q, const std::string& name, std::span<const BufferAccess> accesses);
   std::vector<std::uint64_t>& clock_of(QueueId q);
   [[noreturn]] void violation(const std::string& what, const BufferState& b, const Stamp& earlier, QueueId q,
                               const std::string& op) const;
