@@ -23,7 +23,8 @@ class MemcpyStaging final : public HostStaging {
   HostBlock allocate(std::size_t bytes) override {
     const std::size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     auto* memory = static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded));
-    if (memory == nullptr) throw_internal("staging: cannot allocate " + std::to_string(rounded) + " bytes of host memory");
+    if (memory == nullptr)
+      throw_internal("staging: cannot allocate " + std::to_string(rounded) + " bytes of host memory");
     return HostBlock(memory, [](std::byte* p) { std::free(p); });
   }
   std::unique_ptr<StagedCopy> to_host(const void* device, void* host, std::size_t bytes) override {
@@ -39,7 +40,9 @@ class MemcpyStaging final : public HostStaging {
 
 }  // namespace
 
-std::shared_ptr<HostStaging> make_memcpy_staging() { return std::make_shared<MemcpyStaging>(); }
+std::shared_ptr<HostStaging> make_memcpy_staging() {
+  return std::make_shared<MemcpyStaging>();
+}
 
 // Host buffers by size (a step asks for the same sizes again, so best fit finds each exact), and the collectives
 // whose carrying call is not issued yet, in call order.
@@ -170,7 +173,10 @@ bool within(const std::byte* inner, std::size_t inner_bytes, const std::byte* ou
 
 StagedCommunicator::StagedCommunicator(Communicator& carrier, std::shared_ptr<HostStaging> staging,
                                        DirectCollectives direct)
-    : carrier_(carrier), staging_(std::move(staging)), direct_(direct), pool_(std::make_shared<Pool>(Pool{staging_, {}, 0, {}})) {}
+    : carrier_(carrier),
+      staging_(std::move(staging)),
+      direct_(direct),
+      pool_(std::make_shared<Pool>(Pool{staging_, {}, 0, {}})) {}
 
 StagedCommunicator::StagedCommunicator(std::unique_ptr<Communicator> carrier, std::shared_ptr<HostStaging> staging,
                                        DirectCollectives direct)
@@ -183,9 +189,13 @@ StagedCommunicator::~StagedCommunicator() {
   if (!pool_->unissued.empty()) pool_->advance(pool_->unissued.back().get());
 }
 
-std::size_t StagedCommunicator::host_buffers_allocated() const { return pool_->allocated; }
+std::size_t StagedCommunicator::host_buffers_allocated() const {
+  return pool_->allocated;
+}
 
-std::uint64_t StagedCommunicator::sequence() const { return carrier_.sequence() + pool_->unissued.size(); }
+std::uint64_t StagedCommunicator::sequence() const {
+  return carrier_.sequence() + pool_->unissued.size();
+}
 
 CommHandle StagedCommunicator::staged(Shape shape) {
   auto op = std::make_shared<Operation>();
@@ -230,8 +240,7 @@ CommHandle StagedCommunicator::direct(std::function<CommHandle()> issue) {
   return CommHandle(std::make_unique<StagedOp>(std::move(op)));
 }
 
-CommHandle StagedCommunicator::all_reduce_async(const void* send, void* recv, std::size_t count, DType t,
-                                                ReduceOp op) {
+CommHandle StagedCommunicator::all_reduce_async(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) {
   const std::size_t bytes = count * size_of(t);
   return staged({send, bytes, recv, bytes, [this, count, t, op](const void* s, void* r) {
                    return carrier_.all_reduce_async(s, r, count, t, op);
@@ -241,10 +250,10 @@ CommHandle StagedCommunicator::all_reduce_async(const void* send, void* recv, st
 CommHandle StagedCommunicator::reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType t,
                                                     ReduceOp op) {
   const std::size_t bytes = recv_count * size_of(t);
-  return staged({send, bytes * static_cast<std::size_t>(size()), recv, bytes,
-                 [this, recv_count, t, op](const void* s, void* r) {
-                   return carrier_.reduce_scatter_async(s, r, recv_count, t, op);
-                 }});
+  return staged(
+      {send, bytes * static_cast<std::size_t>(size()), recv, bytes, [this, recv_count, t, op](const void* s, void* r) {
+         return carrier_.reduce_scatter_async(s, r, recv_count, t, op);
+       }});
 }
 
 CommHandle StagedCommunicator::all_gather_async(const void* send, void* recv, std::size_t send_count, DType t) {
@@ -252,10 +261,9 @@ CommHandle StagedCommunicator::all_gather_async(const void* send, void* recv, st
     return direct([=, this] { return carrier_.all_gather_async(send, recv, send_count, t); });
   }
   const std::size_t bytes = send_count * size_of(t);
-  return staged({send, bytes, recv, bytes * static_cast<std::size_t>(size()),
-                 [this, send_count, t](const void* s, void* r) {
-                   return carrier_.all_gather_async(s, r, send_count, t);
-                 }});
+  return staged(
+      {send, bytes, recv, bytes * static_cast<std::size_t>(size()),
+       [this, send_count, t](const void* s, void* r) { return carrier_.all_gather_async(s, r, send_count, t); }});
 }
 
 CommHandle StagedCommunicator::all_to_all_async(const void* send, void* recv, std::size_t count_per_peer, DType t) {
@@ -279,9 +287,8 @@ CommHandle StagedCommunicator::broadcast_async(void* buffer, std::size_t count, 
                      return carrier_.broadcast_async(const_cast<void*>(s), count, t, root);
                    }});
   }
-  return staged({nullptr, 0, buffer, bytes, [this, count, t, root](const void*, void* r) {
-                   return carrier_.broadcast_async(r, count, t, root);
-                 }});
+  return staged({nullptr, 0, buffer, bytes,
+                 [this, count, t, root](const void*, void* r) { return carrier_.broadcast_async(r, count, t, root); }});
 }
 
 CommHandle StagedCommunicator::barrier_async() {

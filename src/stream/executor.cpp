@@ -1,4 +1,6 @@
 // The CPU's executors (executor.hpp): inline, and worker threads with CUDA's rules.
+#include "hsdp/stream/executor.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/stream/executor.hpp"
 
 namespace hsdp::stream {
 namespace {
@@ -172,7 +173,9 @@ class ThreadsExecutor final : public Executor {
 
 }  // namespace
 
-std::unique_ptr<Executor> make_inline_executor() { return std::make_unique<InlineExecutor>(); }
+std::unique_ptr<Executor> make_inline_executor() {
+  return std::make_unique<InlineExecutor>();
+}
 
 std::unique_ptr<Executor> make_threads_executor(std::uint64_t seed, double max_delay_us) {
   return std::make_unique<ThreadsExecutor>(seed, max_delay_us);

@@ -31,6 +31,7 @@ class Flag {
 
 StreamQueues::StreamQueues(StreamOptions options, std::unique_ptr<Executor> executor)
     : options_(options), executor_(std::move(executor)) {
+  if (!executor_ && options_.make_executor) executor_ = options_.make_executor(options_);
   if (!executor_) {
     executor_ = options_.threads ? make_threads_executor(options_.seed, options_.max_delay_us) : make_inline_executor();
   }

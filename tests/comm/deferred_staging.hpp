@@ -1,8 +1,9 @@
 #pragma once
 // A HostStaging whose copies land late, as a GPU's do: each copy is a memcpy made only when done() has been asked
-// a number of times drawn per copy (a fence likewise, copying nothing) (0 to 3, from a generator seeded by the rank, so that the ranks see their copies
-// land in different orders), or at wait(). A StagedCommunicator over it must still issue its collectives in call
-// order on every rank, and never read a host buffer before its copy landed or free one before its copy back did.
+// a number of times drawn per copy (a fence likewise, copying nothing) (0 to 3, from a generator seeded by the rank, so
+// that the ranks see their copies land in different orders), or at wait(). A StagedCommunicator over it must still
+// issue its collectives in call order on every rank, and never read a host buffer before its copy landed or free one
+// before its copy back did.
 #include <cstring>
 #include <memory>
 #include <random>

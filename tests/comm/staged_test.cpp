@@ -3,14 +3,14 @@
 // call order whatever order the inputs land in, on host buffers laid out as the device ranges are (in-place forms
 // stay in place), the result reaches device memory only after the carrier completed, and a second step of the same
 // collectives allocates no host buffer.
+#include "hsdp/comm/staged.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "hsdp/comm/staged.hpp"
 
 namespace hsdp::comm {
 namespace {
@@ -48,7 +48,8 @@ class FakeCarrier final : public Communicator {
   CommHandle all_gather_async(const void* send, void* recv, std::size_t send_count, DType) override {
     return issued(Collective::all_gather, send, recv, [=] {
       const std::vector<float> block(static_cast<const float*>(send), static_cast<const float*>(send) + send_count);
-      for (std::size_t b = 0; b < 2; ++b) std::memcpy(static_cast<float*>(recv) + b * send_count, block.data(), send_count * 4);
+      for (std::size_t b = 0; b < 2; ++b)
+        std::memcpy(static_cast<float*>(recv) + b * send_count, block.data(), send_count * 4);
     });
   }
   CommHandle all_to_all_async(const void* send, void* recv, std::size_t count_per_peer, DType) override {
@@ -57,7 +58,9 @@ class FakeCarrier final : public Communicator {
   CommHandle broadcast_async(void* buffer, std::size_t, DType, int) override {
     return issued(Collective::broadcast, buffer, buffer, [] {});
   }
-  CommHandle barrier_async() override { return issued(Collective::barrier, nullptr, nullptr, [] {}); }
+  CommHandle barrier_async() override {
+    return issued(Collective::barrier, nullptr, nullptr, [] {});
+  }
 
   std::vector<Call> calls;
   std::shared_ptr<bool> complete = std::make_shared<bool>(true);

@@ -10,6 +10,7 @@
 
 #include "../comm/deferred_staging.hpp"
 #include "../comm/mpi_test_context.hpp"
+#include "../stream/dropping_executor.hpp"
 #include "hsdp/comm/staged.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
@@ -205,7 +206,8 @@ TEST(StreamCheckerEngine, ShardsStagedThroughHostCopies_ResumeBitForBit) {
 // The checker's report for a run with `faults` ("" if none). Each rank trains alone: the checker sees work in the order
 // the executor receives it, which for work held behind a collective depends on when the rank sees it complete, so
 // ranks would end at different collectives and leave the others waiting in theirs.
-std::string report_of(const StreamFaults& faults, Sharding s = Sharding::full_shard) {
+std::string report_of(const StreamFaults& faults, Sharding s = Sharding::full_shard,
+                      const StreamOptions& streams = {.check = true, .threads = false}) {
   Config c{"faulty", {}, false};
   c.options.strategy = s;
   c.options.grad_accum = 1;
@@ -214,7 +216,7 @@ std::string report_of(const StreamFaults& faults, Sharding s = Sharding::full_sh
   comm::MpiCommunicator alone(comm::MpiComm(MPI_COMM_SELF), "alone", one_node, ctx.world.options(), ctx.logger);
   const comm::Topology topology = comm::detect_topology(MPI_COMM_SELF, {.ranks_per_node = 1});
   try {
-    train(c, {.check = true, .threads = false}, faults, {.world = &alone, .topology = &topology});
+    train(c, streams, faults, {.world = &alone, .topology = &topology});
   } catch (const Error& e) {
     return e.what();
   }
@@ -249,6 +251,23 @@ TEST(StreamCheckerEngine, TheNormReadBeforeItsReduction_IsReported) {
                            "'squared sum' on queue 'compute'"),
             std::string::npos)
       << unsharded;
+}
+
+// The engine on the threads executor (CUDA's rules) that loses the compute stream's first wait for the gather stream
+// (for the embedding's gather): the checker names the buffer the forward then reads out of order.
+TEST(StreamCheckerEngine, AnExecutorThatLosesTheFirstComputeWait_IsCaughtNamingTheBuffer) {
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    StreamOptions streams{.check = true, .threads = true, .seed = seed, .max_delay_us = 100};
+    streams.make_executor = [](const StreamOptions& o) -> std::unique_ptr<Executor> {
+      return std::make_unique<stream::testing::DroppingExecutor>(make_threads_executor(o.seed, o.max_delay_us),
+                                                                 "compute", "gather", 1);
+    };
+    const std::string report = report_of({}, Sharding::full_shard, streams);
+    EXPECT_NE(report.find("buffer 'gathered unit 0': a read by 'forward embedding' on queue 'compute' is not ordered "
+                          "after 'all_gather unit 0' on queue 'gather'"),
+              std::string::npos)
+        << "seed " << seed << ": " << report;
+  }
 }
 
 TEST(StreamCheckerEngine, WithoutFaults_TheCheckedInlineRunReportsNothing) {

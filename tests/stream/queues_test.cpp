@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "dropping_executor.hpp"
 #include "hsdp/stream/queues.hpp"
 
 namespace hsdp::stream {
@@ -111,6 +112,34 @@ TEST(StreamChecker, OrderedPipeline_OnWorkerThreadsWithRandomDelays_IsBitIdentic
     EXPECT_EQ(checked.grads, reference.grads) << "seed " << seed;
     EXPECT_EQ(checked.norm, reference.norm) << "seed " << seed;
   }
+}
+
+// The threads executor (CUDA's rules) losing the compute stream's first wait for the gather stream: the checker, which learns each wait
+// from the executor that put it in place, names the buffer the forward then reads out of order.
+TEST(StreamChecker, AnExecutorThatLosesAWait_IsCaughtNamingTheBuffer) {
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    StreamOptions options{.check = true, .threads = true, .seed = seed, .max_delay_us = 300};
+    options.make_executor = [](const StreamOptions& o) -> std::unique_ptr<Executor> {
+      return std::make_unique<testing::DroppingExecutor>(make_threads_executor(o.seed, o.max_delay_us), "compute",
+                                                         "gather", 1);
+    };
+    std::string report;
+    try {
+      run_pipeline(options);
+    } catch (const Error& e) {
+      report = e.what();
+    }
+    EXPECT_NE(report.find("buffer 'gathered 0': a read by 'forward unit 0' on queue 'compute' is not ordered after "
+                          "'all_gather unit 0' on queue 'gather'"),
+              std::string::npos)
+        << "seed " << seed << ": " << report;
+  }
+  StreamOptions faithful{.check = true, .threads = true, .seed = 1, .max_delay_us = 300};
+  faithful.make_executor = [](const StreamOptions& o) -> std::unique_ptr<Executor> {
+    return std::make_unique<testing::DroppingExecutor>(make_threads_executor(o.seed, o.max_delay_us), "compute",
+                                                       "gather", 0);
+  };
+  EXPECT_EQ(run_pipeline(faithful).grads, run_pipeline({}).grads) << "the wrapper alone changes nothing";
 }
 
 TEST(StreamChecker, ComputeBeforeTheGathersEvent_IsReportedWithBufferOperationsAndQueues) {

@@ -61,6 +61,8 @@ namespace hsdp::shard {
 using stream::AccessMode;
 using stream::BufferAccess;
 using stream::BufferId;
+using stream::Executor;
+using stream::make_threads_executor;
 using stream::make_cpu_device_ops;
 using stream::QueueId;
 using stream::QueueRole;

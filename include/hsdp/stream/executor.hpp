@@ -26,8 +26,8 @@
 namespace hsdp::stream {
 
 struct ExecEvent {
-  int stream = -1;             // -1: the empty event, complete
-  std::uint64_t position = 0;  // work items enqueued to the stream before it (inline, threads)
+  int stream = -1;               // -1: the empty event, complete
+  std::uint64_t position = 0;    // work items enqueued to the stream before it (inline, threads)
   std::shared_ptr<void> native;  // the executor's own handle (CUDA: the event)
 };
 

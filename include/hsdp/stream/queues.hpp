@@ -34,7 +34,8 @@
 //   threads           the threads executor: each queue on a worker thread of its own, CUDA's rules, random delays
 //                     (a seed replays them). With check, the values a run computes are exposed to the timing a
 //                     GPU's streams could have, and must not change.
-// An executor given to the constructor replaces both (the CUDA executor, cuda/executor.hpp).
+// An executor given to the constructor, or made by StreamOptions::make_executor, replaces both (the CUDA executor,
+// cuda/executor.hpp).
 // The first exception work throws off the host thread is rethrown by the next call the host makes.
 #include <cstdint>
 #include <deque>
@@ -55,6 +56,8 @@ struct StreamOptions {
   bool threads = false;
   std::uint64_t seed = 1;
   double max_delay_us = 200;  // the threads executor's random delay before each item, uniform in [0, max)
+  // Makes the executor (the CUDA executor on a GPU; tests); empty: inline, or threads with `threads`.
+  std::function<std::unique_ptr<Executor>(const StreamOptions&)> make_executor = {};
 };
 
 // compute: the work the host would otherwise wait for anyway (inline: its waits block the host).

@@ -77,6 +77,8 @@ std::unique_ptr<StagedCopy> CudaStaging::to_device(const void* host, void* devic
   return recorded();
 }
 
-std::unique_ptr<StagedCopy> CudaStaging::fence() { return recorded(); }
+std::unique_ptr<StagedCopy> CudaStaging::fence() {
+  return recorded();
+}
 
 }  // namespace hsdp::comm
