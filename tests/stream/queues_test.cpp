@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "device_pipeline.hpp"
 #include "dropping_executor.hpp"
 #include "hsdp/stream/queues.hpp"
 
@@ -197,6 +198,20 @@ TEST(StreamChecker, AnAccessAfterRelease_IsReported) {
     EXPECT_NE(std::string(e.what()).find("'fill again' on queue 'compute' touches it after it went back to its pool"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// DeviceOps calls on the threads executor (CUDA's rules, random delays), checked: bit for bit the inline run.
+TEST(StreamQueues, TheDevicePipeline_OnTheThreadsExecutor_IsBitIdenticalToInline) {
+  MemoryAccountant memory;
+  const auto dev = make_cpu_device_ops(memory);
+  StreamQueues reference_queues;
+  const testing::PipelineResult reference = testing::run_device_pipeline(*dev, reference_queues);
+  for (const std::uint64_t seed : {1u, 2u, 3u}) {
+    StreamQueues queues({.check = true, .threads = true, .seed = seed, .max_delay_us = 300});
+    const testing::PipelineResult run = testing::run_device_pipeline(*dev, queues);
+    EXPECT_EQ(run.grads, reference.grads) << "seed " << seed;
+    EXPECT_EQ(run.norm, reference.norm) << "seed " << seed;
   }
 }
 

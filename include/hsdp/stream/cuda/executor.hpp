@@ -1,0 +1,54 @@
+#pragma once
+// The CUDA executor (hsdp/stream/executor.hpp) on one GPU: each stream a cudaStream_t (the compute stream is the one
+// given, the model's; the others are created non-blocking), an event per record (cudaEventRecord, timing off), waits
+// by cudaStreamWaitEvent, host functions by cudaLaunchHostFunc. enqueue binds the stream (`bind`: CudaDeviceOps::
+// use_stream and whatever else launches work, so that its kernels go to that stream) and runs the work on the host at
+// once: it launches, the GPU runs it in the stream's order. Errors of the CUDA calls throw at the call; a host
+// function's exception is kept and thrown by rethrow().
+#include <cuda_runtime_api.h>
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "hsdp/device/cuda/runtime.hpp"
+#include "hsdp/stream/executor.hpp"
+
+namespace hsdp::stream::cuda {
+
+class CudaExecutor final : public Executor {
+ public:
+  CudaExecutor(cudaStream_t compute, std::function<void(cudaStream_t)> bind);
+  ~CudaExecutor() override;
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  std::string_view name() const override { return "cuda"; }
+  bool synchronous() const override { return false; }
+  int make_stream(const std::string& name, bool compute) override;
+  void enqueue(int stream, std::function<void()> work) override;
+  void enqueue_host_function(int stream, std::function<void()> function) override;
+  ExecEvent record(int stream) override;
+  void wait(int stream, const ExecEvent& event, const std::function<void()>& ordered) override;
+  bool query(const ExecEvent& event) override;
+  void synchronize(const ExecEvent& event) override;
+  void rethrow() override;
+
+  cudaStream_t stream(int id) const;
+
+  // A host function's state: the function, and where its exception goes.
+  struct HostCall;
+
+ private:
+  cudaStream_t compute_;
+  bool compute_taken_ = false;
+  std::function<void(cudaStream_t)> bind_;
+  std::vector<cudaStream_t> streams_;
+  std::vector<device::cuda::Stream> owned_;
+  std::shared_ptr<std::mutex> failure_mutex_;
+  std::shared_ptr<std::exception_ptr> failure_;
+};
+
+}  // namespace hsdp::stream::cuda

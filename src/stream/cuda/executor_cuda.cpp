@@ -1,0 +1,104 @@
+#include <string>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/stream/cuda/executor.hpp"
+
+namespace hsdp::stream::cuda {
+
+namespace dc = hsdp::device::cuda;
+
+struct CudaExecutor::HostCall {
+  std::function<void()> function;
+  std::shared_ptr<std::mutex> failure_mutex;
+  std::shared_ptr<std::exception_ptr> failure;
+};
+
+namespace {
+
+// cudaLaunchHostFunc's callback: runs on a driver thread in the stream's order; it may not call CUDA, nor throw.
+void CUDART_CB run_host_call(void* data) {
+  const std::unique_ptr<CudaExecutor::HostCall> call(static_cast<CudaExecutor::HostCall*>(data));
+  try {
+    call->function();
+  } catch (...) {
+    const std::lock_guard lock(*call->failure_mutex);
+    if (!*call->failure) *call->failure = std::current_exception();
+  }
+}
+
+const dc::Event& event_of(const ExecEvent& event) {
+  return *static_cast<const dc::Event*>(event.native.get());
+}
+
+}  // namespace
+
+CudaExecutor::CudaExecutor(cudaStream_t compute, std::function<void(cudaStream_t)> bind)
+    : compute_(compute),
+      bind_(std::move(bind)),
+      failure_mutex_(std::make_shared<std::mutex>()),
+      failure_(std::make_shared<std::exception_ptr>()) {}
+
+CudaExecutor::~CudaExecutor() {
+  // Host functions still in flight hold their own state; the streams this executor made end after their work.
+  for (cudaStream_t s : streams_) cudaStreamSynchronize(s);
+}
+
+int CudaExecutor::make_stream(const std::string&, bool compute) {
+  if (compute && !compute_taken_) {
+    compute_taken_ = true;
+    streams_.push_back(compute_);
+  } else {
+    owned_.emplace_back();
+    streams_.push_back(owned_.back().get());
+  }
+  return static_cast<int>(streams_.size() - 1);
+}
+
+cudaStream_t CudaExecutor::stream(int id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= streams_.size()) {
+    throw_internal("cuda executor: no stream " + std::to_string(id));
+  }
+  return streams_[static_cast<std::size_t>(id)];
+}
+
+void CudaExecutor::enqueue(int id, std::function<void()> work) {
+  if (bind_) bind_(stream(id));
+  work();
+}
+
+void CudaExecutor::enqueue_host_function(int id, std::function<void()> function) {
+  auto call = std::make_unique<HostCall>(HostCall{std::move(function), failure_mutex_, failure_});
+  dc::check(cudaLaunchHostFunc(stream(id), run_host_call, call.get()), "cudaLaunchHostFunc");
+  static_cast<void>(call.release());  // run_host_call owns it now
+}
+
+ExecEvent CudaExecutor::record(int id) {
+  auto event = std::make_shared<dc::Event>();
+  event->record(stream(id));
+  return ExecEvent{id, 0, std::move(event)};
+}
+
+void CudaExecutor::wait(int id, const ExecEvent& event, const std::function<void()>& ordered) {
+  if (event.native && event.stream != id) event_of(event).make_wait(stream(id));
+  ordered();
+}
+
+bool CudaExecutor::query(const ExecEvent& event) {
+  return !event.native || event_of(event).query();
+}
+
+void CudaExecutor::synchronize(const ExecEvent& event) {
+  if (event.native) event_of(event).synchronize();
+  rethrow();
+}
+
+void CudaExecutor::rethrow() {
+  std::exception_ptr failure;
+  {
+    const std::lock_guard lock(*failure_mutex_);
+    failure = *failure_;
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace hsdp::stream::cuda
