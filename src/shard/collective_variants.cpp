@@ -161,7 +161,7 @@ class QuantizedReduceScatter final : public ShardReduction {
     if (m.o.param_dtype == DType::f16) {
       // fp16 overflow: quantizing would throw on this rank only. The rank sends zeros and sets the flag, and the
       // scaler skips the step.
-      double* flag = m.scalars.data() + 2;
+      double* flag = m.scalar(Engine::Impl::Scalar::nonfinite_flag);
       q.enqueue(reduce, name("overflow check"), {writes(full_id), writes(m.flag_id)},
                 [&dev, full, padded, flag] { dev.zero_if_nonfinite(full, padded, flag); });
     }

@@ -58,7 +58,6 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
     m.grad_shard_id.push_back(queues_->track(Impl::name_of("gradient shard", u)));
   }
   m.gathered.resize(n);
-  m.gathered_event.resize(n);
   m.unit_grads.resize(n);
   if (no_shard) {
     std::size_t total = 0;
@@ -189,7 +188,7 @@ void Engine::begin_step() {
     for (const BufferId id : m.flat_grad_id) zeroed.push_back(writes(id));
   }
   // What to zero, taken now: the host may allocate and free gradient buffers before the work runs.
-  std::vector<std::pair<void*, std::size_t>> zero{{m.scalars.data() + 2, sizeof(double)}};
+  std::vector<std::pair<void*, std::size_t>> zero{{m.scalar(Impl::Scalar::nonfinite_flag), sizeof(double)}};
   if (clear_reduced) {
     for (auto& u : units_) zero.emplace_back(u->grad_shard.data(), u->grad_shard.size() * sizeof(float));
     zero.emplace_back(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
@@ -205,12 +204,44 @@ void Engine::begin_step() {
   m.reduced_grads_zero = false;
 }
 
+// The forward of one micro-batch through the blocks: each unit gathered before it computes (its successor
+// prefetched) and released after it where `purpose` lets it go: training keeps a unit for its backward unless the
+// strategy frees after forward (and then keeps its hpZ slice), evaluation keeps nothing after a block and the
+// embedding's hpZ slice for the head. The embedding is prefetched again at the last block where it was released.
+void Engine::forward_blocks(model::UnitModel& model, std::span<const std::int32_t> tokens, Purpose purpose) {
+  Impl& m = *impl_;
+  const int L = m.n_layer;
+  StreamQueues& q = m.q;
+  const bool training = purpose == Purpose::training;
+  const bool release_after_use = !training || m.free_after_forward;
+  const Impl::Secondary block_slice = training ? Impl::Secondary::keep : Impl::Secondary::drop;
+  model::UnitModel* g = &model;
+  m.ensure(Impl::kEmbedding);
+  m.maybe_prefetch(Impl::block_unit(0));
+  q.enqueue(m.compute, "forward embedding", {reads(m.params_id(Impl::kEmbedding))},
+            [g, tokens, p = m.params(Impl::kEmbedding)] { g->forward_embedding(tokens, p); });
+  if (release_after_use) m.release(Impl::kEmbedding, Impl::Secondary::keep);  // the head reads its hpZ slice
+  for (int i = 0; i < L; ++i) {
+    const int u = Impl::block_unit(i);
+    m.ensure(u);
+    m.maybe_prefetch(u + 1);
+    if (i == L - 1 && release_after_use) m.maybe_prefetch(Impl::kEmbedding);  // the tied head needs it again
+    q.progress();
+    q.enqueue(m.compute, Impl::name_of("forward block", u), {reads(m.params_id(u))},
+              [g, i, p = m.params(u)] { g->forward_block(i, p); });
+    if (release_after_use) m.release(u, block_slice);
+  }
+  m.ensure(m.final_unit());
+  m.ensure(Impl::kEmbedding);
+}
+
 float Engine::forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
                                std::span<const std::int32_t> targets, float dloss, bool last) {
   Impl& m = *impl_;
   require_fp32_compute(model);
   const int L = m.n_layer;
-  const int final_unit = L + 1;
+  const int final_unit = m.final_unit();
+  constexpr int emb = Impl::kEmbedding;
   const QueueId compute = m.compute;
   StreamQueues& q = m.q;
   const PollBetweenKernels poll(model, q);
@@ -223,87 +254,59 @@ float Engine::forward_backward(model::UnitModel& model, std::span<const std::int
   model::UnitModel* g = &model;
 
   // forward: embedding, blocks, head
-  m.ensure(0);
-  m.maybe_prefetch(1);
-  q.enqueue(compute, "forward embedding", {reads(m.params_id(0))},
-            [g, tokens, p = m.params(0)] { g->forward_embedding(tokens, p); });
-  if (m.free_after_forward) m.release(0, false);
-  for (int i = 0; i < L; ++i) {
-    const int u = 1 + i;
-    m.ensure(u);
-    m.maybe_prefetch(u + 1);
-    if (i == L - 1 && m.free_after_forward) m.maybe_prefetch(0);  // the head needs the tied embedding again
-    q.progress();
-    q.enqueue(compute, Impl::name_of("forward block", u), {reads(m.params_id(u))},
-              [g, i, p = m.params(u)] { g->forward_block(i, p); });
-    if (m.free_after_forward) m.release(u, false);
-  }
-  m.ensure(final_unit);
-  m.ensure(0);
-  if (m.free_after_forward && L > 0) m.maybe_prefetch(L, true);
-  double* loss_slot = m.scalars.data();
-  q.enqueue(compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(0)), writes(m.loss_id)},
-            [g, targets, dloss, loss_slot, pf = m.params(final_unit), pe = m.params(0)] {
+  forward_blocks(model, tokens, Purpose::training);
+  if (m.free_after_forward && L > 0) m.maybe_prefetch(Impl::block_unit(L - 1), Impl::Pass::backward);
+  double* loss_slot = m.scalar(Impl::Scalar::loss);
+  q.enqueue(compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(emb)), writes(m.loss_id)},
+            [g, targets, dloss, loss_slot, pf = m.params(final_unit), pe = m.params(emb)] {
               g->forward_head(targets, pf, pe, dloss, loss_slot);
             });
 
   // backward: head (final norm and the tied embedding), blocks, embedding
   q.enqueue(compute, "backward head",
-            {reads(m.params_id(final_unit)), reads(m.params_id(0)), writes(m.grads_id(final_unit)), writes(m.grads_id(0))},
-            [g, pf = m.params(final_unit), pe = m.params(0), gf = m.grads(final_unit), ge = m.grads(0)] {
+            {reads(m.params_id(final_unit)), reads(m.params_id(emb)), writes(m.grads_id(final_unit)),
+             writes(m.grads_id(emb))},
+            [g, pf = m.params(final_unit), pe = m.params(emb), gf = m.grads(final_unit), ge = m.grads(emb)] {
               g->backward_head(pf, pe, gf, ge);
             });
   m.release(final_unit);
-  m.release(0);
+  m.release(emb);
   m.unit_backward_done(final_unit, last);
   for (int i = L - 1; i >= 0; --i) {
-    const int u = 1 + i;
-    m.ensure(u, true);
-    if (i > 0) m.maybe_prefetch(u - 1, true);
+    const int u = Impl::block_unit(i);
+    m.ensure(u, Impl::Pass::backward);
+    if (i > 0) m.maybe_prefetch(u - 1, Impl::Pass::backward);
     q.progress();
     q.enqueue(compute, Impl::name_of("backward block", u), {reads(m.params_id(u)), writes(m.grads_id(u))},
               [g, i, p = m.params(u), gr = m.grads(u)] { g->backward_block(i, p, gr); });
     m.release(u);
     m.unit_backward_done(u, last);
   }
-  q.enqueue(compute, "backward embedding", {writes(m.grads_id(0))},
-            [g, ge = m.grads(0)] { g->backward_embedding(ge); });
-  m.unit_backward_done(0, last);
+  q.enqueue(compute, "backward embedding", {writes(m.grads_id(emb))},
+            [g, ge = m.grads(emb)] { g->backward_embedding(ge); });
+  m.unit_backward_done(emb, last);
   q.progress();
-  return static_cast<float>(m.read_scalar(0, m.loss_id, "read the loss"));
+  return static_cast<float>(m.read_scalar(Impl::Scalar::loss, "read the loss"));
 }
 
 float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens,
                        std::span<const std::int32_t> targets) {
   Impl& m = *impl_;
   require_fp32_compute(model);
-  const int L = m.n_layer;
-  const QueueId compute = m.compute;
+  const int final_unit = m.final_unit();
+  constexpr int emb = Impl::kEmbedding;
   StreamQueues& q = m.q;
   const PollBetweenKernels poll(model, q);
   model::UnitModel* g = &model;
-  m.ensure(0);
-  m.maybe_prefetch(1);
-  q.enqueue(compute, "forward embedding", {reads(m.params_id(0))},
-            [g, tokens, p = m.params(0)] { g->forward_embedding(tokens, p); });
-  m.release(0, false);  // keeps the embedding's hpZ slice for the head
-  for (int i = 0; i < L; ++i) {
-    m.ensure(1 + i);
-    m.maybe_prefetch(2 + i);
-    q.enqueue(compute, Impl::name_of("forward block", 1 + i), {reads(m.params_id(1 + i))},
-              [g, i, p = m.params(1 + i)] { g->forward_block(i, p); });
-    m.release(1 + i);  // no backward follows: its hpZ slice goes too
-  }
-  m.ensure(L + 1);
-  m.ensure(0);
-  double* loss_slot = m.scalars.data();
-  q.enqueue(compute, "forward head", {reads(m.params_id(L + 1)), reads(m.params_id(0)), writes(m.loss_id)},
-            [g, targets, loss_slot, pf = m.params(L + 1), pe = m.params(0)] {
+  forward_blocks(model, tokens, Purpose::evaluation);
+  double* loss_slot = m.scalar(Impl::Scalar::loss);
+  q.enqueue(m.compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(emb)), writes(m.loss_id)},
+            [g, targets, loss_slot, pf = m.params(final_unit), pe = m.params(emb)] {
               g->evaluate_head(targets, pf, pe, loss_slot);
             });
-  m.release(L + 1);
-  m.release(0);
-  return static_cast<float>(m.read_scalar(0, m.loss_id, "read the loss"));
+  m.release(final_unit);
+  m.release(emb);
+  return static_cast<float>(m.read_scalar(Impl::Scalar::loss, "read the loss"));
 }
 
 double Engine::grad_norm_squared() {
@@ -318,7 +321,7 @@ double Engine::grad_norm_squared() {
   // byte counters (shard/replicate groups) hold gradient and parameter traffic only. Unsharded, every rank holds
   // the same averaged gradients.
   const bool contributes = m.unsharded || mesh_.replicate().rank() == 0;
-  double* norm = m.scalars.data() + 1;
+  double* norm = m.scalar(Impl::Scalar::squared_norm);
   m.q.enqueue(m.compute, "squared sum", access, [this, &m, norm, contributes] {
     device_->fill_zero(norm, sizeof(double));
     if (!contributes) return;
@@ -331,7 +334,7 @@ double Engine::grad_norm_squared() {
     }
   });
   if (!m.unsharded) m.world_sum(norm, m.norm_id, "all_reduce squared norm");
-  const double result = m.read_scalar(1, m.norm_id, "read the norm");
+  const double result = m.read_scalar(Impl::Scalar::squared_norm, "read the norm");
   m.settle_timing();
   return result;
 }
@@ -344,7 +347,7 @@ bool Engine::found_nonfinite() {
     access.push_back(reads(m.unsharded ? m.flat_grad_id[static_cast<std::size_t>(u)]
                                        : m.grad_shard_id[static_cast<std::size_t>(u)]));
   }
-  double* flag = m.scalars.data() + 2;  // qgZ may have set it already (begin_step zeroed it)
+  double* flag = m.scalar(Impl::Scalar::nonfinite_flag);  // qgZ may have set it already (begin_step zeroed it)
   m.q.enqueue(m.compute, "non-finite check", access, [this, &m, flag] {
     for (int u = 0; u < m.n_units; ++u) {
       const float* g = m.unsharded ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
@@ -353,7 +356,7 @@ bool Engine::found_nonfinite() {
     }
   });
   m.world_sum(flag, m.flag_id, "all_reduce non-finite flag");
-  const double result = m.read_scalar(2, m.flag_id, "read the non-finite flag");
+  const double result = m.read_scalar(Impl::Scalar::nonfinite_flag, "read the non-finite flag");
   m.settle_timing();
   return result > 0;
 }

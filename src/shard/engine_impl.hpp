@@ -72,10 +72,14 @@ struct Engine::Impl {
   std::vector<BufferId> master_id, grad_shard_id;
   // Persistent full compute parameters [Pp] (zero1; no_shard when rounding to a lower precision).
   std::vector<Tracked<float>> persistent_params;
-  // Transient gathered parameters [Pp] of sharded strategies (empty when not gathered), and the event after their
-  // gather (queue -1: none pending).
-  std::vector<Tracked<float>> gathered;
-  std::vector<StreamEvent> gathered_event;
+  // A unit's transient gathered parameters [Pp] (sharded strategies; empty when not gathered) kept with the event
+  // after their gather (queue -1: none pending): compute waits for it before reading them, and they go back to
+  // their pool only after it.
+  struct GatheredUnit {
+    Tracked<float> full;
+    StreamEvent ready;
+  };
+  std::vector<GatheredUnit> gathered;
   // Full fp32 gradients [Pp]: one flat allocation for no_shard (buckets are ranges of it; tracked per unit),
   // persistent per unit for zero1, transient per unit for the sharded strategies.
   DeviceArray<float> flat_grads;
@@ -87,9 +91,19 @@ struct Engine::Impl {
 
   // Host copies of the shards (master, m, v per unit) where the device's memory is not the host's: checkpoints.
   std::vector<Buffer<float>> checkpoint_staging;
-  // The step's scalars in device memory: [0] loss of the last micro-batch, [1] squared norm, [2] non-finite flag.
+  // The step's scalars in device memory, each read by the host once (read_scalar).
+  enum class Scalar { loss, squared_norm, nonfinite_flag };  // the loss of the last micro-batch; the flag: fp16
   DeviceArray<double> scalars;
   BufferId loss_id = -1, norm_id = -1, flag_id = -1;
+  double* scalar(Scalar s) { return scalars.data() + static_cast<std::size_t>(s); }
+  BufferId scalar_id(Scalar s) const {
+    switch (s) {
+      case Scalar::loss: return loss_id;
+      case Scalar::squared_norm: return norm_id;
+      case Scalar::nonfinite_flag: return flag_id;
+    }
+    return -1;
+  }
 
   // The collectives' variants (collective_variants.hpp), chosen by Engine::configure_zeropp: qwZ makes the forward
   // gather quantized, hpZ adds the secondary gather, qgZ makes the reduction quantized.
@@ -126,7 +140,7 @@ struct Engine::Impl {
         t->span(queue, name, begin, end);
       });
     }
-    scalars = dev.array<double>(3, MemCategory::comm_buffers);
+    scalars = dev.array<double>(static_cast<std::size_t>(Scalar::nonfinite_flag) + 1, MemCategory::comm_buffers);
     loss_id = q.track("loss");
     norm_id = q.track("squared norm");
     flag_id = q.track("non-finite flag");
@@ -174,11 +188,11 @@ struct Engine::Impl {
     timing.exposed_comm_ms = 1e3 * (q.host_waited_s() - waited_at_step_start);
   }
   // The host's one read of a step scalar (after everything compute did).
-  double read_scalar(int index, BufferId id, const std::string& what) {
-    if (!(faults.early_norm_read && id == norm_id)) q.synchronize(q.record(compute));
-    q.host_read(id, what);
+  double read_scalar(Scalar s, const std::string& what) {
+    if (!(faults.early_norm_read && s == Scalar::squared_norm)) q.synchronize(q.record(compute));
+    q.host_read(scalar_id(s), what);
     double value = 0;
-    dev.copy_to_host(&value, scalars.data() + index, sizeof(double));
+    dev.copy_to_host(&value, scalar(s), sizeof(double));
     dev.raise_deferred_errors();
     return value;
   }
@@ -196,7 +210,15 @@ struct Engine::Impl {
   }
 
   // ---- parameters -------------------------------------------------------------------------------------
+  // Units (ModelLayout): the embedding (tied to the LM head), the blocks, the final unit (the final norm).
+  static constexpr int kEmbedding = 0;
+  static int block_unit(int block) { return 1 + block; }
+  int final_unit() const { return n_layer + 1; }
   bool is_block(int u) const { return u >= 1 && u <= n_layer; }
+  // What a gather is for: qwZ quantizes forward gathers only; hpZ serves backward gathers from its kept slice.
+  enum class Pass { forward, backward };
+  // What a release lets go of besides the gathered unit: its hpZ slice too once no backward will read it.
+  enum class Secondary { keep, drop };
   quant::QuantSpec weight_spec() const { return {quant::Bits::int8, o.zeropp.block}; }
   quant::QuantSpec grad_spec() const { return {o.zeropp.grad_bits, o.zeropp.block}; }
 
@@ -204,14 +226,14 @@ struct Engine::Impl {
   // (collective_variants.hpp): hpZ's from the unit's kept slice when there is one (a block's backward, the
   // embedding's second use at the head), else the forward or backward gather over the shard group. With hpZ, a
   // gather over the shard group keeps this rank's slice of a block (and of the embedding). Returns the event after.
-  StreamEvent gather_into(int u, Tracked<float>& dest, bool for_backward = false) {
+  StreamEvent gather_into(int u, Tracked<float>& dest, Pass pass = Pass::forward) {
     q.wait(gather, params_updated);
     std::vector<ReleaseAfter> staging_used;
     if (secondary[static_cast<std::size_t>(u)]) {
       secondary_gather->enqueue(*this, u, dest, staging_used);
     } else {
-      (for_backward ? backward_gather : forward_gather)->enqueue(*this, u, dest, staging_used);
-      if (hpz && (is_block(u) || u == 0)) keep_secondary(u, dest);
+      (pass == Pass::backward ? backward_gather : forward_gather)->enqueue(*this, u, dest, staging_used);
+      if (hpz && (is_block(u) || u == kEmbedding)) keep_secondary(u, dest);
     }
     const StreamEvent done = q.record(gather);
     for (ReleaseAfter& r : staging_used) release_after(std::move(r.buffer), done, r.what);
@@ -227,46 +249,47 @@ struct Engine::Impl {
               [this, from, copy, slice, t] { dev.convert(from, DType::f32, copy->data(), t, slice); });
     secondary[static_cast<std::size_t>(u)] = std::move(copy);
   }
-  void prefetch(int u, bool for_backward = false) {
+  void prefetch(int u, Pass pass = Pass::forward) {
     if (persistent_full || u < 0 || u >= n_units) return;
-    Tracked<float>& slot = gathered[static_cast<std::size_t>(u)];
-    if (!slot.empty()) return;
-    slot.mem = dev.array<float>(geo(u).padded_numel, MemCategory::params);
-    slot.id = q.track(name_of("gathered", u));
-    gathered_event[static_cast<std::size_t>(u)] = gather_into(u, slot, for_backward);
+    GatheredUnit& slot = gathered[static_cast<std::size_t>(u)];
+    if (!slot.full.empty()) return;
+    slot.full.mem = dev.array<float>(geo(u).padded_numel, MemCategory::params);
+    slot.full.id = q.track(name_of("gathered", u));
+    slot.ready = gather_into(u, slot.full, pass);
   }
   // The compute queue after unit u's gather.
-  void ensure(int u, bool for_backward = false) {
+  void ensure(int u, Pass pass = Pass::forward) {
     if (persistent_full) return;
-    prefetch(u, for_backward);
-    if (faults.skip_gather_wait && u == 1) return;
-    q.wait(compute, gathered_event[static_cast<std::size_t>(u)]);
+    prefetch(u, pass);
+    if (faults.skip_gather_wait && u == block_unit(0)) return;
+    q.wait(compute, gathered[static_cast<std::size_t>(u)].ready);
   }
-  void maybe_prefetch(int u, bool for_backward = false) {
-    if (o.prefetch) prefetch(u, for_backward);
+  void maybe_prefetch(int u, Pass pass = Pass::forward) {
+    if (o.prefetch) prefetch(u, pass);
   }
-  // The unit is done on compute for now; after_backward: for this micro-batch (its hpZ secondary slice goes too).
-  void release(int u, bool after_backward = true) {
+  // The unit is done on compute for now (after everything enqueued on compute so far).
+  void release(int u, Secondary secondary_slice = Secondary::drop) {
     if (persistent_full) return;
     const auto i = static_cast<std::size_t>(u);
-    q.wait(compute, gathered_event[i]);  // never freed before its gather is done
+    GatheredUnit& slot = gathered[i];
+    q.wait(compute, slot.ready);  // never freed before its gather is done
     const StreamEvent used = q.record(compute);
-    if (after_backward && secondary[i]) {
+    if (secondary_slice == Secondary::drop && secondary[i]) {
       release_after(secondary[i], used, name_of("free hpZ secondary", u));
       secondary[i].reset();
     }
-    if (!gathered[i].empty()) release_after(gathered[i], used, name_of("free gathered", u));
-    gathered_event[i] = StreamEvent{};
+    if (!slot.full.empty()) release_after(slot.full, used, name_of("free gathered", u));
+    slot.ready = StreamEvent{};
   }
   const float* params(int u) {
     if (unsharded && o.param_dtype == DType::f32) return unit(u).master.data();
     if (persistent_full) return persistent_params[static_cast<std::size_t>(u)].data();
-    return gathered[static_cast<std::size_t>(u)].data();
+    return gathered[static_cast<std::size_t>(u)].full.data();
   }
   BufferId params_id(int u) {
     if (unsharded && o.param_dtype == DType::f32) return master_id[static_cast<std::size_t>(u)];
     if (persistent_full) return persistent_params[static_cast<std::size_t>(u)].id;
-    return gathered[static_cast<std::size_t>(u)].id;
+    return gathered[static_cast<std::size_t>(u)].full.id;
   }
 
   // ---- gradients --------------------------------------------------------------------------------------

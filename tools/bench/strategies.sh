@@ -8,7 +8,8 @@
 # build's step time over the baseline's, the mean of the two runs each) to each line.
 # The model: the quickstart deck widened to C=256 (8 heads, 3.4M parameters, micro-batch 4 per rank), so that a
 # step's compute is large next to the per-collective synchronisation of 4 ranks sharing 2 cores.
-# Step times are the median over the steps after the first 5. Bytes and memory are rank 0's (every rank of a
+# No checkpoints (each run trains from scratch, none resumes another's). Step times are the median over the steps
+# after the first 5. Bytes and memory are rank 0's (every rank of a
 # 2x2 mesh sends the same amount; which link carries it depends on the rank's place in the ring).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -35,7 +36,7 @@ strategies=(no_shard zero1 shard_grad_op full_shard hybrid_shard hybrid_shard_ze
 run() { # BUILD STRATEGY LOGDIR
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "${mpirun[@]}" "$1/bin/hsdp-train" --config "$deck" \
     --train.steps="$steps" --train.eval_every=0 --topology.ranks_per_node=2 --parallel.sharding="$2" \
-    --log.dir="$3" --log.every=1000000 "${extra[@]}" >"$3.log" 2>&1 || { cat "$3.log"; exit 1; }
+    --log.dir="$3" --log.every=1000000 --checkpoint.dir= "${extra[@]}" >"$3.log" 2>&1 || { cat "$3.log"; exit 1; }
 }
 for s in "${strategies[@]}"; do
   if [[ -n $baseline ]]; then

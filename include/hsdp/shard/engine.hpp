@@ -141,6 +141,9 @@ class Engine {
 
  private:
   void configure_zeropp(const ZeroPPOptions& z);
+  // What a forward is for: training (a backward follows) or evaluation (the loss only).
+  enum class Purpose { training, evaluation };
+  void forward_blocks(model::UnitModel& model, std::span<const std::int32_t> tokens, Purpose purpose);
   // After the masters changed (AdamW, a checkpoint load): the persistent full parameters follow.
   void refresh_derived_state();
   std::unique_ptr<DeviceOps> device_;
