@@ -6,8 +6,9 @@
 #   tests/gpu/device_check.sh pack [BUILD] [DIR]   here: copy the GPU test and benchmark binaries of BUILD (default
 #                                                   build) and the libraries they load into DIR (default .gpu), except
 #                                                   glibc's, the C++ runtime's and CUDA's (the GPU machine has its own)
-#   tests/gpu/device_check.sh run [DIR] [OUT] [tests]  there: the GPU's kernels, the GPT by unit and the engine's
-#                                                   DeviceOps against the CPU (gtest), then (unless `tests`) the
+#   tests/gpu/device_check.sh run [DIR] [OUT] [tests]  there: the GPU's kernels, the GPT by unit, the engine's
+#                                                   DeviceOps against the CPU and the CUDA executor (gtest), then
+#                                                   (unless `tests`) the
 #                                                   training benchmarks (GPT-2 124M: whole-model
 #                                                   calls against unit calls, side by side, and with activation
 #                                                   checkpointing; GPT-2 XL shapes with and without checkpointing);
@@ -17,7 +18,7 @@
 # Exit status of run: non-zero when a gtest binary failed (the benchmarks only report).
 set -uo pipefail
 
-binaries=(gpu_probe gpu_kernels_test gpu_device_ops_test hsdp-bench-train-gpu)
+binaries=(gpu_probe gpu_kernels_test gpu_device_ops_test gpu_executor_test hsdp-bench-train-gpu)
 
 pack() {
   local build=${1:-build} dir=${2:-.gpu}
@@ -79,6 +80,7 @@ run() {
   status=0
   gtest gpu_kernels_test || status=1
   gtest gpu_device_ops_test || status=1
+  gtest gpu_executor_test || status=1
   if [[ $what == tests ]]; then
     echo "gtest status $status"
     return "$status"
