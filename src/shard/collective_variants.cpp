@@ -14,82 +14,105 @@ std::uint8_t* bytes(const Staging& b) {
 
 class ExactGather final : public ParamGather {
  public:
-  void enqueue(Engine::Impl& m, int u, Tracked<float>& dest, std::vector<ReleaseAfter>& release) const override {
+  void enqueue(Engine::Impl& m, int u, Tracked<std::byte>& dest, std::vector<ReleaseAfter>& release) const override {
     const UnitGeometry& g = m.geo(u);
     const DType t = m.o.param_dtype;
+    const DType c = m.o.compute_dtype;
     const BufferId master = m.master_id[static_cast<std::size_t>(u)];
     const float* from = m.unit(u).master.data();
     const std::size_t s = g.shard_numel;
     const std::size_t padded = g.padded_numel;
-    float* out = dest.data();
+    std::byte* out = dest.data();
     comm::Communicator& shard = m.shard();
-    if (t == DType::f32) {
+    if (t == DType::f32) {  // then the compute dtype is fp32 too
       m.q.collective(m.gather, Engine::Impl::name_of("all_gather", u), {&shard}, {reads(master), writes(dest.id)},
                      [&shard, from, out, s] { return shard.all_gather_async(from, out, s, DType::f32); });
       return;
     }
     Staging send = m.staging(s, t, Engine::Impl::name_of("gather send", u));
-    Staging recv = m.staging(padded, t, Engine::Impl::name_of("gather receive", u));
     DeviceOps& dev = m.dev;
     m.q.enqueue(m.gather, Engine::Impl::name_of("convert master", u), {reads(master), writes(send->id)},
                 [&dev, from, send, s, t] { dev.convert(from, DType::f32, send->data(), t, s); });
+    release.push_back({send, Engine::Impl::name_of("free gather send", u)});
+    if (c == t) {  // gathered in the compute dtype: straight into the destination
+      m.q.collective(m.gather, Engine::Impl::name_of("all_gather", u), {&shard}, {reads(send->id), writes(dest.id)},
+                     [&shard, send, out, s, t] { return shard.all_gather_async(send->data(), out, s, t); });
+      return;
+    }
+    Staging recv = m.staging(padded, t, Engine::Impl::name_of("gather receive", u));
     m.q.collective(m.gather, Engine::Impl::name_of("all_gather", u), {&shard}, {reads(send->id), writes(recv->id)},
                    [&shard, send, recv, s, t] { return shard.all_gather_async(send->data(), recv->data(), s, t); });
     m.q.enqueue(m.gather, Engine::Impl::name_of("convert gathered", u), {reads(recv->id), writes(dest.id)},
-                [&dev, recv, out, padded, t] { dev.convert(recv->data(), t, out, DType::f32, padded); });
-    release.push_back({send, Engine::Impl::name_of("free gather send", u)});
+                [&dev, recv, out, padded, t, c] { dev.convert(recv->data(), t, out, c, padded); });
     release.push_back({recv, Engine::Impl::name_of("free gather receive", u)});
   }
 };
 
 class QuantizedGather final : public ParamGather {
  public:
-  void enqueue(Engine::Impl& m, int u, Tracked<float>& dest, std::vector<ReleaseAfter>& release) const override {
+  void enqueue(Engine::Impl& m, int u, Tracked<std::byte>& dest, std::vector<ReleaseAfter>& release) const override {
     const quant::QuantSpec spec = m.weight_spec();
     const std::size_t s = m.geo(u).shard_numel;
     const std::size_t padded = m.geo(u).padded_numel;
     const std::size_t bytes_per_rank = message_bytes(s, spec);
     const auto n = static_cast<std::size_t>(m.shard().size());
     const DType t = m.o.param_dtype;
+    const DType c = m.o.compute_dtype;
     const BufferId master = m.master_id[static_cast<std::size_t>(u)];
     const float* from = m.unit(u).master.data();
-    float* out = dest.data();
+    std::byte* out = dest.data();
     DeviceOps& dev = m.dev;
     comm::Communicator& shard = m.shard();
     Staging send = m.staging(bytes_per_rank, DType::u8, Engine::Impl::name_of("qwZ send", u));
     Staging recv = m.staging(bytes_per_rank * n, DType::u8, Engine::Impl::name_of("qwZ receive", u));
+    // Dequantized in fp32: into the destination when that is fp32, else into a staging buffer converted from.
+    Staging values;
+    if (c != DType::f32) values = m.staging(padded, DType::f32, Engine::Impl::name_of("qwZ values", u));
     m.q.enqueue(m.gather, Engine::Impl::name_of("quantize", u), {reads(master), writes(send->id)},
                 [&dev, from, s, spec, send] { dev.quantize(from, s, spec, bytes(send)); });
     m.q.collective(m.gather, Engine::Impl::name_of("all_gather (qwZ)", u), {&shard},
                    {reads(send->id), writes(recv->id)}, [&shard, send, recv, bytes_per_rank] {
                      return shard.all_gather_async(send->data(), recv->data(), bytes_per_rank, DType::u8);
                    });
-    m.q.enqueue(m.gather, Engine::Impl::name_of("dequantize", u), {reads(recv->id), writes(dest.id)},
-                [&dev, recv, out, s, bytes_per_rank, n, spec, padded, t] {
-                  for (std::size_t j = 0; j < n; ++j)
-                    dev.dequantize(bytes(recv) + j * bytes_per_rank, s, spec, out + j * s);
-                  dev.round_to(out, padded, t);
+    std::vector<BufferAccess> access{reads(recv->id), writes(dest.id)};
+    if (values) access.push_back(writes(values->id));
+    m.q.enqueue(m.gather, Engine::Impl::name_of("dequantize", u), access,
+                [&dev, recv, out, values, s, bytes_per_rank, n, spec, padded, t, c] {
+                  float* f = values ? reinterpret_cast<float*>(values->data()) : reinterpret_cast<float*>(out);
+                  for (std::size_t j = 0; j < n; ++j) dev.dequantize(bytes(recv) + j * bytes_per_rank, s, spec, f + j * s);
+                  if (values) {
+                    dev.convert(f, DType::f32, out, c, padded);  // c == t: the conversion rounds to precision.param
+                  } else {
+                    dev.round_to(f, padded, t);
+                  }
                 });
     release.push_back({send, Engine::Impl::name_of("free qwZ send", u)});
     release.push_back({recv, Engine::Impl::name_of("free qwZ receive", u)});
+    if (values) release.push_back({values, Engine::Impl::name_of("free qwZ values", u)});
   }
 };
 
 class SecondaryGather final : public ParamGather {
  public:
-  void enqueue(Engine::Impl& m, int u, Tracked<float>& dest, std::vector<ReleaseAfter>& release) const override {
+  void enqueue(Engine::Impl& m, int u, Tracked<std::byte>& dest, std::vector<ReleaseAfter>& release) const override {
     const std::size_t padded = m.geo(u).padded_numel;
     comm::Communicator& hpz = m.mesh.hpz();
     const std::size_t slice = padded / static_cast<std::size_t>(hpz.size());
     const DType t = m.o.param_dtype;
-    float* out = dest.data();
+    const DType c = m.o.compute_dtype;
+    std::byte* out = dest.data();
     DeviceOps& dev = m.dev;
-    Staging recv = m.staging(padded, t, Engine::Impl::name_of("hpZ receive", u));
     Staging from = m.secondary[static_cast<std::size_t>(u)];
+    if (c == t) {  // the slices are in the compute dtype: straight into the destination
+      m.q.collective(m.gather, Engine::Impl::name_of("all_gather (hpZ)", u), {&hpz}, {reads(from->id), writes(dest.id)},
+                     [&hpz, from, out, slice, t] { return hpz.all_gather_async(from->data(), out, slice, t); });
+      return;
+    }
+    Staging recv = m.staging(padded, t, Engine::Impl::name_of("hpZ receive", u));
     m.q.collective(m.gather, Engine::Impl::name_of("all_gather (hpZ)", u), {&hpz}, {reads(from->id), writes(recv->id)},
                    [&hpz, from, recv, slice, t] { return hpz.all_gather_async(from->data(), recv->data(), slice, t); });
     m.q.enqueue(m.gather, Engine::Impl::name_of("convert gathered", u), {reads(recv->id), writes(dest.id)},
-                [&dev, recv, out, padded, t] { dev.convert(recv->data(), t, out, DType::f32, padded); });
+                [&dev, recv, out, padded, t, c] { dev.convert(recv->data(), t, out, c, padded); });
     release.push_back({recv, Engine::Impl::name_of("free hpZ receive", u)});
   }
 };

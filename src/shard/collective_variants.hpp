@@ -2,8 +2,10 @@
 // The variants of the engine's two collectives (private to src/shard), each behind one interface, so that gather
 // and reduce-scatter never branch on ZeRO++ (docs/architecture.md, "The engine's schedule"):
 //
-//   ParamGather      unit u's parameters into full fp32 compute parameters [Pp], on the gather queue
-//     exact          all-gather over the shard group in precision.param (fp32: straight into the destination)
+//   ParamGather      unit u's parameters into full compute parameters [Pp] (EngineOptions::compute_dtype), on the
+//                    gather queue
+//     exact          all-gather over the shard group in precision.param (straight into the destination where that is
+//                    the compute dtype)
 //     quantized      qwZ: int8 blocks over the shard group, dequantized and rounded to precision.param
 //     secondary      hpZ: from the slices kept after the forward gather, over the hpZ group
 //   ShardReduction   unit u's full gradient into this rank's fp32 gradient shard (accumulated), on the reduce queue
@@ -37,7 +39,7 @@ struct ReleaseAfter {
 class ParamGather {
  public:
   virtual ~ParamGather() = default;
-  virtual void enqueue(Engine::Impl& m, int u, detail::Tracked<float>& dest,
+  virtual void enqueue(Engine::Impl& m, int u, detail::Tracked<std::byte>& dest,
                        std::vector<ReleaseAfter>& release) const = 0;
 };
 

@@ -6,12 +6,11 @@
 namespace hsdp::shard {
 namespace {
 
-// The compute copies this engine gathers are fp32 (the CPU device's); a model that computes in another dtype
-// needs a device that gathers into it.
-void require_fp32_compute(const model::UnitModel& model) {
-  if (model.compute_dtype() != DType::f32) {
+// The compute copies this engine gathers are in EngineOptions::compute_dtype: the model must read that dtype.
+void require_compute_dtype(const model::UnitModel& model, DType compute) {
+  if (model.compute_dtype() != compute) {
     throw_internal("shard::Engine: the model computes in " + std::string(to_string(model.compute_dtype())) +
-                   ", but this engine's compute copies are fp32");
+                   ", but this engine's compute copies are " + std::string(to_string(compute)));
   }
 }
 
@@ -44,6 +43,11 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
       throw_config("precision: " + std::string(to_string(t)) + " is not a parameter/reduction dtype (fp32|bf16|fp16)");
     }
   }
+  if (options.compute_dtype != DType::f32 && options.compute_dtype != options.param_dtype) {
+    throw_config("the model computes in " + std::string(to_string(options.compute_dtype)) +
+                 ": precision.param must be " + std::string(to_string(options.compute_dtype)) + " too (it is " +
+                 std::string(to_string(options.param_dtype)) + ")");
+  }
   impl_ = std::make_unique<Impl>(layout, mesh, options, *device_, *queues_, units_, timing_, log);
   Impl& m = *impl_;
   configure_zeropp(options.zeropp);
@@ -69,15 +73,11 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
     m.flat_grads = device_->array<float>(total, MemCategory::grads);
     m.buckets = make_buckets(UnitSizes::of(layout).numel, options.bucket_mb);
     if (options.param_dtype != DType::f32) {
-      for (int u = 0; u < m.n_units; ++u) {
-        m.persistent_params.push_back({device_->array<float>(m.geo(u).padded_numel, MemCategory::params),
-                                       queues_->track(Impl::name_of("parameters", u))});
-      }
+      for (int u = 0; u < m.n_units; ++u) m.persistent_params.push_back(m.compute_copy(u, "parameters"));
     }
   } else if (m.st.grads_whole) {  // zero1
     for (int u = 0; u < m.n_units; ++u) {
-      m.persistent_params.push_back({device_->array<float>(m.geo(u).padded_numel, MemCategory::params),
-                                     queues_->track(Impl::name_of("parameters", u))});
+      m.persistent_params.push_back(m.compute_copy(u, "parameters"));
       m.unit_grads[static_cast<std::size_t>(u)] = {device_->array<float>(m.geo(u).padded_numel, MemCategory::grads),
                                                    queues_->track(Impl::name_of("gradients", u))};
     }
@@ -157,15 +157,17 @@ void Engine::refresh_derived_state() {
     m.q.wait(m.compute, m.q.record(m.gather));
   } else if (m.unsharded && m.o.param_dtype != DType::f32) {
     for (int u = 0; u < m.n_units; ++u) {
-      Tracked<float>& p = m.persistent_params[static_cast<std::size_t>(u)];
+      Tracked<std::byte>& p = m.persistent_params[static_cast<std::size_t>(u)];
       const float* master = units_[static_cast<std::size_t>(u)]->master.data();
-      float* out = p.data();
-      const std::size_t count = p.mem.size();
+      void* out = p.data();
+      const std::size_t count = m.geo(u).padded_numel;
       const DType t = m.o.param_dtype;
-      m.q.enqueue(m.compute, Impl::name_of("round parameters", u), {reads(m.master_id[static_cast<std::size_t>(u)]), writes(p.id)},
-                  [this, master, out, count, t] {
-                    device_->convert(master, DType::f32, out, DType::f32, count);
-                    device_->round_to(out, count, t);
+      const DType c = m.o.compute_dtype;
+      // The master rounded to precision.param: in fp32 compute copies a round trip, in param_dtype ones a conversion.
+      m.q.enqueue(m.compute, Impl::name_of("round parameters", u),
+                  {reads(m.master_id[static_cast<std::size_t>(u)]), writes(p.id)}, [this, master, out, count, t, c] {
+                    device_->convert(master, DType::f32, out, c, count);
+                    if (c == DType::f32) device_->round_to(static_cast<float*>(out), count, t);
                   });
     }
   }
@@ -238,7 +240,7 @@ void Engine::forward_blocks(model::UnitModel& model, std::span<const std::int32_
 float Engine::forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
                                std::span<const std::int32_t> targets, float dloss, bool last) {
   Impl& m = *impl_;
-  require_fp32_compute(model);
+  require_compute_dtype(model, m.o.compute_dtype);
   const int L = m.n_layer;
   const int final_unit = m.final_unit();
   constexpr int emb = Impl::kEmbedding;
@@ -292,7 +294,7 @@ float Engine::forward_backward(model::UnitModel& model, std::span<const std::int
 float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens,
                        std::span<const std::int32_t> targets) {
   Impl& m = *impl_;
-  require_fp32_compute(model);
+  require_compute_dtype(model, m.o.compute_dtype);
   const int final_unit = m.final_unit();
   constexpr int emb = Impl::kEmbedding;
   StreamQueues& q = m.q;

@@ -70,13 +70,13 @@ struct Engine::Impl {
 
   // The shard state's buffers, for the checker: master (and AdamW's moments), gradient shard, per unit.
   std::vector<BufferId> master_id, grad_shard_id;
-  // Persistent full compute parameters [Pp] (zero1; no_shard when rounding to a lower precision).
-  std::vector<Tracked<float>> persistent_params;
+  // Persistent full compute parameters [Pp] in the compute dtype (zero1; no_shard when rounding to a lower precision).
+  std::vector<Tracked<std::byte>> persistent_params;
   // A unit's transient gathered parameters [Pp] (sharded strategies; empty when not gathered) kept with the event
   // after their gather (queue -1: none pending): compute waits for it before reading them, and they go back to
   // their pool only after it.
   struct GatheredUnit {
-    Tracked<float> full;
+    Tracked<std::byte> full;  // in the compute dtype
     StreamEvent ready;
   };
   std::vector<GatheredUnit> gathered;
@@ -211,8 +211,8 @@ struct Engine::Impl {
 
   // ---- parameters -------------------------------------------------------------------------------------
   // Units (ModelLayout): the embedding (tied to the LM head), the blocks, the final unit (the final norm).
-  static constexpr int kEmbedding = 0;
-  static int block_unit(int block) { return 1 + block; }
+  static constexpr int kEmbedding = model::ModelLayout::embedding_unit();
+  static constexpr int block_unit(int block) { return model::ModelLayout::block_unit(block); }
   int final_unit() const { return n_layer + 1; }
   bool is_block(int u) const { return u >= 1 && u <= n_layer; }
   // What a gather is for: qwZ quantizes forward gathers only; hpZ serves backward gathers from its kept slice.
@@ -222,11 +222,15 @@ struct Engine::Impl {
   quant::QuantSpec weight_spec() const { return {quant::Bits::int8, o.zeropp.block}; }
   quant::QuantSpec grad_spec() const { return {o.zeropp.grad_bits, o.zeropp.block}; }
 
-  // Enqueues on the gather queue the gather of unit u's weights into `dest` [Pp] fp32, by the variant that applies
+  // Full parameters of unit u [Pp] in the compute dtype, charged to params.
+  Tracked<std::byte> compute_copy(int u, const char* what) {
+    return {dev.typed(geo(u).padded_numel, o.compute_dtype, MemCategory::params), q.track(name_of(what, u))};
+  }
+  // Enqueues on the gather queue the gather of unit u's weights into `dest` [Pp] (compute dtype), by the variant that applies
   // (collective_variants.hpp): hpZ's from the unit's kept slice when there is one (a block's backward, the
   // embedding's second use at the head), else the forward or backward gather over the shard group. With hpZ, a
   // gather over the shard group keeps this rank's slice of a block (and of the embedding). Returns the event after.
-  StreamEvent gather_into(int u, Tracked<float>& dest, Pass pass = Pass::forward) {
+  StreamEvent gather_into(int u, Tracked<std::byte>& dest, Pass pass = Pass::forward) {
     q.wait(gather, params_updated);
     std::vector<ReleaseAfter> staging_used;
     if (secondary[static_cast<std::size_t>(u)]) {
@@ -240,21 +244,21 @@ struct Engine::Impl {
     return done;
   }
   // hpZ: this rank's slice of the gathered unit, kept for the backward gather inside the hpZ group.
-  void keep_secondary(int u, Tracked<float>& full) {
+  void keep_secondary(int u, Tracked<std::byte>& full) {
     const std::size_t slice = geo(u).padded_numel / static_cast<std::size_t>(mesh.hpz().size());
     Staging copy = staging(slice, o.param_dtype, name_of("hpZ secondary", u), MemCategory::hpz_secondary);
-    const float* from = full.data() + slice * static_cast<std::size_t>(mesh.hpz().rank());
+    const DType c = o.compute_dtype;
+    const std::byte* from = full.data() + slice * static_cast<std::size_t>(mesh.hpz().rank()) * size_of(c);
     const DType t = o.param_dtype;
     q.enqueue(gather, name_of("keep hpZ slice", u), {reads(full.id), writes(copy->id)},
-              [this, from, copy, slice, t] { dev.convert(from, DType::f32, copy->data(), t, slice); });
+              [this, from, copy, slice, c, t] { dev.convert(from, c, copy->data(), t, slice); });
     secondary[static_cast<std::size_t>(u)] = std::move(copy);
   }
   void prefetch(int u, Pass pass = Pass::forward) {
     if (persistent_full || u < 0 || u >= n_units) return;
     GatheredUnit& slot = gathered[static_cast<std::size_t>(u)];
     if (!slot.full.empty()) return;
-    slot.full.mem = dev.array<float>(geo(u).padded_numel, MemCategory::params);
-    slot.full.id = q.track(name_of("gathered", u));
+    slot.full = compute_copy(u, "gathered");
     slot.ready = gather_into(u, slot.full, pass);
   }
   // The compute queue after unit u's gather.
@@ -281,7 +285,8 @@ struct Engine::Impl {
     if (!slot.full.empty()) release_after(slot.full, used, name_of("free gathered", u));
     slot.ready = StreamEvent{};
   }
-  const float* params(int u) {
+  // Unit u's full parameters in the compute dtype, as the model reads them.
+  const void* params(int u) {
     if (unsharded && o.param_dtype == DType::f32) return unit(u).master.data();
     if (persistent_full) return persistent_params[static_cast<std::size_t>(u)].data();
     return gathered[static_cast<std::size_t>(u)].full.data();

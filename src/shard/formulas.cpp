@@ -15,8 +15,10 @@ UnitSizes UnitSizes::of(const model::ModelLayout& layout) {
   return sizes;
 }
 
-std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int shard_size, DType param_dtype) {
+std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int shard_size, DType param_dtype,
+                               DType compute_dtype) {
   const Strategy& st = shard::strategy(strategy);
+  const auto bc = static_cast<std::int64_t>(size_of(compute_dtype));
   // The fp32 master is the compute copy only when nothing is sharded and compute needs no rounding.
   const bool master_is_compute = st.shard_scope == comm::ShardScope::self && param_dtype == DType::f32;
   std::int64_t total = 0;
@@ -27,14 +29,14 @@ std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int sh
     total += 12 * s;                                         // master, AdamW m and v
     if (st.shard_scope != comm::ShardScope::self) total += 4 * s;  // the reduced gradient shard
     if (st.grads_whole) total += 4 * pp;                     // full gradients
-    if (st.params_whole && !master_is_compute) total += 4 * pp;  // full compute parameters
+    if (st.params_whole && !master_is_compute) total += bc * pp;  // full compute parameters
   }
   return total;
 }
 
 std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strategy, int shard_size,
-                               DType param_dtype) {
-  return model_state_bytes(UnitSizes::of(layout), strategy, shard_size, param_dtype);
+                               DType param_dtype, DType compute_dtype) {
+  return model_state_bytes(UnitSizes::of(layout), strategy, shard_size, param_dtype, compute_dtype);
 }
 
 void for_each_collective(const UnitSizes& units, const EngineOptions& o, const MeshGroups& g,
@@ -135,16 +137,18 @@ std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& o, int
   }
   const auto bp = static_cast<std::int64_t>(size_of(o.param_dtype));
   const auto br = static_cast<std::int64_t>(size_of(o.reduce_dtype));
+  const auto bc = static_cast<std::int64_t>(size_of(o.compute_dtype));
   const Strategy& st = strategy(o.strategy);
   const bool keeps_gathered = !st.params_whole && !st.free_after_forward;
   std::int64_t bytes = 0;
   if (keeps_gathered)
-    bytes += 4 * padded_total;
+    bytes += bc * padded_total;
   else if (!st.params_whole)
-    bytes += 3 * 4 * largest;
+    bytes += 3 * bc * largest;
   if (!st.params_whole) {
     bytes += (o.grad_accum > 1 && !st.reduce_every_micro_batch) ? 4 * padded_total : 3 * 4 * largest;
-    if (bp != 4) bytes += bp * largest;
+    if (bp != 4 && o.param_dtype != o.compute_dtype) bytes += bp * largest;
+    if (o.compute_dtype != DType::f32 && o.zeropp.quantized_weights) bytes += 4 * largest;
   }
   if (br != 4) bytes += br * (st.params_whole ? padded_total : 3 * largest);
   if (st.shard_scope != comm::ShardScope::self) bytes += br * shard_total;

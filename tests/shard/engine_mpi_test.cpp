@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../comm/mpi_test_context.hpp"
+#include "bf16_twin.hpp"
 #include "tiny_gpt.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/gpt.hpp"
@@ -104,7 +105,7 @@ struct Result {
 };
 
 Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType param = DType::f32,
-                  DType reduce = DType::f32, const ReferenceRun* ref = nullptr) {
+                  DType reduce = DType::f32, const ReferenceRun* ref = nullptr, DType compute = DType::f32) {
   auto& ctx = context();
   comm::ProcessMesh& mesh = *ctx.meshes.at(shard::strategy(strategy).shard_scope);
   const model::ModelLayout layout(tiny_config());
@@ -112,6 +113,7 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
   EngineOptions options{.strategy = strategy,
                         .param_dtype = param,
                         .reduce_dtype = reduce,
+                        .compute_dtype = compute,
                         .prefetch = true,
                         .bucket_mb = 0.002,
                         .grad_accum = k,
@@ -124,7 +126,9 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
   const int per_rank = global_rows / world;
   const int micro = per_rank / k;
   model::Gpt<float> gpt(layout, micro, kSeq, memory);
-  model::CpuUnitModel units(gpt);
+  model::CpuUnitModel fp32_units(gpt);
+  testing::Bf16Twin bf16_units(fp32_units);
+  model::UnitModel& units = compute == DType::bf16 ? static_cast<model::UnitModel&>(bf16_units) : fp32_units;
   const comm::ByteCounters expected = step_traffic(layout, options, groups_of(mesh));
 
   Result result;
@@ -146,7 +150,7 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
   }
   result.model_state = memory.current(MemCategory::params) + memory.current(MemCategory::grads) +
                        memory.current(MemCategory::optimizer);
-  result.expected_model_state = model_state_bytes(layout, strategy, mesh.shard().size(), param);
+  result.expected_model_state = model_state_bytes(layout, strategy, mesh.shard().size(), param, compute);
   if (ref != nullptr) {
     double diff = 0, scale = 0;
     for (const auto& v : engine.shard_views()) {
@@ -194,6 +198,19 @@ TEST_P(EveryStrategy, Bf16CommunicationCountsTwoBytesAndStaysClose) {
   EXPECT_EQ(r.model_state, r.expected_model_state);
   // bf16 has 8 significant bits: losses after 5 steps stay within 1% of fp32.
   EXPECT_NEAR(r.losses.back(), ref.losses.back(), 0.01 * ref.losses.back());
+}
+
+// Compute copies in bf16 (a GPU's bf16 model; here its CPU twin, bf16_twin.hpp): the same losses bit for bit as fp32
+// copies of the same bf16-rounded values, the same bytes on the wire, and the persistent compute copies (no_shard's
+// rounded copy, zero1's full parameters) at 2 bytes an element in the accountant as in model_state_bytes.
+TEST_P(EveryStrategy, Bf16ComputeCopies_TrainAsFp32Copies_AndCountTwoBytesPerParameterInMemory) {
+  const Result fp32_copies = run_engine(GetParam(), 3, 8, 2, DType::bf16, DType::f32, nullptr, DType::f32);
+  const Result bf16_copies = run_engine(GetParam(), 3, 8, 2, DType::bf16, DType::f32, nullptr, DType::bf16);
+  EXPECT_EQ(bf16_copies.losses, fp32_copies.losses);
+  EXPECT_TRUE(bf16_copies.counters_match);
+  EXPECT_EQ(bf16_copies.model_state, bf16_copies.expected_model_state);
+  const bool whole = shard::strategy(GetParam()).params_whole;
+  EXPECT_EQ(bf16_copies.model_state < fp32_copies.model_state, whole) << "only whole parameters persist";
 }
 
 INSTANTIATE_TEST_SUITE_P(Engine, EveryStrategy, ::testing::ValuesIn(kStrategies),

@@ -18,6 +18,7 @@
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
 #include "hsdp/shard/engine.hpp"
+#include "bf16_twin.hpp"
 #include "tiny_gpt.hpp"
 
 namespace hsdp::shard {
@@ -65,6 +66,8 @@ struct Segment {
   // The world the run trains on: the harness's unless a test says (a run that ends in a report trains alone).
   comm::MpiCommunicator* world = nullptr;
   const comm::Topology* topology = nullptr;
+  // The engine's compute copies in bf16, read by the CPU twin of a bf16 model (bf16_twin.hpp).
+  bool bf16_compute = false;
 };
 
 Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults& faults = {},
@@ -79,6 +82,7 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
   MemoryAccountant memory;
   EngineOptions options = c.options;
   options.streams = streams;
+  if (segment.bf16_compute) options.compute_dtype = DType::bf16;
   Engine engine(layout, mesh, options, segment.seed, memory, nullptr, make_cpu_device_ops(memory, segment.host_visible));
   engine.inject(faults);
   if (segment.resume != nullptr) {
@@ -91,7 +95,9 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
     engine.checkpoint_loaded();
   }
   model::Gpt<float> gpt(layout, kMicro, kSeq, memory, c.activation_checkpointing);
-  model::CpuUnitModel units(gpt);
+  model::CpuUnitModel fp32_units(gpt);
+  testing::Bf16Twin bf16_units(fp32_units);
+  model::UnitModel& units = segment.bf16_compute ? static_cast<model::UnitModel&>(bf16_units) : fp32_units;
   const bool fp16 = options.param_dtype == DType::f16;
   Outcome run;
   for (int step = segment.first; step < segment.end; ++step) {
@@ -183,6 +189,43 @@ TEST(StreamCheckerEngine, EveryConfiguration_StagedThroughHostWithLateCopies_IsB
       EXPECT_TRUE(staged == direct) << c.name << ", seed " << seed << ": staged with late copies differs from direct";
     }
     context().logger.info("streams: ", c.name, ": staged through host, 3 seeds, bit-identical to direct");
+  }
+}
+
+// The engine's compute copies in bf16 (a GPU's bf16 model reads them without a conversion), read here by the CPU twin
+// of such a model: every configuration with precision.param=bf16, and no_shard, zero1 and full_shard with hpZ in bf16,
+// bit for bit the engine with fp32 compute copies of the same bf16-rounded values, inline and on the threads executor.
+TEST(StreamCheckerEngine, ComputeCopiesInBf16_ReadByABf16Model_AreBitIdenticalToFp32ComputeCopies) {
+  std::vector<Config> bf16;
+  for (Config c : configs()) {
+    if (c.options.param_dtype == DType::bf16) {
+      bf16.push_back(c);
+    } else if (c.options.param_dtype == DType::f32 &&
+               (c.options.strategy == Sharding::no_shard || c.options.strategy == Sharding::zero1)) {
+      c.name += " bf16";
+      c.options.param_dtype = DType::bf16;
+      bf16.push_back(c);
+    }
+  }
+  if (context().topology.nodes_equal_size()) {
+    Config h{"full_shard bf16 qwZ hpZ", {}, true};
+    h.options.strategy = Sharding::full_shard;
+    h.options.grad_accum = kAccum;
+    h.options.param_dtype = DType::bf16;
+    h.options.zeropp = {.quantized_weights = true,
+                        .hpz_partition_size = context().topology.node_size(0),
+                        .quantized_gradients = false,
+                        .grad_bits = quant::Bits::int4,
+                        .block = quant::kDefaultBlock};
+    bf16.push_back(h);
+  }
+  for (const Config& c : bf16) {
+    const Outcome fp32_copies = train(c, {});
+    EXPECT_TRUE(train(c, {}, {}, {.bf16_compute = true}) == fp32_copies) << c.name << ": inline";
+    const Outcome threaded =
+        train(c, {.check = true, .threads = true, .seed = 4, .max_delay_us = 100}, {}, {.bf16_compute = true});
+    EXPECT_TRUE(threaded == fp32_copies) << c.name << ": threads";
+    context().logger.info("streams: ", c.name, ": bf16 compute copies, bit-identical to fp32 ones");
   }
 }
 

@@ -76,6 +76,10 @@ struct EngineOptions {
   Sharding strategy = Sharding::no_shard;
   DType param_dtype = DType::f32;
   DType reduce_dtype = DType::f32;
+  // The dtype the model computes in (UnitModel::compute_dtype): the gathered and persistent full parameters are in
+  // it. fp32 (the CPU's; with a lower param_dtype the values are rounded to it), or param_dtype itself (a GPU's bf16
+  // model: gathers land in bf16 without a conversion).
+  DType compute_dtype = DType::f32;
   bool prefetch = true;
   double bucket_mb = 25.0;
   int grad_accum = 1;

@@ -10,9 +10,10 @@
 //   zero1                         full params 4Pp + full gradients 4Pp + master 4S + gradient shard 4S + m, v 8S
 //   shard_grad_op, full_shard,
 //   hybrid_shard(_zero2)          master 4S + gradient shard 4S + m, v 8S:   16S
-// Compute is fp32 on the CPU, so gradients and the compute copies of parameters are 4-byte; for sharded
-// strategies this gives the ZeRO-3 / HSDP numbers of DESIGN.md exactly (16P/n, 16P/n_node), while ZeRO-1's
-// 4P + 12P/n (2-byte params and grads) reads 8P + 16P/n here.
+// The compute copies of parameters (no_shard's rounded copy, zero1's full params) are in the compute dtype b_c
+// (EngineOptions::compute_dtype: fp32 on the CPU, 4 bytes above; bf16 for a GPU's bf16 model: 2N, 2Pp); gradients
+// are fp32 everywhere. For sharded strategies this gives the ZeRO-3 / HSDP numbers of DESIGN.md exactly (16P/n,
+// 16P/n_node), while ZeRO-1's 4P + 12P/n (2-byte params and grads) reads 6P + 16P/n with bf16 compute copies.
 //
 // Bytes per step (k micro-batches, b_p = param dtype bytes, b_r = reduce dtype bytes), per collective with the
 // traffic model of comm/traffic.hpp on the group it runs on:
@@ -92,20 +93,22 @@ void for_each_collective(const UnitSizes& units, const EngineOptions& options, c
 comm::ByteCounters step_traffic(const UnitSizes& units, const EngineOptions& options, const MeshGroups& g);
 comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOptions& options, const MeshGroups& g);
 
-std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int shard_size, DType param_dtype);
+std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int shard_size, DType param_dtype,
+                               DType compute_dtype = DType::f32);
 std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strategy, int shard_size,
-                               DType param_dtype);
+                               DType param_dtype, DType compute_dtype = DType::f32);
 
 
-// Bytes a step holds beyond model state and activations: an estimate of hsdp's allocations (fp32 compute), meant
-// to be on the safe side (on the 2x2 test model it is 1.1x to 2x what hsdp-train's peak shows; the e2e test of
-// tests/plan prints both). What it counts:
-//   gathered weights   fp32: shard_grad_op/hybrid_shard_zero2 keep every unit gathered from forward to backward
-//                      (4 Pp); full_shard/hybrid_shard at most 3 units at once (the unit, the prefetched one, and the
-//                      tied embedding at the head): 3 x 4 x largest unit;
+// Bytes a step holds beyond model state and activations: an estimate of hsdp's allocations, meant to be on the
+// safe side (on the 2x2 test model it is 1.1x to 2x what hsdp-train's peak shows; the e2e test of tests/plan
+// prints both). What it counts:
+//   gathered weights   in the compute dtype (b_c): shard_grad_op/hybrid_shard_zero2 keep every unit gathered from
+//                      forward to backward (b_c Pp); full_shard/hybrid_shard at most 3 units at once (the unit, the
+//                      prefetched one, and the tied embedding at the head): 3 x b_c x largest unit;
 //   full gradients     fp32, sharded strategies: 3 units (the one computing, two whose reductions are in flight);
 //                      with grad_accum > 1 and not hybrid every unit's (4 Pp), kept across micro-batches;
-//   staging            param-dtype receive buffer of one gather (when not fp32); reduce-dtype copies of gradients in
+//   staging            param-dtype receive buffer of one gather (when neither fp32 nor the compute dtype); qwZ's fp32
+//                      values of one gather (compute dtype not fp32); reduce-dtype copies of gradients in
 //                      flight (no_shard, zero1: all of them; others: 3 units); the reduce-scatter receive buffers of
 //                      every unit (reduce bytes x sum of shards: hsdp completes them at the latest before AdamW);
 //   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k.
