@@ -16,6 +16,7 @@
 #include "hsdp/core/stall.hpp"
 #include "hsdp/quant/blockwise.hpp"
 #include "hsdp/shard/strategy.hpp"
+#include "hsdp/train/cuda_backend.hpp"
 #include "hsdp/train/signals.hpp"
 #include "hsdp/train/trainer.hpp"
 
@@ -88,8 +89,13 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
     hsdp::comm::agree(MPI_COMM_WORLD, [&] {
       hsdp::comm::MeshOptions mesh_options =
           hsdp::shard::mesh_options(options.engine.strategy, options.engine.zeropp.hpz_partition_size);
-      // The CPU device's memory is the host's: staging is asked for, to run the GPU's staged path.
-      if (options.device_type == hsdp::device::DeviceType::cpu && options.comm_stage == hsdp::comm::Staging::host) {
+      if (options.device_type == hsdp::device::DeviceType::cuda) {
+        // What the GPU path cannot honour, before any GPU work; then the rank's GPU, and NCCL or staged MPI for each
+        // group over its memory.
+        hsdp::train::check_cuda_options(options);
+        mesh_options.carry = hsdp::train::cuda_mesh_carrier(options, topology, log);
+      } else if (options.comm_stage == hsdp::comm::Staging::host) {
+        // The CPU device's memory is the host's: staging is asked for, to run the GPU's staged path.
         mesh_options.carry = hsdp::comm::staged_carrier(hsdp::comm::make_memcpy_staging());
       }
       mesh = std::make_unique<hsdp::comm::ProcessMesh>(world, topology, mesh_options);

@@ -264,9 +264,10 @@ const std::vector<OptionSpec>& option_table() {
 
       // [device]
       choice("device.type", "cpu",
-             "cpu = every strategy, fp32 compute on the CPU; cuda = one GPU per rank (local rank modulo the visible "
-             "GPUs), bf16 compute with fp32 master weights, data-parallel only: needs parallel.sharding=no_shard, "
-             "precision.param=bf16, precision.reduce=fp32, no zeropp.* and no activation checkpointing",
+             "cpu = the sharding engine on the CPU, fp32 compute; cuda = the same engine on one GPU per rank (local "
+             "rank modulo the visible GPUs), every strategy and ZeRO++, fp32 master weights, compute in bf16 with "
+             "precision.param=bf16 (else fp32); groups over comm.intra and comm.inter (not yet validated on a GPU "
+             "at this version: see the README)",
              "cpu|cuda")
           .into([](V v, O o) { o.device_type = device::parse_device_type(v.text()); }),
       integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0, 4096)

@@ -70,6 +70,7 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, const
   const int me = topology.world_rank;
   const int node_id = topology.node();
   const int local = topology.local_rank();
+  engine_world_.mpi = world.split(0, me, "world");
   node_.mpi = world.split(node_id, me, "node");
   cross_node_.mpi = world.split(local, node_id, "cross_node");
   node_gather_.mpi = world.split(node_id, me, "node_gather");
@@ -88,14 +89,14 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, const
       break;
   }
   if (hpz_size > 0) hpz_.mpi = world.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
-  for (Group* g : {&node_, &cross_node_, &node_gather_, &shard_, &replicate_, &hpz_}) carry(*g, options);
+  for (Group* g : {&engine_world_, &node_, &cross_node_, &node_gather_, &shard_, &replicate_, &hpz_}) carry(*g, options);
 }
 
 void ProcessMesh::carry(Group& group, const MeshOptions& options) {
   if (group.mpi && options.carry) group.carrier = options.carry(*group.mpi);
 }
 
-std::function<std::unique_ptr<Communicator>(MpiCommunicator&)> staged_carrier(std::shared_ptr<HostStaging> staging) {
+MeshCarrier staged_carrier(std::shared_ptr<HostStaging> staging) {
   return [staging = std::move(staging)](MpiCommunicator& group) -> std::unique_ptr<Communicator> {
     return std::make_unique<StagedCommunicator>(group, staging);
   };

@@ -199,7 +199,7 @@ struct Engine::Impl {
   // The scalar summed over the world (on the reduce queue, after compute; compute then after it).
   void world_sum(double* value, BufferId id, const std::string& what) {
     q.wait(reduce, q.record(compute));
-    comm::Communicator& world = mesh.world();
+    comm::Communicator& world = mesh.engine_world();
     q.collective(reduce, what, {&world}, {writes(id)},
                  [value, &world] { return world.all_reduce_async(value, value, 1, DType::f64, comm::ReduceOp::sum); });
     q.wait(compute, q.record(reduce));

@@ -4,11 +4,23 @@
 
 namespace hsdp::train {
 
-std::unique_ptr<Backend> make_cuda_backend(const TrainOptions&, const model::ModelLayout&, comm::ProcessMesh&,
-                                           MemoryAccountant&, const Logger&) {
+namespace {
+
+[[noreturn]] void built_without_cuda() {
   throw_config(
       "device.type=cuda: this hsdp was built without the CUDA backend (HSDP_CUDA=OFF, or nvcc or NCCL was not "
       "found when it was configured); rebuild where CUDA is installed, or use device.type=cpu");
+}
+
+}  // namespace
+
+comm::MeshCarrier cuda_mesh_carrier(const TrainOptions&, const comm::Topology&, const Logger&) {
+  built_without_cuda();
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const TrainOptions&, const model::ModelLayout&, comm::ProcessMesh&,
+                                           MemoryAccountant&, const Logger&) {
+  built_without_cuda();
 }
 
 }  // namespace hsdp::train

@@ -39,7 +39,7 @@ struct MpiTestContext {
   std::map<ShardScope, std::unique_ptr<ProcessMesh>> meshes;  // node: only on nodes of equal size
   // --comm.stage: "direct" (MPI on the buffers), "host" (staged, memcpy) or "deferred" (staged, late copies).
   std::string stage = "direct";
-  std::function<std::unique_ptr<Communicator>(MpiCommunicator&)> carry;  // MeshOptions::carry for that stage
+  MeshCarrier carry;  // MeshOptions::carry for that stage
 
   // `options` with this run's staging: every mesh a test builds carries its groups as the harness's meshes do.
   MeshOptions staged(MeshOptions options) const {

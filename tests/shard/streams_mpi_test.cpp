@@ -62,7 +62,7 @@ struct Segment {
   const Outcome* resume = nullptr;
   std::uint64_t seed = 7;
   // What carries the mesh's groups (MeshOptions::carry): the harness's --comm.stage unless a test says.
-  std::function<std::unique_ptr<comm::Communicator>(comm::MpiCommunicator&)> carry = context().carry;
+  comm::MeshCarrier carry = context().carry;
   // The world the run trains on: the harness's unless a test says (a run that ends in a report trains alone).
   comm::MpiCommunicator* world = nullptr;
   const comm::Topology* topology = nullptr;

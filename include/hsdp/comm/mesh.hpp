@@ -26,6 +26,10 @@ namespace hsdp::comm {
 enum class ShardScope { self, node, world };
 const char* to_string(ShardScope s);
 
+// What carries a group's collectives, given its MPI communicator (which the mesh keeps, and which outlives what this
+// returns).
+using MeshCarrier = std::function<std::unique_ptr<Communicator>(MpiCommunicator& group)>;
+
 struct MeshOptions {
   ShardScope shard_scope = ShardScope::self;
   // hpZ secondary group of k consecutive local ranks: 0 = none; else k must divide the ranks of every node (k = 1:
@@ -33,15 +37,14 @@ struct MeshOptions {
   int hpz_size = 0;
   // Who asked for this mesh, for error messages (e.g. "parallel.sharding=hybrid_shard").
   std::string requested_by = "the process mesh";
-  // What carries a group's collectives, given its MPI communicator (which the mesh keeps, and which outlives what
-  // this returns); empty: the MPI communicator itself. Not applied to world, the caller's.
-  std::function<std::unique_ptr<Communicator>(MpiCommunicator& group)> carry = {};
+  // What carries each group's collectives (empty: the MPI communicator itself). Not applied to world, the caller's.
+  MeshCarrier carry = {};
 };
 
 // A carrier for MeshOptions::carry: every group's collectives staged through host buffers by `staging`
 // (staged.hpp).
 class HostStaging;
-std::function<std::unique_ptr<Communicator>(MpiCommunicator&)> staged_carrier(std::shared_ptr<HostStaging> staging);
+MeshCarrier staged_carrier(std::shared_ptr<HostStaging> staging);
 
 class ProcessMesh {
  public:
@@ -62,6 +65,9 @@ class ProcessMesh {
   Communicator& hpz() { return hpz_.carried(); }
   // The MPI communicator behind world, for what only MPI does (the watchdog's side channel, MPI_Abort).
   MpiCommunicator& mpi_world() { return world_; }
+  // The world again (a duplicate), carried like the other groups: for collectives over the engine's memory (the
+  // step's norm and overflow flag). Left out of total_counters, as world is.
+  Communicator& engine_world() { return engine_world_.carried(); }
   const Topology& topology() const { return topology_; }
   ShardScope shard_scope() const { return shard_scope_; }
 
@@ -86,6 +92,7 @@ class ProcessMesh {
   };
   void carry(Group& group, const MeshOptions& options);
 
+  Group engine_world_;
   Group node_;
   Group cross_node_;
   Group node_gather_;

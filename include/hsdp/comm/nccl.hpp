@@ -16,15 +16,18 @@
 // also over device buffers. See its comment for what the mpi variant does with and without CUDA-aware MPI.
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "hsdp/comm/communicator.hpp"
+#include "hsdp/comm/mesh.hpp"
 #include "hsdp/comm/mpi.hpp"
 #include "hsdp/comm/staged.hpp"
 #include "hsdp/core/log.hpp"
+#include "hsdp/device/cuda/runtime.hpp"
 
 namespace hsdp::comm {
 
@@ -96,6 +99,8 @@ class NcclCommunicator final : public Communicator {
 class CudaStaging final : public HostStaging {
  public:
   explicit CudaStaging(cudaStream_t stream);
+  // On a stream it shares the ownership of (the mesh's staged groups: see device_carrier).
+  explicit CudaStaging(std::shared_ptr<device::cuda::Stream> stream);
   ~CudaStaging() override;
   CudaStaging(const CudaStaging&) = delete;
   CudaStaging& operator=(const CudaStaging&) = delete;
@@ -111,9 +116,20 @@ class CudaStaging final : public HostStaging {
 
  private:
   std::unique_ptr<StagedCopy> recorded();
+  std::shared_ptr<device::cuda::Stream> owned_;
   cudaStream_t stream_;
   std::shared_ptr<Events> events_;  // shared with the copies in flight
 };
+
+// What carries the mesh's groups over device memory on GPUs (MeshOptions::carry): a group within one node by `intra`
+// (comm.intra), one that crosses nodes by `inter` (comm.inter). nccl: an NcclCommunicator over the group (one GPU
+// per rank: the caller checks that the node's ranks do not share one; a one-rank group is staged instead). mpi: a
+// StagedCommunicator over it with CudaStaging on a stream of the carrier's own (the stream queues issue a collective
+// only once the work before it on its queue has completed, so the copy needs no other order); with CUDA-aware MPI
+// and `stage` not host, the collectives that only move bytes get the device pointers. Collective over each group, as
+// the mesh builds it; the CUDA device must be selected first (select_device).
+MeshCarrier device_carrier(Transport intra, Transport inter, Staging stage, const CommOptions& options,
+                           const Logger& logger);
 
 // comm.inter's values (types.hpp: parse_transport).
 using InterNodeBackend = Transport;

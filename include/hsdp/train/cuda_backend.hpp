@@ -1,21 +1,20 @@
 #pragma once
-// device.type = cuda: the training backend on the rank's GPU (picked by hsdp::device::select_device: local rank
-// modulo the visible devices).
-//
-// What it does: the GPT of hsdp/model/cuda/gpt.hpp (bf16 compute copy, cuBLASLt GEMMs with fp32 accumulation),
-// fp32 master weights, gradients and AdamW state on the GPU, data-parallel over every rank (parallel.sharding =
-// no_shard, DDP): during the backward of the last micro-batch each unit's gradient is all-reduced over the
-// node's ranks with NCCL on a communication stream as soon as backward has written it (ordered by an event, so
-// the rest of backward overlaps it) -- or, with comm.intra=mpi (ranks may then share a GPU, as when one GPU emulates
-// nodes), over the node with MPI after backward, staged through pinned host memory or CUDA-aware; then, on more
-// than one node, across nodes through comm.inter (mpi: CUDA-aware MPI or staging through pinned host memory; nccl). Gradients are summed and the loss gradient is divided
-// by the world size, so the result is the global mean as on the CPU.
-//
-// What it refuses (config errors, checked by check_cuda_options before any GPU work): other sharding strategies,
-// precision.param other than bf16 (the kernels compute in bf16), precision.reduce other than fp32, ZeRO++ and
-// activation checkpointing. Built only with the CUDA backend; otherwise make_cuda_backend says the build lacks it.
+// device.type = cuda: the sharding engine (hsdp/shard/engine.hpp) on the rank's GPU, picked by
+// hsdp::device::select_device (local rank modulo the visible devices), for every strategy and ZeRO++:
+//   device    CudaDeviceOps (stream-ordered memory, the element kernels) and the CUDA executor: each of the engine's
+//             queues a CUDA stream, the compute queue on the model's;
+//   model     GptCuda<bf16> with precision.param=bf16 (the engine's compute copies in bf16), GptCuda<float>
+//             otherwise; activation checkpointing as the deck says;
+//   groups    the mesh's groups carried by comm::device_carrier: NCCL inside a node (comm.intra=nccl, one GPU per
+//             rank) or MPI staged through pinned host memory (comm.intra=mpi: ranks may share a GPU), comm.inter
+//             across nodes; CUDA-aware MPI gets the device pointers of the collectives that only move bytes.
+// Written and checked on the CPU (the engine's suites on the threads executor, staged groups, bf16 compute copies);
+// hsdp-train says on rank 0 that the path is not yet validated on a GPU until a GPU has run it at the commit
+// (the README records each validation). Built only with the CUDA backend (CUDA and NCCL); otherwise these say the
+// build lacks it.
 #include <memory>
 
+#include "hsdp/comm/mesh.hpp"
 #include "hsdp/train/backend.hpp"
 
 namespace hsdp::train {
@@ -24,7 +23,13 @@ namespace hsdp::train {
 // make_cuda_backend).
 void check_cuda_options(const TrainOptions& options);
 
-// Collective over the mesh (NCCL set-up). Expects options that passed check_cuda_options.
+// Selects this rank's GPU and returns what carries the mesh's groups over its memory. A config Error where
+// comm.intra=nccl meets ranks that share a GPU (they must use comm.intra=mpi) or comm.stage=direct an MPI that is
+// not CUDA-aware. Before the mesh is built.
+comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& options, const comm::Topology& topology, const Logger& log);
+
+// Collective over the mesh. Expects options that passed check_cuda_options, and the mesh built with
+// cuda_mesh_carrier's carrier.
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& options, const model::ModelLayout& layout,
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log);
 

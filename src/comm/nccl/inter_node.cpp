@@ -4,9 +4,11 @@
 #include <mpi-ext.h>  // Open MPI: MPIX_CUDA_AWARE_SUPPORT, MPIX_Query_cuda_support
 #endif
 
+#include <algorithm>
 #include <string>
 
 #include "hsdp/comm/nccl.hpp"
+#include "hsdp/core/error.hpp"
 
 namespace hsdp::comm {
 
@@ -30,6 +32,26 @@ std::unique_ptr<Communicator> make_inter_node_communicator(InterNodeBackend back
   return std::make_unique<StagedCommunicator>(
       std::move(own), std::make_shared<CudaStaging>(compute),
       mpi_is_cuda_aware() ? DirectCollectives::data_movement : DirectCollectives::none);
+}
+
+MeshCarrier device_carrier(Transport intra, Transport inter, Staging stage, const CommOptions& options,
+                           const Logger& logger) {
+  const bool direct = stage != Staging::host && mpi_is_cuda_aware();
+  if (stage == Staging::direct && !direct) {
+    throw_config(
+        "comm.stage=direct: this MPI library is not CUDA-aware (MPIX_Query_cuda_support), so it cannot "
+        "read GPU memory; use comm.stage=auto or host");
+  }
+  auto stream = std::make_shared<device::cuda::Stream>();
+  return [=](MpiCommunicator& group) -> std::unique_ptr<Communicator> {
+    const std::span<const int> nodes = group.node_of_rank();
+    const bool crosses = std::any_of(nodes.begin(), nodes.end(), [&](int n) { return n != nodes.front(); });
+    if ((crosses ? inter : intra) == Transport::nccl && group.size() > 1) {
+      return std::make_unique<NcclCommunicator>(group, group.name(), options, logger);
+    }
+    return std::make_unique<StagedCommunicator>(group, std::make_shared<CudaStaging>(stream),
+                                                direct ? DirectCollectives::data_movement : DirectCollectives::none);
+  };
 }
 
 }  // namespace hsdp::comm

@@ -51,6 +51,9 @@ class RecordedCopy final : public StagedCopy {
 
 CudaStaging::CudaStaging(cudaStream_t stream) : stream_(stream), events_(std::make_shared<Events>()) {}
 
+CudaStaging::CudaStaging(std::shared_ptr<device::cuda::Stream> stream)
+    : owned_(std::move(stream)), stream_(owned_->get()), events_(std::make_shared<Events>()) {}
+
 CudaStaging::~CudaStaging() = default;
 
 HostBlock CudaStaging::allocate(std::size_t bytes) {

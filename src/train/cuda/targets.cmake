@@ -2,14 +2,15 @@
 
 # hsdp_train_cuda_state: a training run's model state on one GPU (hsdp/train/cuda/parameters.hpp: master weights,
 # compute copy, gradients, AdamW moments and decay segments), joining hsdp_model_cuda and hsdp_optim_cuda. Needs
-# CUDA only, so the GPU training benchmark (tools/bench/train_gpu.cmake) links it too.
+# CUDA only; the GPU training benchmark's whole-model path (tools/bench/train_gpu.cmake) links it.
 add_library(hsdp_train_cuda_state ${CMAKE_CURRENT_LIST_DIR}/parameters.cpp)
 target_link_libraries(hsdp_train_cuda_state PUBLIC hsdp_model_cuda hsdp_optim_cuda PRIVATE hsdp_cuda_warnings)
 
-# hsdp_train_cuda: the device.type=cuda training backend (hsdp/train/cuda_backend.hpp); needs NCCL too
-# (hsdp_comm_nccl, src/comm/nccl). hsdp_train links it where both are found.
+# hsdp_train_cuda: device.type=cuda (hsdp/train/cuda_backend.hpp): the sharding engine with CudaDeviceOps, the CUDA
+# executor and GptCuda; needs NCCL too (hsdp_comm_nccl, src/comm/nccl). hsdp_train links it where both are found.
 if(HSDP_HAVE_NCCL)
-  add_library(hsdp_train_cuda ${CMAKE_CURRENT_LIST_DIR}/backend.cpp)
+  add_library(hsdp_train_cuda ${CMAKE_CURRENT_LIST_DIR}/engine_backend.cpp)
   target_link_libraries(hsdp_train_cuda PUBLIC hsdp_ckpt hsdp_shard hsdp_optim
-                                        PRIVATE hsdp_train_cuda_state hsdp_comm_nccl hsdp_device_select hsdp_warnings)
+                                        PRIVATE hsdp_stream_cuda hsdp_model_cuda hsdp_comm_nccl hsdp_device_select
+                                                hsdp_warnings)
 endif()

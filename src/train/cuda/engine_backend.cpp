@@ -1,0 +1,123 @@
+// device.type = cuda: the sharding engine on the rank's GPU (hsdp/train/cuda_backend.hpp).
+#include <memory>
+#include <numeric>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "hsdp/comm/nccl.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/device/cuda/runtime.hpp"
+#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/model/cuda/gpt.hpp"
+#include "hsdp/stream/cuda/device_ops.hpp"
+#include "hsdp/stream/cuda/executor.hpp"
+#include "hsdp/train/cuda_backend.hpp"
+
+namespace hsdp::train {
+
+namespace {
+
+namespace dc = hsdp::device::cuda;
+
+// The engine's options on a GPU: compute copies in the model's dtype, the CUDA executor binding each queue's stream
+// to the device's calls, log.trace's file for this rank.
+shard::EngineOptions gpu_engine_options(const TrainOptions& o, comm::ProcessMesh& mesh, DType compute,
+                                        stream::cuda::CudaDeviceOps& device) {
+  shard::EngineOptions e = o.engine;
+  e.compute_dtype = compute;
+  if (o.log_trace) e.trace_file = o.log_dir + "/trace_rank" + std::to_string(mesh.world().rank()) + ".json";
+  e.streams.make_executor = [&device](const stream::StreamOptions&) -> std::unique_ptr<stream::Executor> {
+    return std::make_unique<stream::cuda::CudaExecutor>(device.stream(),
+                                                        [&device](cudaStream_t s) { device.use_stream(s); });
+  };
+  return e;
+}
+
+// T: the model's compute dtype (bf16_t with precision.param=bf16, float otherwise).
+template <typename T>
+class GpuEngineBackend final : public Backend {
+ public:
+  GpuEngineBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh,
+                   MemoryAccountant& memory, const Logger& log)
+      : owned_device_(std::make_unique<stream::cuda::CudaDeviceOps>(memory, model_stream_.get())),
+        device_(*owned_device_),
+        engine_(layout, mesh, gpu_engine_options(o, mesh, compute_dtype(), device_), o.model_seed, memory, &log,
+                std::move(owned_device_)),
+        gpt_(layout, o.micro_batch, o.seq_len, model_stream_.get(), o.activation_checkpointing) {
+    memory.allocate(MemCategory::activations, gpt_.activation_bytes());
+    activation_bytes_ = gpt_.activation_bytes();
+    memory_ = &memory;
+  }
+  ~GpuEngineBackend() override { memory_->release(MemCategory::activations, activation_bytes_); }
+  GpuEngineBackend(const GpuEngineBackend&) = delete;
+  GpuEngineBackend& operator=(const GpuEngineBackend&) = delete;
+
+  static DType compute_dtype() { return std::is_same_v<T, bf16_t> ? DType::bf16 : DType::f32; }
+
+  void begin_step() override { engine_.begin_step(); }
+  float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
+                         bool last) override {
+    return engine_.forward_backward(gpt_, tokens, targets, dloss, last);
+  }
+  double grad_norm_squared() override { return engine_.grad_norm_squared(); }
+  bool found_nonfinite() override { return engine_.found_nonfinite(); }
+  void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
+    engine_.optimizer_step(config, step);
+  }
+  double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                           std::size_t rows) override {
+    engine_.evaluate(gpt_, tokens, targets);  // reads the loss: the model's stream is done with the head
+    const std::size_t positions = rows * static_cast<std::size_t>(gpt_.seq_len());
+    losses_.resize(positions);
+    dc::check(cudaMemcpy(losses_.data(), gpt_.losses(), positions * sizeof(float), cudaMemcpyDeviceToHost),
+              "cudaMemcpy (evaluation losses)");
+    return std::accumulate(losses_.begin(), losses_.end(), 0.0);
+  }
+  const shard::StepTiming& timing() const override { return engine_.timing(); }
+
+  std::vector<ckpt::UnitShard> checkpoint_shards() override { return engine_.shard_views(); }
+  void checkpoint_loaded() override { engine_.checkpoint_loaded(); }
+  bool is_checkpoint_writer() const override { return engine_.is_checkpoint_writer(); }
+
+ private:
+  dc::Stream model_stream_;                                    // the model's and the compute queue's
+  std::unique_ptr<stream::cuda::CudaDeviceOps> owned_device_;  // until the engine takes it
+  stream::cuda::CudaDeviceOps& device_;                        // the engine's, for the executor's binding
+  shard::Engine engine_;
+  model::cuda::GptCuda<T> gpt_;
+  std::vector<float> losses_;
+  std::size_t activation_bytes_ = 0;
+  MemoryAccountant* memory_ = nullptr;
+};
+
+}  // namespace
+
+comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, const comm::Topology& topology, const Logger& log) {
+  const device::SelectedDevice selected = device::select_device(device::DeviceType::cuda, topology.local_rank());
+  const int on_node = topology.node_size(topology.node());
+  if (o.comm_intra == comm::Transport::nccl && on_node > selected.visible_devices) {
+    throw_config(
+        "device.type=cuda with comm.intra=nccl needs a GPU per rank (NCCL refuses two ranks on one GPU): "
+        "this node runs " +
+        std::to_string(on_node) + " ranks but sees " + std::to_string(selected.visible_devices) +
+        " GPU(s); start at most " + std::to_string(selected.visible_devices) +
+        " ranks per node (mpirun --map-by ppr:" + std::to_string(selected.visible_devices) +
+        ":node, srun --ntasks-per-node), or let ranks share GPUs with comm.intra=mpi");
+  }
+  log.info("device.type=cuda: rank 0 on GPU ", selected.cuda_device, " of ", selected.visible_devices, " (",
+           selected.name, "); inside a node comm.intra=", comm::to_string(o.comm_intra),
+           ", across nodes comm.inter=", comm::to_string(o.comm_inter));
+  return comm::device_carrier(o.comm_intra, o.comm_inter, o.comm_stage, o.comm, log);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& o, const model::ModelLayout& layout,
+                                           comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log) {
+  log.info("device.type=cuda: the sharding engine on GPUs (", shard::to_string(o.engine.strategy),
+           ") is written and checked on the CPU but not yet validated on a GPU at this commit (README, GPU training)");
+  if (o.engine.param_dtype == DType::bf16)
+    return std::make_unique<GpuEngineBackend<bf16_t>>(o, layout, mesh, memory, log);
+  return std::make_unique<GpuEngineBackend<float>>(o, layout, mesh, memory, log);
+}
+
+}  // namespace hsdp::train
