@@ -124,8 +124,8 @@ po::options_description flag_description(Flags& f) {
       "Ethernet are sold: 200 for one HDR NIC, 8 x 400 for eight NDR NICs), shared by the node's ranks: "
       "per rank GB/s = GBIT / 8 / ranks per node")(
       "device", po::value<std::string>()->value_name("cpu|cuda"),
-      "recommend only what hsdp-train accepts on this device (default: the deck's device.type); cuda today: "
-      "no_shard with bf16 parameters and fp32 reduction, no activation checkpointing")(
+      "the device planned for (default: the deck's device.type); cuda plans every strategy with bf16 compute "
+      "copies (precision.param=bf16, precision.reduce=fp32) and prints device.type=cuda among the deck keys")(
       "intra-latency-us", po::value(&f.cluster.intra.latency_us)->default_value(defaults.intra.latency_us),
       "intra-node latency per message, us")(
       "inter-latency-us", po::value(&f.cluster.inter.latency_us)->default_value(defaults.inter.latency_us),
@@ -433,8 +433,8 @@ int run(int argc, char** argv) {
   in.cuda = device == "cuda";
   if (in.cuda && (o.param_dtype != hsdp::DType::bf16 || o.reduce_dtype != hsdp::DType::f32)) {
     context.cluster_notes +=
-        "device cuda: planned with precision.param=bf16 and precision.reduce=fp32, what "
-        "hsdp-train's GPU backend trains with\n";
+        "device cuda: planned with precision.param=bf16 (the GPU model's bf16 compute copies) and "
+        "precision.reduce=fp32\n";
     o.param_dtype = hsdp::DType::bf16;
     o.reduce_dtype = hsdp::DType::f32;
   }

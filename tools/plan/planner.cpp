@@ -97,10 +97,7 @@ std::vector<std::string> deck_keys(const StrategyPlan& row, const PlanInputs& in
     keys.push_back("--zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size));
   if (z.quantized_gradients || z.quantized_gradients != deck.quantized_gradients)
     keys.push_back("--zeropp.quantized_gradients=" + flag(z.quantized_gradients));
-  if (in.cuda) {  // what the GPU backend trains with; it has no activation checkpointing
-    keys.insert(keys.end(), {"--device.type=cuda", "--precision.param=bf16", "--precision.reduce=fp32"});
-    return keys;
-  }
+  if (in.cuda) keys.insert(keys.end(), {"--device.type=cuda", "--precision.param=bf16", "--precision.reduce=fp32"});
   // A row that does not fit (the least-memory pick when nothing fits) comes closest with checkpointing.
   if (row.checkpointing || row.fit == Fit::no) keys.emplace_back("--train.activation_checkpointing=true");
   return keys;
@@ -132,7 +129,10 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
   const shard::MeshGroups groups = mesh_groups(t0, v.sharding, v.zeropp.hpz_partition_size);
   p.shard_size = groups.shard.size();
   const UnitSizes units{in.model.unit_numel, in.model.tied_head};
-  p.model_state = model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype);
+  // On GPUs the model computes in bf16 from bf16 compute copies (precision.param=bf16), on the CPU in fp32.
+  if (in.cuda && p.options.param_dtype == DType::bf16) p.options.compute_dtype = DType::bf16;
+  p.model_state =
+      model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype, p.options.compute_dtype);
   p.zero_paper_state = zero_paper_state_bytes(static_cast<double>(in.model.params()), v.sharding, p.shard_size);
   p.transient = transient_bytes(units, p.options, p.shard_size);
   p.activations = activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len, false);
@@ -143,8 +143,6 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
           : static_cast<double>(p.peak_checkpointed()) <= budget ? Fit::with_checkpointing
                                                                  : Fit::no;
   p.checkpointing = forced || p.fit == Fit::with_checkpointing;
-  // On GPUs hsdp-train trains no_shard only, without activation checkpointing (sharding on GPUs: issue 23).
-  if (in.cuda) p.accepted = v.sharding == Sharding::no_shard && !p.checkpointing;
   const Traffic traffic = plan_traffic(in.model, cluster, p.options);
   p.rank0 = traffic.rank0;
   p.all_ranks = traffic.all_ranks;
@@ -210,7 +208,7 @@ class Recommender {
 
  private:
   const StrategyPlan& at(int i) const { return plan_.strategies[static_cast<std::size_t>(i)]; }
-  bool fits(int i) const { return i >= 0 && at(i).fit != Fit::no && at(i).accepted; }
+  bool fits(int i) const { return i >= 0 && at(i).fit != Fit::no; }
   bool several_nodes() const { return in_.cluster.nodes > 1; }
   bool hybrid_links() const { return in_.cluster.intra.gbps >= kHybridBandwidthRatio * in_.cluster.inter.gbps; }
   int hybrid_counterpart(int i) const {
@@ -292,17 +290,7 @@ class Recommender {
     const auto& s = plan_.strategies;
     int least = -1;
     for (int i = 0; i < static_cast<int>(s.size()); ++i) {
-      if (!at(i).accepted && !(in_.cuda && at(i).variant.sharding == Sharding::no_shard)) continue;
       if (least < 0 || at(i).peak_checkpointed() < at(least).peak_checkpointed()) least = i;
-    }
-    if (in_.cuda) {
-      std::ostringstream r;
-      r << "nothing hsdp-train accepts on GPUs fits: it trains no_shard only (no activation checkpointing, no "
-           "sharding yet), which needs "
-        << gib(static_cast<double>(at(least).peak())) << " per rank against " << gib(plan_.budget_bytes)
-        << " usable; lower train.micro_batch, or plan --device cpu for the sharded strategies";
-      plan_.reason = r.str();
-      return least;
     }
     const int nodes = nodes_for_full_shard(in_, plan_.budget_bytes, at(least).activations_checkpointed);
     std::ostringstream r;
@@ -324,10 +312,6 @@ class Recommender {
   std::string why_not(int i, int pick, const Steps& steps) const {
     const StrategyPlan& p = at(i);
     const Cluster& c = in_.cluster;
-    if (!p.accepted) {
-      return "is not accepted by hsdp-train on GPUs (device.type=cuda trains no_shard only, without activation "
-             "checkpointing)";
-    }
     if (!fits(i)) {
       return "does not fit: it needs " + gib(static_cast<double>(p.peak_checkpointed())) +
              " per rank with activation checkpointing, against " + gib(plan_.budget_bytes) + " usable";

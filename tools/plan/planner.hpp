@@ -73,7 +73,6 @@ struct StrategyPlan {
   StepTime time;              // with checkpointing when only that fits
   bool checkpointing = false;
   double step_s = 0;     // overlapped with prefetch, serial without
-  bool accepted = true;  // hsdp-train accepts it on the planned device (never recommended otherwise)
 };
 
 struct Plan {

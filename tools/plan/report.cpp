@@ -57,7 +57,6 @@ std::string joined(const std::vector<std::string>& words) {
 }
 
 std::string fit_cell(const StrategyPlan& p) {
-  if (!p.accepted) return "not on GPU";
   switch (p.fit) {
     case Fit::yes:
       return "yes";
@@ -180,7 +179,7 @@ std::string json_report(const PlanInputs& in, const Plan& plan) {
     j.add("activation_bytes_checkpointed", p.activations_checkpointed);
     j.add("peak_bytes", p.peak()).add("peak_bytes_checkpointed", p.peak_checkpointed());
     j.add("memory_budget_bytes", plan.budget_bytes).add("fits", to_string(p.fit));
-    j.add("device", in.cuda ? "cuda" : "cpu").add("accepted_on_device", p.accepted);
+    j.add("device", in.cuda ? "cuda" : "cpu");
     // The same quantities, under the same names, as hsdp-train's metrics.jsonl: bytes_intra/bytes_inter summed over
     // all ranks (job-wide), *_max_rank the busiest rank's; and rank 0's.
     j.add("bytes_intra", p.all_ranks.intra).add("bytes_inter", p.all_ranks.inter);

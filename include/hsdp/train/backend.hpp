@@ -14,6 +14,7 @@
 #include "hsdp/core/log.hpp"
 #include "hsdp/core/memory.hpp"
 #include "hsdp/model/layout.hpp"
+#include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/shard/engine.hpp"
 #include "hsdp/train/options.hpp"
@@ -50,6 +51,34 @@ class Backend {
   virtual void checkpoint_loaded() = 0;
   virtual bool is_checkpoint_writer() const = 0;
 };
+
+// A backend that is the sharding engine driving a model by unit (the CPU's and the GPU's): every call but the
+// evaluation's per-position losses, which stay where the model keeps them, forwards to the engine.
+class EngineBackend : public Backend {
+ public:
+  void begin_step() override { engine().begin_step(); }
+  float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
+                         bool last) override {
+    return engine().forward_backward(model(), tokens, targets, dloss, last);
+  }
+  double grad_norm_squared() override { return engine().grad_norm_squared(); }
+  bool found_nonfinite() override { return engine().found_nonfinite(); }
+  void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
+    engine().optimizer_step(config, step);
+  }
+  const shard::StepTiming& timing() const override { return engine().timing(); }
+  std::vector<ckpt::UnitShard> checkpoint_shards() override { return engine().shard_views(); }
+  void checkpoint_loaded() override { engine().checkpoint_loaded(); }
+  bool is_checkpoint_writer() const override { return engine().is_checkpoint_writer(); }
+
+ protected:
+  virtual shard::Engine& engine() = 0;
+  virtual const shard::Engine& engine() const = 0;
+  virtual model::UnitModel& model() = 0;
+};
+
+// The engine's options for this run: the deck's, with log.trace's file for this rank.
+shard::EngineOptions engine_options(const TrainOptions& options, const comm::ProcessMesh& mesh);
 
 // The sharding engine and the CPU model. Collective over the mesh.
 std::unique_ptr<Backend> make_cpu_backend(const TrainOptions& options, const model::ModelLayout& layout,

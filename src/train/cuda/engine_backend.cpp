@@ -24,9 +24,8 @@ namespace dc = hsdp::device::cuda;
 // to the device's calls, log.trace's file for this rank.
 shard::EngineOptions gpu_engine_options(const TrainOptions& o, comm::ProcessMesh& mesh, DType compute,
                                         stream::cuda::CudaDeviceOps& device) {
-  shard::EngineOptions e = o.engine;
+  shard::EngineOptions e = engine_options(o, mesh);
   e.compute_dtype = compute;
-  if (o.log_trace) e.trace_file = o.log_dir + "/trace_rank" + std::to_string(mesh.world().rank()) + ".json";
   e.streams.make_executor = [&device](const stream::StreamOptions&) -> std::unique_ptr<stream::Executor> {
     return std::make_unique<stream::cuda::CudaExecutor>(device.stream(),
                                                         [&device](cudaStream_t s) { device.use_stream(s); });
@@ -36,7 +35,7 @@ shard::EngineOptions gpu_engine_options(const TrainOptions& o, comm::ProcessMesh
 
 // T: the model's compute dtype (bf16_t with precision.param=bf16, float otherwise).
 template <typename T>
-class GpuEngineBackend final : public Backend {
+class GpuEngineBackend final : public EngineBackend {
  public:
   GpuEngineBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh,
                    MemoryAccountant& memory, const Logger& log)
@@ -55,16 +54,6 @@ class GpuEngineBackend final : public Backend {
 
   static DType compute_dtype() { return std::is_same_v<T, bf16_t> ? DType::bf16 : DType::f32; }
 
-  void begin_step() override { engine_.begin_step(); }
-  float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
-                         bool last) override {
-    return engine_.forward_backward(gpt_, tokens, targets, dloss, last);
-  }
-  double grad_norm_squared() override { return engine_.grad_norm_squared(); }
-  bool found_nonfinite() override { return engine_.found_nonfinite(); }
-  void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
-    engine_.optimizer_step(config, step);
-  }
   double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
                            std::size_t rows) override {
     engine_.evaluate(gpt_, tokens, targets);  // reads the loss: the model's stream is done with the head
@@ -74,13 +63,12 @@ class GpuEngineBackend final : public Backend {
               "cudaMemcpy (evaluation losses)");
     return std::accumulate(losses_.begin(), losses_.end(), 0.0);
   }
-  const shard::StepTiming& timing() const override { return engine_.timing(); }
-
-  std::vector<ckpt::UnitShard> checkpoint_shards() override { return engine_.shard_views(); }
-  void checkpoint_loaded() override { engine_.checkpoint_loaded(); }
-  bool is_checkpoint_writer() const override { return engine_.is_checkpoint_writer(); }
 
  private:
+  shard::Engine& engine() override { return engine_; }
+  const shard::Engine& engine() const override { return engine_; }
+  model::UnitModel& model() override { return gpt_; }
+
   dc::Stream model_stream_;                                    // the model's and the compute queue's
   std::unique_ptr<stream::cuda::CudaDeviceOps> owned_device_;  // until the engine takes it
   stream::cuda::CudaDeviceOps& device_;                        // the engine's, for the executor's binding
