@@ -112,6 +112,13 @@ void StreamQueues::collective(QueueId q, std::string name, std::vector<const voi
 void StreamQueues::push(QueueId q, std::shared_ptr<Item> item) {
   Queue& w = queue(q);
   item->seq = ++w.enqueued;
+  if (executor_->synchronous() && w.role == QueueRole::compute && w.held.empty() && item->kind == Kind::work) {
+    // The synchronous engine's compute runs here, outside advance(): the model's polls between its kernels
+    // (progress()) then move the comm queues while it runs.
+    hand_over(q, *item);
+    handed(q, item->seq);
+    return;
+  }
   w.held.push_back(std::move(item));
   advance();
 }

@@ -263,6 +263,26 @@ TEST(StreamQueues, Inline_WorkBehindACollectiveRunsWhenItCompletes_AndAGroupIssu
   EXPECT_GE(queues.host_waited_s(), 0.0);
 }
 
+// The synchronous engine's overlap: while compute work runs on the host, the model polls the queues between its
+// kernels (progress()); a collective that completes meanwhile has the work behind it run then, not after the compute.
+TEST(StreamQueues, Inline_APollDuringComputeWork_RunsTheWorkBehindACompletedCollective) {
+  StreamQueues queues;
+  const QueueId compute = queues.make_queue("compute", QueueRole::compute), reduce = queues.make_queue("reduce");
+  const int group = 0;
+  std::vector<std::string> issued, ran;
+  bool reduced = false;
+  queues.collective(reduce, "reduce", {&group}, {}, [&] { return fake(issued, "reduce", &reduced); });
+  queues.enqueue(reduce, "accumulate", {}, [&] { ran.push_back("accumulate"); });
+  queues.enqueue(compute, "forward", {}, [&] {
+    ran.push_back("first kernel");
+    reduced = true;  // the collective completes while compute runs
+    queues.progress();  // the poll between two kernels
+    ran.push_back("second kernel");
+  });
+  EXPECT_EQ(ran, (std::vector<std::string>{"first kernel", "accumulate", "second kernel"}));
+  queues.drain();
+}
+
 TEST(StreamQueues, Threads_TheHostIssuesCollectivesInGroupOrder_AndReleasesAfterTheirEvents) {
   for (const std::uint64_t seed : {1u, 2u, 3u}) {
     StreamQueues queues({.check = true, .threads = true, .seed = seed, .max_delay_us = 300});
