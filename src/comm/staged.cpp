@@ -224,9 +224,7 @@ CommHandle StagedCommunicator::staged(Shape shape) {
   }
   if (sb > 0) op->copy_in = staging_->to_host(shape.send, op->host_send, sb);
   op->shape = std::move(shape);
-  pool_->unissued.push_back(op);
-  pool_->advance();
-  return CommHandle(std::make_unique<StagedOp>(std::move(op)));
+  return queued(std::move(op));
 }
 
 CommHandle StagedCommunicator::direct(std::function<CommHandle()> issue) {
@@ -235,6 +233,11 @@ CommHandle StagedCommunicator::direct(std::function<CommHandle()> issue) {
   op->staging = staging_;
   op->copy_in = staging_->fence();
   op->shape.issue = [issue = std::move(issue)](const void*, void*) { return issue(); };
+  return queued(std::move(op));
+}
+
+// Behind the collectives called before it, issued as soon as its turn and its input have come.
+CommHandle StagedCommunicator::queued(std::shared_ptr<Operation> op) {
   pool_->unissued.push_back(op);
   pool_->advance();
   return CommHandle(std::make_unique<StagedOp>(std::move(op)));

@@ -125,7 +125,7 @@ void StreamQueues::push(QueueId q, std::shared_ptr<Item> item) {
 
 StreamEvent StreamQueues::record(QueueId q) {
   Queue& w = queue(q);
-  StreamEvent event{q, w.enqueued, std::make_shared<EventPoint>()};
+  StreamEvent event{q, std::make_shared<EventPoint>()};
   event.point->position = w.enqueued;
   if (w.handed == w.enqueued) {
     reach(q, *event.point);

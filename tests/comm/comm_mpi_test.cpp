@@ -67,7 +67,7 @@ int run(int& argc, char** argv, const MpiEnvironment& mpi) {
   const Topology topology = detect_topology(MPI_COMM_WORLD, options);
   MpiCommunicator world(MpiComm(MPI_COMM_WORLD), "world", topology.node_of_rank, comm_options, logger);
   MpiTestContext context{world, topology, MeshSpec{mpi.world_size(), options.ranks_per_node, options.placement},
-                         logger, {}, stage, {}};
+                         logger, {}, {}};
   if (stage == "host") {
     context.carry = staged_carrier(make_memcpy_staging());
   } else if (stage == "deferred") {

@@ -3,7 +3,6 @@
 // communicator and one ProcessMesh per shard scope. Built once by main (collectively) before the tests run.
 #include <functional>
 #include <map>
-#include <string>
 #include <memory>
 #include <vector>
 
@@ -38,7 +37,6 @@ struct MpiTestContext {
   Logger& logger;
   std::map<ShardScope, std::unique_ptr<ProcessMesh>> meshes;  // node: only on nodes of equal size
   // --comm.stage: "direct" (MPI on the buffers), "host" (staged, memcpy) or "deferred" (staged, late copies).
-  std::string stage = "direct";
   MeshCarrier carry;  // MeshOptions::carry for that stage
 
   // `options` with this run's staging: every mesh a test builds carries its groups as the harness's meshes do.

@@ -117,6 +117,7 @@ class StagedCommunicator final : public Communicator {
   CommHandle staged(Shape shape);
   // The carrier on the device ranges themselves, after a fence, in call order with the staged ones.
   CommHandle direct(std::function<CommHandle()> issue);
+  CommHandle queued(std::shared_ptr<Operation> op);
 
   std::unique_ptr<Communicator> owned_;  // the carrier, where this communicator owns it
   Communicator& carrier_;

@@ -68,7 +68,6 @@ enum class QueueRole { compute, comm };
 struct EventPoint;
 struct StreamEvent {
   QueueId queue = -1;  // -1: the empty event (covers nothing, has happened)
-  std::uint64_t position = 0;
   std::shared_ptr<EventPoint> point;
 };
 
