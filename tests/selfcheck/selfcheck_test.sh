@@ -7,7 +7,9 @@
 # detects:    a hsdp-train that trains the multi-rank rows with another learning rate (a wrapper adds
 #             --train.lr=3.3e-3 when OMPI_COMM_WORLD_SIZE > 1) must fail the loss check of every row with exit 1;
 #             a hsdp-plan that plans bf16 parameters (half the gather bytes) must fail the bytes check.
-# bad_input:  an odd --steps exits 2 naming it, before running anything.
+# one_rank:   --ranks 1 (a GPU node's first row): rows on one rank pass with --set device.streams=check; a --set
+#             key reaches the rows and not the reference (--set train.lr=3.3e-3 fails the loss check).
+# bad_input:  an odd --steps, a --set without KEY=VALUE, each exits 2 naming it, before running anything.
 set -euo pipefail
 case=$1 selfcheck=$2 bin=$3 work=$4
 shift 4
@@ -62,9 +64,20 @@ WRAP
     run 1 "$work/plan.txt" --work "$work/plan" --plan "$fake/hsdp-plan" --rows full_shard --steps 4
     grep -q "bytes_intra .* != plan" "$work/plan.txt" || fail "the bytes check did not fail"
     ;;
+  one_rank)
+    run 0 "$work/check.txt" --work "$work/check" --ranks 1 --ranks-per-node 1 --rows full_shard,zero1 --steps 4 \
+      --set device.streams=check
+    grep -q "^2 of 2 rows passed" "$work/check.txt" || fail "not 2 of 2 rows passed"
+    grep -q "on 1 cpu rank(s) .*rows also get device.streams=check" "$work/check.txt" || fail "header"
+    run 1 "$work/lr.txt" --work "$work/lr" --ranks 1 --ranks-per-node 1 --rows full_shard --steps 4 \
+      --set train.lr=3.3e-3
+    grep -q "loss gap .* > tolerance" "$work/lr.txt" || fail "--set train.lr did not reach the row"
+    ;;
   bad_input)
     run 2 "$work/out.txt" --work "$work/run" --steps 5
     grep -q "hsdp-selfcheck: error: --steps 5: need an even number" "$work/out.txt" || fail "message"
+    run 2 "$work/set.txt" --work "$work/run" --set comm.intra
+    grep -q "hsdp-selfcheck: error: --set comm.intra: need KEY=VALUE" "$work/set.txt" || fail "--set message"
     [[ ! -e $work/run ]] || fail "ran something"
     ;;
   *) fail "unknown case $case" ;;
