@@ -1,40 +1,81 @@
 #!/usr/bin/env bash
 # The GPU checks a lent GPU machine runs in one call. GPU machines are lent rarely and briefly, and have CUDA but
-# not our Debian libraries (Open MPI, OpenBLAS, Boost): build here, pack the binaries with the libraries they load,
-# carry the folder, run it there.
+# not our Debian libraries (Open MPI, OpenBLAS, Boost): build here, pack the binaries with the libraries they load
+# and Open MPI's runtime, carry the pack, run it there.
 #
-#   tests/gpu/device_check.sh pack [BUILD] [DIR]   here: copy the GPU test and benchmark binaries of BUILD (default
-#                                                   build) and the libraries they load into DIR (default .gpu), except
-#                                                   glibc's, the C++ runtime's and CUDA's (the GPU machine has its own)
-#   tests/gpu/device_check.sh run [DIR] [OUT] [tests]  there: the GPU's kernels, the GPT by unit, the engine's
-#                                                   DeviceOps against the CPU and the CUDA executor (gtest), then
-#                                                   (unless `tests`) the
-#                                                   training benchmarks (GPT-2 124M: whole-model
-#                                                   calls against unit calls, side by side, and with activation
-#                                                   checkpointing; GPT-2 XL shapes with and without checkpointing);
-#                                                   logs and JSON lines under OUT (default $OUT, else DIR/out)
+#   tests/gpu/device_check.sh pack [BUILD] [DIR]   here: the GPU tests, hsdp-train, -data, -ckpt, -plan and the GPU
+#                                                   bench of BUILD (default build), the libraries they load (not
+#                                                   glibc's, the C++ runtime's nor CUDA's: the GPU machine has its
+#                                                   own) and Open MPI's and PMIx's installed files, as one
+#                                                   DIR/pack.tar.xz (default DIR .gpu)
+#   tests/gpu/device_check.sh run [DIR] [OUT] [all|tests|cpu]
+#                                                   there: the gtests (kernels, GPT by unit, DeviceOps, executor);
+#                                                   then (all) hsdp-selfcheck --device cuda on 1 rank, on 2x2 ranks
+#                                                   sharing the GPU (comm.intra=mpi) and with device.streams=check,
+#                                                   the checkpoint round trip 4 GPU ranks <-> 1 CPU rank, GPT-2 124M
+#                                                   through the engine beside the whole-model bench, GPT-2 XL shapes
+#                                                   full_shard with checkpointing; `cpu`: the pack's MPI checks on
+#                                                   CPU ranks only (no GPU: what CI runs); output under OUT
+#                                                   (default $OUT, else DIR/out)
 # With the device tool: `echo /.gpu/ >> .git/info/exclude; tests/gpu/device_check.sh pack`, then run with carry
 # [".gpu"] the command `bash tests/gpu/device_check.sh run .gpu "$OUT"`.
-# Exit status of run: non-zero when a gtest binary failed (the benchmarks only report).
+# Exit status of run: non-zero when a gtest, a self-check row or the round trip failed (the benchmarks report).
 set -uo pipefail
 
-binaries=(gpu_probe gpu_kernels_test gpu_device_ops_test gpu_executor_test hsdp-bench-train-gpu)
+binaries=(gpu_probe gpu_kernels_test gpu_device_ops_test gpu_executor_test hsdp-bench-train-gpu
+          hsdp-train hsdp-data hsdp-ckpt hsdp-plan)
+# Open MPI's launcher, daemon, components and help texts, and PMIx's, as Debian installs them: the GPU machine has
+# none, and hsdp-train is an MPI program even on one rank. Copied from the installed packages (what `dpkg -x` of
+# their .deb files would give) under DIR/root; run() relocates them (OPAL_PREFIX, PMIX_INSTALL_PREFIX).
+mpi_packages=(openmpi-bin libopenmpi3 openmpi-common libpmix2)
+
+# Every library FILES load, resolved (cp -L) into DIR/lib, but not glibc's (the machine's own loader must match it),
+# the C++ runtime's (the machine's is as new or newer, and CUDA's libraries there need it) nor CUDA's.
+copy_libraries() { # DIR FILES...
+  local dir=$1
+  shift
+  for f in "$@"; do ldd "$f" 2>/dev/null; done | awk '$3 ~ /^\// { print $3 }' | sort -u |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|libcuda\.so' |
+    while read -r lib; do cp -L "$lib" "$dir/lib/"; done
+}
 
 pack() {
   local build=${1:-build} dir=${2:-.gpu}
   rm -rf "$dir"
-  mkdir -p "$dir/bin" "$dir/lib"
+  mkdir -p "$dir/bin" "$dir/lib" "$dir/root"
   for b in "${binaries[@]}"; do
     [[ -x $build/bin/$b ]] || { echo "device_check.sh: $build/bin/$b is missing (a build with CUDA?)" >&2; exit 2; }
     cp "$build/bin/$b" "$dir/bin/"
   done
-  # Every library the binaries load, resolved (cp -L), but not glibc's (the machine's own loader must match it),
-  # the C++ runtime's (the machine's is as new or newer, and CUDA's libraries there need it) nor CUDA's.
-  for b in "${binaries[@]}"; do ldd "$build/bin/$b"; done | awk '$3 ~ /^\// { print $3 }' | sort -u |
-    grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so|/usr/local/cuda|libcuda\.so' |
-    while read -r lib; do cp -L "$lib" "$dir/lib/"; done
-  du -sh "$dir"
-  ls "$dir/bin" "$dir/lib"
+  local p f
+  for p in "${mpi_packages[@]}"; do
+    dpkg -L "$p" >/dev/null || { echo "device_check.sh: package $p is not installed" >&2; exit 2; }
+    dpkg -L "$p" | grep -Ev '^/usr/share/(doc|man|lintian)/' | while read -r f; do
+      [[ -f $f && ! -L $f ]] && mkdir -p "$dir/root${f%/*}" && cp -p "$f" "$dir/root$f"
+    done
+  done
+  ln -s orterun "$dir/root/usr/bin/mpirun" # Debian's mpirun is an alternatives link out of the tree
+  mapfile -t components < <(find "$dir/root" -name '*.so' -type f)
+  copy_libraries "$dir" "${binaries[@]/#/$build/bin/}" "$dir/root/usr/bin/orted" "$dir/root/usr/bin/orterun" \
+    "${components[@]}"
+  # The carried tree is limited in size (OpenBLAS alone is 36 MB): one compressed file, unpacked by run().
+  XZ_OPT=-T0 tar -C "$dir" -cJf "$dir.tar.xz" bin lib root
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  mv "$dir.tar.xz" "$dir/pack.tar.xz"
+  du -sh "$dir/pack.tar.xz"
+}
+
+# The packed Open MPI and PMIx, relocated to DIR/root, on shared memory only (ob1 and vader: MPI carries host
+# buffers here, the staged path's), allowed as root (the GPU machine runs commands as root).
+mpi_environment() { # DIR
+  local root=$1/root
+  export OPAL_PREFIX=$root/usr
+  export PMIX_INSTALL_PREFIX=$root/usr/lib/x86_64-linux-gnu/pmix2
+  export PATH=$root/usr/bin:$PATH
+  export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_osc=sm,pt2pt
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export HSDP_MPIRUN="$root/usr/bin/mpirun --oversubscribe"
 }
 
 # CUDA's libraries where the machine keeps them: the toolkit's folders, else the pip wheels of PyTorch's install.
@@ -66,18 +107,112 @@ gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on
   return $status
 }
 
+# hsdp-train on the packed MPI: NAME RANKS KEYS... into OUT/train/NAME (log and metrics), the quickstart model on
+# synthetic data unless KEYS say otherwise.
+train() {
+  local name=$1 ranks=$2
+  shift 2
+  mkdir -p "$out/train"
+  echo "== hsdp-train ($name, $ranks rank(s)) $*"
+  timeout 300 $HSDP_MPIRUN -np "$ranks" "$dir/bin/hsdp-train" --config "$repo/input/quickstart.ini" \
+    --data.train="$out/data/train.bin" --data.val="$out/data/val.bin" --data.entropy_json="$out/data/source.json" \
+    --train.eval_every=0 --log.every=1 --checkpoint.every=0 --log.dir="$out/train/$name" \
+    --checkpoint.dir="$out/train/$name/checkpoints" "$@" >"$out/train/$name.log" 2>&1
+  local status=$?
+  tail -n 2 "$out/train/$name.log"
+  return $status
+}
+
+# The checkpoint round trip between devices: 10 steps of the quickstart model as one run, as 4 ranks of DEVICE
+# (full_shard, 2 per node sharing the device) for 5 steps resumed on 1 CPU rank, and the reverse; each against the
+# one-CPU-rank reference within 2 D (hsdp-selfcheck's derived tolerance, D measured here from a bf16 reference).
+round_trip() { # DEVICE
+  local device=$1 status=0
+  local four=(--parallel.sharding=full_shard --device.type="$device" --topology.ranks_per_node=2)
+  [[ $device == cuda ]] && four+=(--comm.intra=mpi)
+  local one=(--parallel.sharding=no_shard --device.type=cpu --train.grad_accum=4)
+  train reference 1 "${one[@]}" --train.steps=10 --checkpoint.dir= || status=1
+  train reference_bf16 1 "${one[@]}" --train.steps=10 --checkpoint.dir= --precision.param=bf16 \
+    --precision.reduce=bf16 || status=1
+  train four_then_one 4 "${four[@]}" --train.steps=10 --train.stop_at_step=5 || status=1
+  mkdir -p "$out/train/four_then_one_b" && cp -r "$out/train/four_then_one/checkpoints" "$out/train/four_then_one_b/"
+  train four_then_one_b 1 "${one[@]}" --train.steps=10 || status=1
+  train one_then_four 1 "${one[@]}" --train.steps=10 --train.stop_at_step=5 || status=1
+  mkdir -p "$out/train/one_then_four_b" && cp -r "$out/train/one_then_four/checkpoints" "$out/train/one_then_four_b/"
+  train one_then_four_b 4 "${four[@]}" --train.steps=10 || status=1
+  python3 - "$out/train" "$device" >>"$out/round_trip.jsonl" <<'PY' || status=1
+import json, sys
+root, device = sys.argv[1:]
+def losses(*runs):
+    return [json.loads(l)["loss"] for r in runs for l in open(f"{root}/{r}/metrics.jsonl") if l.strip()]
+ref, bf16 = losses("reference"), losses("reference_bf16")
+tolerance = 2 * max(abs(a - b) / abs(b) for a, b in zip(bf16, ref))
+ok = True
+for name in ("four_then_one", "one_then_four"):
+    run = losses(name, name + "_b")
+    gap = max(abs(a - b) / abs(b) for a, b in zip(run, ref)) if len(run) == len(ref) else float("inf")
+    passed = gap <= tolerance and len(run) == 10
+    ok &= passed
+    print(json.dumps({"check": "round_trip", "device": device, "run": name, "steps": len(run), "loss_gap": gap,
+                      "tolerance": tolerance, "passed": passed}))
+sys.exit(0 if ok else 1)
+PY
+  tail -n 2 "$out/round_trip.jsonl"
+  return $status
+}
+
+# hsdp-train through the engine on one GPU, GPT-2 shapes on synthetic 50257-token data: NAME KEYS...; the median
+# tokens/s of the steps after the third, the engine's accounted and the device's measured memory, into engine.jsonl.
+engine_bench() {
+  local name=$1
+  shift
+  train "$name" 1 --device.type=cuda --data.train="$out/data50k/train.bin" \
+    --data.val="$out/data50k/val.bin" --data.entropy_json="$out/data50k/source.json" --model.n_layer=12 \
+    --model.n_head=12 --model.n_embd=768 --model.block_size=1024 --model.vocab_size=50257 \
+    --model.padded_vocab_size=50304 --train.micro_batch=8 --train.seq_len=1024 --train.steps=12 \
+    --train.warmup_steps=2 --precision.param=bf16 --checkpoint.dir= "$@"
+  python3 - "$out/train/$name" "$name" "$*" >>"$out/engine.jsonl" <<'PY'
+import json, statistics, sys
+path, name, keys = sys.argv[1:]
+lines = [json.loads(l) for l in open(f"{path}/metrics.jsonl") if l.strip()]
+timed = lines[3:] or lines
+print(json.dumps({"check": "engine", "run": name, "keys": keys, "steps": len(timed),
+                  "tokens_per_s": statistics.median(l["tokens_per_s"] for l in timed),
+                  "step_ms": statistics.median(l["step_ms"] for l in timed), "memory": lines[-1].get("memory")}))
+PY
+  tail -n 1 "$out/engine.jsonl"
+}
+
 run() {
   dir=${1:-.gpu}
   out=${2:-${OUT:-$dir/out}}
   local what=${3:-all}
+  repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   mkdir -p "$out"
-  local cuda_lib status
+  out=$(cd "$out" && pwd)
+  if [[ -f $dir/pack.tar.xz ]]; then # unpacked outside the carried tree, removed at exit
+    unpacked=$(mktemp -d "${TMPDIR:-/tmp}/hsdp-gpu.XXXXXX")
+    trap 'rm -rf "$unpacked"' EXIT
+    tar -C "$unpacked" -xJf "$dir/pack.tar.xz" || { echo "device_check.sh: cannot unpack $dir/pack.tar.xz"; exit 2; }
+    dir=$unpacked
+  fi
+  local cuda_lib status=0
   cuda_lib=$(cuda_library_path | paste -sd:)
   export LD_LIBRARY_PATH=$dir/lib${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+  mpi_environment "$dir"
+  "$dir/bin/hsdp-data" synth --out-dir "$out/data" >/dev/null || { echo "device_check.sh: hsdp-data synth failed"; exit 2; }
+  local selfcheck=("$repo/tools/selfcheck/hsdp-selfcheck" --train "$dir/bin/hsdp-train" --plan "$dir/bin/hsdp-plan"
+                   --data "$dir/bin/hsdp-data" --ckpt "$dir/bin/hsdp-ckpt" --mpirun "$HSDP_MPIRUN")
+  if [[ $what == cpu ]]; then # the packed MPI and tools without a GPU: what CI checks of the pack
+    OMP_NUM_THREADS=1 "${selfcheck[@]}" --device cpu --rows full_shard,hybrid_shard+qgZ\ bf16 --steps 4 \
+      --work "$out/selfcheck_cpu" --json "$out/selfcheck.jsonl" || status=1
+    OMP_NUM_THREADS=1 round_trip cpu || status=1
+    echo "status $status"
+    return "$status"
+  fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
   "$dir/bin/gpu_probe" || { echo "device_check.sh: no GPU visible"; exit 77; }
-  status=0
   gtest gpu_kernels_test || status=1
   gtest gpu_device_ops_test || status=1
   gtest gpu_executor_test || status=1
@@ -85,22 +220,45 @@ run() {
     echo "gtest status $status"
     return "$status"
   fi
+  # Every strategy and ZeRO++ through the engine on the GPU against the CPU: one rank (NCCL's groups are all of
+  # one member), four ranks as 2 nodes x 2 sharing the GPU over MPI (staged), one row with the streams checked.
+  echo "== hsdp-selfcheck, 1 cuda rank"
+  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --work "$out/selfcheck_1" \
+    --json "$out/selfcheck.jsonl" || status=1
+  echo "== hsdp-selfcheck, 2x2 cuda ranks sharing the GPU"
+  "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 10 --set comm.intra=mpi \
+    --work "$out/selfcheck_2x2" --json "$out/selfcheck_2x2.jsonl" || status=1
+  echo "== hsdp-selfcheck, 2x2 cuda ranks, device.streams=check"
+  "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 4 --set comm.intra=mpi \
+    --set device.streams=check --rows full_shard,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_check" \
+    --json "$out/selfcheck_check.jsonl" || status=1
+  echo "== checkpoint round trip, 4 cuda ranks <-> 1 cpu rank"
+  round_trip cuda || status=1
+  # GPT-2 124M, B = 8, T = 1024, bf16, one GPU: the engine (hsdp-train) against the whole-model path (the bench's
+  # whole-model calls), side by side; then GPT-2 XL shapes full_shard with activation checkpointing.
+  "$dir/bin/hsdp-data" synth --out-dir "$out/data50k" --vocab 50257 --train-tokens 4000000 --val-tokens 100000 \
+    >/dev/null || status=1
   : >"$out/bench.jsonl"
-  # Whole-model calls against unit calls, side by side (whole, units, units, whole), then checkpointing.
+  : >"$out/engine.jsonl"
   bench whole_1 --path whole
+  engine_bench engine_no_shard_1 --parallel.sharding=no_shard
   bench units_1 --path units
-  bench units_2 --path units
+  engine_bench engine_no_shard_2 --parallel.sharding=no_shard
   bench whole_2 --path whole
-  bench units_ckpt --path units --activation_checkpointing
-  # GPT-2 XL shapes (48 blocks, C = 1600, 25 heads), B = 8, T = 1024, with and without checkpointing.
+  engine_bench engine_full_shard_ckpt --parallel.sharding=full_shard --train.activation_checkpointing=true
+  engine_bench engine_xl_full_shard_ckpt --parallel.sharding=full_shard --train.activation_checkpointing=true \
+    --model.n_layer=48 --model.n_embd=1600 --model.n_head=25 --train.steps=6
   bench xl_ckpt --n_layer 48 --n_embd 1600 --n_head 25 --path units --activation_checkpointing --steps 5 --warmup 2
-  bench xl --n_layer 48 --n_embd 1600 --n_head 25 --path units --steps 5 --warmup 2
-  echo "gtest status $status"
+  "$dir/bin/hsdp-plan" --config "$repo/input/quickstart.ini" --model.n_layer=48 --model.n_embd=1600 \
+    --model.n_head=25 --model.block_size=1024 --model.vocab_size=50257 --model.padded_vocab_size=50304 \
+    --train.micro_batch=8 --train.seq_len=1024 --precision.param=bf16 --train.activation_checkpointing=true \
+    --nodes 1 --ranks-per-node 1 --device cuda --json >"$out/plan_xl.jsonl" || status=1
+  echo "status $status"
   return "$status"
 }
 
 case ${1:-} in
 pack) shift; pack "$@" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,17p' "$0"; exit 2 ;;
+*) sed -n '2,22p' "$0"; exit 2 ;;
 esac
