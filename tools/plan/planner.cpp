@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "hsdp/model/gpu_activations.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/shard/formulas.hpp"
 #include "plan/mesh_groups.hpp"
@@ -131,12 +132,17 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
   const UnitSizes units{in.model.unit_numel, in.model.tied_head};
   // On GPUs the model computes in bf16 from bf16 compute copies (precision.param=bf16), on the CPU in fp32.
   if (in.cuda && p.options.param_dtype == DType::bf16) p.options.compute_dtype = DType::bf16;
-  p.model_state =
-      model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype, p.options.compute_dtype);
+  p.model_state = model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype, p.options.compute_dtype);
   p.zero_paper_state = zero_paper_state_bytes(static_cast<double>(in.model.params()), v.sharding, p.shard_size);
   p.transient = transient_bytes(units, p.options, p.shard_size);
-  p.activations = activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len, false);
-  p.activations_checkpointed = activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len, true);
+  // The GPU model's arena in its compute dtype with the cuBLASLt workspace (what GptCuda allocates), else Gpt<float>'s.
+  const auto activations = [&](bool checkpointing) {
+    return in.cuda ? model::gpu_activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len,
+                                                 checkpointing, size_of(p.options.compute_dtype))
+                   : activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len, checkpointing);
+  };
+  p.activations = activations(false);
+  p.activations_checkpointed = activations(true);
   // The deck's train.activation_checkpointing=true plans every row with it; otherwise it is used when only it fits.
   const bool forced = in.activation_checkpointing;
   p.fit = !forced && static_cast<double>(p.peak()) <= budget     ? Fit::yes

@@ -8,6 +8,7 @@
 #include "hsdp/device/cuda/blas.hpp"
 #include "hsdp/device/cuda/kernel_util.cuh"
 #include "hsdp/model/cuda/layers.hpp"
+#include "hsdp/model/gpu_activations.hpp"
 
 namespace hsdp::model::cuda {
 namespace {
@@ -90,7 +91,7 @@ void check_shape(int B, int T_, int C, int NH) {
 
 std::size_t attention_scratch_bytes(int T_, int NH) {
   // The scores (or their gradient) and the softmax gradient, in the storage type (at most 4 bytes each).
-  return static_cast<std::size_t>(NH) * static_cast<std::size_t>(T_) * static_cast<std::size_t>(T_) * 8;
+  return gpu_attention_scratch_bytes(T_, NH);
 }
 
 template <typename T>

@@ -4,6 +4,7 @@
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/cuda/layers.hpp"
+#include "hsdp/model/gpu_activations.hpp"
 
 namespace hsdp::model::cuda {
 
@@ -17,32 +18,6 @@ std::vector<std::size_t> unit_offsets(const ModelLayout& layout) {
     base += layout.unit(u).numel;
   }
   return offsets;
-}
-
-template <typename T>
-GptCuda<T>::BlockActivations::BlockActivations(std::size_t N, std::size_t C, std::size_t att_n)
-    : ln1(N * C),
-      qkv(N * 3 * C),
-      att(att_n),
-      atty(N * C),
-      attproj(N * C),
-      residual2(N * C),
-      ln2(N * C),
-      fch(N * 4 * C),
-      fch_gelu(N * 4 * C),
-      fcproj(N * C),
-      ln1_mean(N),
-      ln1_rstd(N),
-      ln2_mean(N),
-      ln2_rstd(N) {}
-
-template <typename T>
-std::size_t GptCuda<T>::BlockActivations::bytes() const {
-  std::size_t total = 0;
-  for (const Buffer* b : {&ln1, &qkv, &att, &atty, &attproj, &residual2, &ln2, &fch, &fch_gelu, &fcproj})
-    total += b->size_bytes();
-  for (const FloatBuffer* b : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) total += b->size_bytes();
-  return total;
 }
 
 namespace {
@@ -71,34 +46,42 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
       checkpointing_(activation_checkpointing),
       stream_(stream),
       unit_base_(unit_offsets(layout)),
-      ids_(N_),
-      target_ids_(N_),
-      residuals_((static_cast<std::size_t>(cfg_.n_layer) + 1) * N_ * C()),
-      lnf_(N_ * C()),
-      logits_(N_ * static_cast<std::size_t>(cfg_.padded_vocab_size)),
-      lnf_mean_(N_),
-      lnf_rstd_(N_),
-      losses_(N_),
-      dresidual_(N_ * C()),
-      d_ln_(N_ * C()),
-      d_atty_(N_ * C()),
-      d_qkv_(N_ * 3 * C()),
-      d_fch_(N_ * 4 * C()),
-      d_fch_gelu_(N_ * 4 * C()),
-      column_scratch_(column_sum_scratch_floats(4 * cfg_.n_embd, 2)),
-      att_scratch_(attention_scratch_bytes(seq_len, cfg_.n_head)) {
-  const std::size_t att_n = static_cast<std::size_t>(B) * static_cast<std::size_t>(cfg_.n_head) *
-                            static_cast<std::size_t>(seq_len) * static_cast<std::size_t>(seq_len);
-  const int sets = checkpointing_ ? 1 : cfg_.n_layer;
-  blocks_.reserve(static_cast<std::size_t>(sets));
-  for (int l = 0; l < sets; ++l) blocks_.emplace_back(N_, C(), att_n);
-  activation_bytes_ = dc::BlasLt::kDefaultWorkspaceBytes + ids_.size_bytes() + target_ids_.size_bytes();
-  for (const auto& b : blocks_) activation_bytes_ += b.bytes();
-  for (const Buffer* b : {&residuals_, &lnf_, &logits_, &dresidual_, &d_ln_, &d_atty_, &d_qkv_, &d_fch_, &d_fch_gelu_})
-    activation_bytes_ += b->size_bytes();
-  for (const FloatBuffer* b : {&lnf_mean_, &lnf_rstd_, &losses_, &column_scratch_})
-    activation_bytes_ += b->size_bytes();
-  activation_bytes_ += att_scratch_.size_bytes();
+      blas_(dc::BlasLt::kDefaultWorkspaceBytes) {
+  static_assert(dc::BlasLt::kDefaultWorkspaceBytes == kGpuBlasWorkspaceBytes);
+  const GpuActivationArena plan = gpu_activation_arena(activation_shape(cfg_), B, T_, checkpointing_, sizeof(T));
+  arena_ = dc::DeviceBuffer<std::uint8_t>(plan.bytes);
+  const auto at = [this]<typename U>(const GpuActivationArena::Slice& slice, U*) {
+    return Slice<U>{reinterpret_cast<U*>(arena_.data() + slice.offset)};
+  };
+  constexpr T* t = nullptr;
+  constexpr float* f = nullptr;
+  ids_ = at(plan[GpuSlice::ids], static_cast<std::int32_t*>(nullptr));
+  target_ids_ = at(plan[GpuSlice::target_ids], static_cast<std::int32_t*>(nullptr));
+  residuals_ = at(plan[GpuSlice::residuals], t);
+  lnf_ = at(plan[GpuSlice::lnf], t);
+  logits_ = at(plan[GpuSlice::logits], t);
+  lnf_mean_ = at(plan[GpuSlice::lnf_mean], f);
+  lnf_rstd_ = at(plan[GpuSlice::lnf_rstd], f);
+  losses_ = at(plan[GpuSlice::losses], f);
+  dresidual_ = at(plan[GpuSlice::dresidual], t);
+  d_ln_ = at(plan[GpuSlice::d_ln], t);
+  d_atty_ = at(plan[GpuSlice::d_atty], t);
+  d_qkv_ = at(plan[GpuSlice::d_qkv], t);
+  d_fch_ = at(plan[GpuSlice::d_fch], t);
+  d_fch_gelu_ = at(plan[GpuSlice::d_fch_gelu], t);
+  column_scratch_ = at(plan[GpuSlice::column_scratch], f);
+  att_scratch_ = at(plan[GpuSlice::att_scratch], static_cast<std::uint8_t*>(nullptr));
+  for (int set = 0; set < static_cast<int>(plan.blocks.size()); ++set) {
+    const auto slice = [&](GpuBlockSlice s) { return plan.block(set, s); };
+    blocks_.push_back({at(slice(GpuBlockSlice::ln1), t), at(slice(GpuBlockSlice::qkv), t),
+                       at(slice(GpuBlockSlice::att), t), at(slice(GpuBlockSlice::atty), t),
+                       at(slice(GpuBlockSlice::attproj), t), at(slice(GpuBlockSlice::residual2), t),
+                       at(slice(GpuBlockSlice::ln2), t), at(slice(GpuBlockSlice::fch), t),
+                       at(slice(GpuBlockSlice::fch_gelu), t), at(slice(GpuBlockSlice::fcproj), t),
+                       at(slice(GpuBlockSlice::ln1_mean), f), at(slice(GpuBlockSlice::ln1_rstd), f),
+                       at(slice(GpuBlockSlice::ln2_mean), f), at(slice(GpuBlockSlice::ln2_rstd), f)});
+  }
+  activation_bytes_ = plan.bytes + dc::BlasLt::kDefaultWorkspaceBytes;
 }
 
 template <typename T>
@@ -114,7 +97,7 @@ void GptCuda<T>::check_block(int block) const {
 }
 
 template <typename T>
-void GptCuda<T>::upload_ids(dc::DeviceBuffer<std::int32_t>& dest, std::span<const std::int32_t> ids, const char* what) {
+void GptCuda<T>::upload_ids(Slice<std::int32_t> dest, std::span<const std::int32_t> ids, const char* what) {
   if (ids.size() != N_) {
     throw_internal(std::string(what) + ": expected B*T = " + std::to_string(N_) + " ids, got " +
                    std::to_string(ids.size()));

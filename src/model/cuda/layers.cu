@@ -5,6 +5,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/device/cuda/kernel_util.cuh"
 #include "hsdp/model/cuda/layers.hpp"
+#include "hsdp/model/gpu_activations.hpp"
 
 namespace hsdp::model::cuda {
 namespace {
@@ -19,7 +20,7 @@ using device::cuda::check_launch;
 constexpr int kThreads = 256;
 // A column sum splits the rows into this many fixed chunks; the partial sums of a column are then added in
 // chunk order, so the result does not depend on scheduling.
-constexpr int kColumnChunks = 64;
+constexpr int kColumnChunks = kGpuColumnChunks;  // the arena sizes its scratch by it
 constexpr int kColumnWidth = 32;  // columns per block of the partial-sum kernel
 constexpr int kColumnRows = 8;    // threads along the rows in that block
 
@@ -318,9 +319,7 @@ unsigned warp_rows_grid(int rows) {
 
 }  // namespace
 
-std::size_t column_sum_scratch_floats(int C, int quantities) {
-  return static_cast<std::size_t>(quantities) * kColumnChunks * static_cast<std::size_t>(C);
-}
+std::size_t column_sum_scratch_floats(int C, int quantities) { return gpu_column_scratch_floats(C, quantities); }
 
 template <typename T>
 void encoder_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,

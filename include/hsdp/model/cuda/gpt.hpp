@@ -43,7 +43,8 @@ class GptCuda final : public UnitModel {
   // Elements of the flat parameter buffers and where unit u starts in them.
   std::size_t total() const { return total_; }
   std::size_t unit_offset(int u) const { return unit_base_[static_cast<std::size_t>(u)]; }
-  // Device bytes this object holds (activations, logits, scratch, the cuBLASLt workspace).
+  // Device bytes this object holds: its arena (activations, logits, scratch, ids: one cudaMalloc, carved as
+  // hsdp/model/gpu_activations.hpp says) and the cuBLASLt workspace; model::gpu_activation_bytes, exactly.
   std::size_t activation_bytes() const { return activation_bytes_; }
   // Per-position losses of the last forward or head (device, tokens() floats).
   const float* losses() const { return losses_.data(); }
@@ -75,15 +76,19 @@ class GptCuda final : public UnitModel {
                 const std::function<void(int unit)>& on_unit_done = {});
 
  private:
-  using Buffer = device::cuda::DeviceBuffer<T>;
-  using FloatBuffer = device::cuda::DeviceBuffer<float>;
+  // A slice of the arena: device memory, never dereferenced on the host.
+  template <typename U>
+  struct Slice {
+    U* ptr = nullptr;
+    U* data() const { return ptr; }
+  };
+  using Buffer = Slice<T>;
+  using FloatBuffer = Slice<float>;
   // One block's activations, kept from forward to backward (one set with checkpointing). The block's input and
   // output are residual(l) and residual(l + 1).
   struct BlockActivations {
     Buffer ln1, qkv, att, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj;
     FloatBuffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
-    BlockActivations(std::size_t N, std::size_t C, std::size_t att_n);
-    std::size_t bytes() const;
   };
 
   std::size_t C() const { return static_cast<std::size_t>(cfg_.n_embd); }
@@ -91,7 +96,7 @@ class GptCuda final : public UnitModel {
   BlockActivations& activations(int block) { return blocks_[checkpointing_ ? 0 : static_cast<std::size_t>(block)]; }
   void check_block(int block) const;
   // Host ids checked against the vocabulary, copied to `dest` on the unit stream.
-  void upload_ids(device::cuda::DeviceBuffer<std::int32_t>& dest, std::span<const std::int32_t> ids, const char* what);
+  void upload_ids(Slice<std::int32_t> dest, std::span<const std::int32_t> ids, const char* what);
 
   // The passes, on `stream`; tokens and targets are device ids.
   void embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream);
@@ -112,13 +117,14 @@ class GptCuda final : public UnitModel {
   const std::int32_t* tokens_in_use_ = nullptr;  // device ids of the last forward, for the encoder's backward
   std::vector<std::size_t> unit_base_;
   device::cuda::BlasLt blas_;
-  device::cuda::DeviceBuffer<std::int32_t> ids_, target_ids_;  // unit calls' uploaded ids
-  Buffer residuals_;                                           // x_0 .. x_L: the input of every block and of the head
+  device::cuda::DeviceBuffer<std::uint8_t> arena_;  // every buffer below: one allocation
+  Slice<std::int32_t> ids_, target_ids_;            // unit calls' uploaded ids
+  Buffer residuals_;                                // x_0 .. x_L: the input of every block and of the head
   Buffer lnf_, logits_;
   FloatBuffer lnf_mean_, lnf_rstd_, losses_;
   Buffer dresidual_, d_ln_, d_atty_, d_qkv_, d_fch_, d_fch_gelu_;
   FloatBuffer column_scratch_;
-  device::cuda::DeviceBuffer<std::uint8_t> att_scratch_;
+  Slice<std::uint8_t> att_scratch_;
   std::vector<BlockActivations> blocks_;
   std::size_t activation_bytes_ = 0;
 };

@@ -1,0 +1,94 @@
+// GptCuda's arena (hsdp/model/gpu_activations.hpp) against its closed form, written here from the buffers' list.
+#include "hsdp/model/gpu_activations.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace hsdp::model {
+namespace {
+
+struct Case {
+  GptConfig config;
+  std::int64_t B, T;
+  bool checkpointing;
+  std::size_t element;
+};
+
+std::vector<Case> cases() {
+  GptConfig tiny;
+  tiny.n_layer = 3, tiny.n_head = 5, tiny.n_embd = 40, tiny.block_size = 33, tiny.vocab_size = 70;
+  tiny.padded_vocab_size = 77;  // sizes that are no multiple of the alignment
+  return {{tiny, 3, 33, false, 4},
+          {tiny, 1, 17, true, 2},
+          {GptConfig::gpt2_124m(), 8, 1024, false, 2},
+          {GptConfig::gpt2_124m(), 8, 1024, true, 4}};
+}
+
+// Unaligned bytes of everything, from the list in gpu_activations.hpp: the arena adds less than one alignment per
+// slice (16 shared, 14 per set).
+std::int64_t closed_form(const Case& c) {
+  const std::int64_t n = c.B * c.T, C = c.config.n_embd, F = 4 * C, L = c.config.n_layer, H = c.config.n_head;
+  const std::int64_t e = static_cast<std::int64_t>(c.element), sets = c.checkpointing ? 1 : L;
+  const std::int64_t shared = 8 * n + e * n * ((L + 1) * C + C + c.config.padded_vocab_size + 6 * C + 2 * F) + 12 * n +
+                              4 * 2 * kGpuColumnChunks * F + 8 * H * c.T * c.T;
+  const std::int64_t per_set = e * (9 * n * C + 2 * n * F + c.B * H * c.T * c.T) + 16 * n;
+  return shared + sets * per_set;
+}
+
+TEST(GpuActivations, TheArenaHoldsTheClosedFormWithLessThanOneAlignmentPerSlice) {
+  for (const Case& c : cases()) {
+    const GpuActivationArena arena =
+        gpu_activation_arena(activation_shape(c.config), c.B, c.T, c.checkpointing, c.element);
+    const std::int64_t sets = c.checkpointing ? 1 : c.config.n_layer;
+    ASSERT_EQ(arena.shared.size(), static_cast<std::size_t>(GpuSlice::count));
+    ASSERT_EQ(arena.blocks.size(), static_cast<std::size_t>(sets));
+    const std::int64_t slices = 16 + 14 * sets, exact = closed_form(c);
+    const auto bytes = static_cast<std::int64_t>(arena.bytes);
+    EXPECT_GE(bytes, exact);
+    EXPECT_LT(bytes, exact + slices * static_cast<std::int64_t>(kGpuArenaAlignment));
+    EXPECT_EQ(bytes % static_cast<std::int64_t>(kGpuArenaAlignment), 0);
+    EXPECT_EQ(gpu_activation_bytes(activation_shape(c.config), c.B, c.T, c.checkpointing, c.element),
+              bytes + static_cast<std::int64_t>(kGpuBlasWorkspaceBytes));
+  }
+}
+
+TEST(GpuActivations, EverySliceIsAlignedAndNoTwoOverlap) {
+  for (const Case& c : cases()) {
+    const GpuActivationArena arena =
+        gpu_activation_arena(activation_shape(c.config), c.B, c.T, c.checkpointing, c.element);
+    std::vector<std::pair<std::size_t, std::size_t>> spans;
+    for (const auto& s : arena.shared) spans.emplace_back(s.offset, s.offset + s.bytes);
+    for (const auto& set : arena.blocks) {
+      ASSERT_EQ(set.size(), static_cast<std::size_t>(GpuBlockSlice::count));
+      for (const auto& s : set) spans.emplace_back(s.offset, s.offset + s.bytes);
+    }
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      EXPECT_EQ(spans[i].first % kGpuArenaAlignment, 0u);
+      EXPECT_GT(spans[i].second, spans[i].first);
+      if (i > 0) {
+        EXPECT_LE(spans[i - 1].second, spans[i].first);
+      }
+    }
+    EXPECT_LE(spans.back().second, arena.bytes);
+  }
+}
+
+TEST(GpuActivations, CheckpointingKeepsOneSetAndBf16HalvesTheElements) {
+  const GptConfig g = GptConfig::gpt2_124m();
+  const ActivationShape shape = activation_shape(g);
+  const auto set = [&](std::size_t e) {
+    return gpu_activation_bytes(shape, 8, 1024, false, e) - gpu_activation_bytes(shape, 8, 1024, true, e);
+  };
+  // 11 sets fewer: 11 x (e (9 N C + 2 N F + B H T^2) + 16 N), every slice a multiple of 256 at these sizes.
+  const std::int64_t n = 8 * 1024, C = 768, F = 3072, scores = 8 * 12 * 1024 * 1024;
+  EXPECT_EQ(set(2), 11 * (2 * (9 * n * C + 2 * n * F + scores) + 16 * n));
+  EXPECT_EQ(set(4), 11 * (4 * (9 * n * C + 2 * n * F + scores) + 16 * n));
+}
+
+}  // namespace
+}  // namespace hsdp::model
