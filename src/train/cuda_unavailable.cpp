@@ -18,6 +18,10 @@ comm::MeshCarrier cuda_mesh_carrier(const TrainOptions&, const comm::Topology&, 
   built_without_cuda();
 }
 
+GpuMemory cuda_memory_available(int) {
+  built_without_cuda();
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions&, const model::ModelLayout&, comm::ProcessMesh&,
                                            MemoryAccountant&, const Logger&) {
   built_without_cuda();

@@ -24,6 +24,7 @@
 #include "hsdp/data/token_file.hpp"
 #include "hsdp/device/blas_info.hpp"
 #include "hsdp/device/threads.hpp"
+#include "hsdp/model/gpu_activations.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
@@ -102,7 +103,8 @@ int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, in
     if (saved % (m * o.seq_len * ranks) == 0) micro_batches += (micro_batches.empty() ? "" : ", ") + std::to_string(m);
   }
   for (std::int64_t r = 1; r * o.micro_batch * o.seq_len <= saved && rank_counts.size() < 40; ++r) {
-    if (saved % (r * o.micro_batch * o.seq_len) == 0) rank_counts += (rank_counts.empty() ? "" : ", ") + std::to_string(r);
+    if (saved % (r * o.micro_batch * o.seq_len) == 0)
+      rank_counts += (rank_counts.empty() ? "" : ", ") + std::to_string(r);
   }
   std::string choices;
   if (!micro_batches.empty()) choices += "set train.micro_batch to one of " + micro_batches + ", or ";
@@ -225,22 +227,27 @@ std::string gib(double bytes) {
   return text.str();
 }
 
-// Before the model is allocated: the model state (shard::model_state_bytes) and activations
-// (model::activation_bytes) this rank will hold, both exact for the CPU engine, against the memory its host has for
-// it (host_memory_available() shared by the ranks on the host). What does not fit is a config error that names the
-// keys that would make it fit, instead of std::bad_alloc half-way through building the model.
+// Before the model is allocated: the model state (shard::model_state_bytes) and activations this rank will hold,
+// both exact for the engine (the CPU's Gpt<float>: model::activation_bytes; a GPU's GptCuda in the compute dtype:
+// model::gpu_activation_bytes, with bf16 compute copies in the state), against the memory it has: the host's
+// (host_memory_available()) or its GPU's free memory (cudaMemGetInfo), shared by the ranks on it. What does not fit
+// is a config error that names the keys that would make it fit, instead of std::bad_alloc or cudaErrorMemoryAllocation
+// half-way through building the model.
 void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, const comm::ProcessMesh& mesh,
-                       int sharing) {
-  const HostMemory host = host_memory_available();
-  if (host.available == 0) return;  // nothing to compare with
-  const double available = static_cast<double>(host.available) / sharing;
+                       const HostMemory& memory, int sharing, const std::string& where) {
+  if (memory.available == 0) return;  // nothing to compare with
+  const double available = static_cast<double>(memory.available) / sharing;
   const int world = mesh.topology().world_size;
+  const bool gpu = o.device_type == device::DeviceType::cuda;
+  const DType compute = gpu && o.engine.param_dtype == DType::bf16 ? DType::bf16 : DType::f32;
   const auto state = [&](shard::Sharding s, int shard_size) {
-    return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype));
+    return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute));
   };
   const auto activations = [&](std::int64_t micro_batch, bool checkpointing) {
+    const model::ActivationShape shape = model::activation_shape(o.model);
     return static_cast<double>(
-        model::activation_bytes(model::activation_shape(o.model), micro_batch, o.seq_len, checkpointing));
+        gpu ? model::gpu_activation_bytes(shape, micro_batch, o.seq_len, checkpointing, size_of(compute))
+            : model::activation_bytes(shape, micro_batch, o.seq_len, checkpointing));
   };
   const double mine_state = state(o.engine.strategy, mesh.shard().size());
   const double mine_act = activations(o.micro_batch, o.activation_checkpointing);
@@ -250,7 +257,8 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
   if (!o.activation_checkpointing && mine_state + activations(o.micro_batch, true) <= available) {
     fixes.push_back("train.activation_checkpointing=true");
   }
-  for (const shard::Sharding s : {shard::Sharding::zero1, shard::Sharding::shard_grad_op, shard::Sharding::full_shard}) {
+  for (const shard::Sharding s :
+       {shard::Sharding::zero1, shard::Sharding::shard_grad_op, shard::Sharding::full_shard}) {
     if (s != o.engine.strategy && state(s, world) + mine_act <= available) {
       fixes.push_back("parallel.sharding=" + std::string(shard::to_string(s)));
       break;
@@ -261,7 +269,8 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
   const auto fitting_batch = static_cast<std::int64_t>(
       std::min(static_cast<double>(o.micro_batch - 1), std::floor((available - mine_state) / per_sequence)));
   if (fitting_batch > 0) {
-    fixes.push_back("train.micro_batch=" + std::to_string(fitting_batch) + " (with train.grad_accum to keep the batch)");
+    fixes.push_back("train.micro_batch=" + std::to_string(fitting_batch) +
+                    " (with train.grad_accum to keep the batch)");
   }
   std::string advice;
   for (const std::string& f : fixes) advice += (advice.empty() ? "set " : ", or ") + f;
@@ -273,7 +282,7 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
                " with " + std::string(shard::to_string(o.engine.strategy)) + " over " +
                std::to_string(mesh.shard().size()) + " rank(s), activations " + gib(mine_act) + " for micro_batch " +
                std::to_string(o.micro_batch) + " x seq_len " + std::to_string(o.seq_len) + ") but has " +
-               gib(available) + " (" + host.source + " of host " + host_name() + " / " + std::to_string(sharing) +
+               gib(available) + " (" + memory.source + " of " + where + " / " + std::to_string(sharing) +
                " rank(s) on it): " + (advice.empty() ? "" : advice + "; ") +
                "`hsdp-plan --config <deck>` shows what fits");
 }
@@ -380,7 +389,7 @@ class Run {
   void evaluate_only() {
     summary_.final_val_loss = evaluate(first_step_);
     summary_.final_val_loss_step = first_step_;
-    end_step_ = first_step_;  // no training: straight to the summary
+    end_step_ = first_step_;            // no training: straight to the summary
     if (summary_.final_val_loss < 0) {  // stopped by a signal: nothing measured, run it again
       summary_.stopped_by_signal = true;
       return;
@@ -533,8 +542,12 @@ class Run {
   void build_backend() {
     const int sharing = ranks_on_host(world_.raw());
     comm::agree(world_.raw(), [&] {
-      // The CPU engine's formulas; the CUDA backend's memory is its own (data-parallel only).
-      if (o_.device_type == device::DeviceType::cpu) check_memory_fits(o_, *layout_, mesh_, sharing);
+      if (o_.device_type == device::DeviceType::cpu) {
+        check_memory_fits(o_, *layout_, mesh_, host_memory_available(), sharing, "host " + host_name());
+      } else {
+        const GpuMemory gpu = cuda_memory_available(sharing);
+        check_memory_fits(o_, *layout_, mesh_, gpu.memory, gpu.sharing, gpu.where);
+      }
     });
     comm::agree(world_.raw(), [&] {
       if (o_.device_type == device::DeviceType::cuda) {

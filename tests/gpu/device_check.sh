@@ -164,21 +164,28 @@ PY
 # hsdp-train through the engine on one GPU, GPT-2 shapes on synthetic 50257-token data: NAME KEYS...; the median
 # tokens/s of the steps after the third, the engine's accounted and the device's measured memory, into engine.jsonl.
 engine_bench() {
-  local name=$1
+  local name=$1 sampler
   shift
+  # The device's own figure, independent of hsdp's accounting: nvidia-smi's used memory every 100 ms, its maximum.
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$out/train/$name.nvsmi" 2>/dev/null &
+  sampler=$!
   train "$name" 1 --device.type=cuda --data.train="$out/data50k/train.bin" \
     --data.val="$out/data50k/val.bin" --data.entropy_json="$out/data50k/source.json" --model.n_layer=12 \
     --model.n_head=12 --model.n_embd=768 --model.block_size=1024 --model.vocab_size=50257 \
     --model.padded_vocab_size=50304 --train.micro_batch=8 --train.seq_len=1024 --train.steps=12 \
     --train.warmup_steps=2 --precision.param=bf16 --checkpoint.dir= "$@"
+  kill "$sampler" 2>/dev/null
+  wait "$sampler" 2>/dev/null
   python3 - "$out/train/$name" "$name" "$*" >>"$out/engine.jsonl" <<'PY'
 import json, statistics, sys
 path, name, keys = sys.argv[1:]
+used = [int(l) for l in open(f"{path}.nvsmi") if l.strip().isdigit()]
 lines = [json.loads(l) for l in open(f"{path}/metrics.jsonl") if l.strip()]
 timed = lines[3:] or lines
 print(json.dumps({"check": "engine", "run": name, "keys": keys, "steps": len(timed),
                   "tokens_per_s": statistics.median(l["tokens_per_s"] for l in timed),
-                  "step_ms": statistics.median(l["step_ms"] for l in timed), "memory": lines[-1].get("memory")}))
+                  "step_ms": statistics.median(l["step_ms"] for l in timed), "memory": lines[-1].get("memory"),
+                  "nvidia_smi_peak_mib": max(used, default=None)}))
 PY
   tail -n 1 "$out/engine.jsonl"
 }
@@ -232,6 +239,13 @@ run() {
   "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 4 --set comm.intra=mpi \
     --set device.streams=check --rows full_shard,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_check" \
     --json "$out/selfcheck_check.jsonl" || status=1
+  echo "== a model beyond the GPU's memory is refused before allocation (exit 2, naming the GPU)"
+  train beyond_memory 1 --device.type=cuda --model.n_embd=65536 --model.n_head=64 --train.steps=1 --checkpoint.dir=
+  local code=$?
+  if [[ $code != 2 ]] || ! grep -q "memory: this rank needs at least .* of GPU" "$out/train/beyond_memory.log"; then
+    echo "FAIL: exit $code, expected 2 with the GPU named"
+    status=1
+  fi
   echo "== checkpoint round trip, 4 cuda ranks <-> 1 cpu rank"
   round_trip cuda || status=1
   # GPT-2 124M, B = 8, T = 1024, bf16, one GPU: the engine (hsdp-train) against the whole-model path (the bench's

@@ -13,8 +13,10 @@
 // (the README records each validation). Built only with the CUDA backend (CUDA and NCCL); otherwise these say the
 // build lacks it.
 #include <memory>
+#include <string>
 
 #include "hsdp/comm/mesh.hpp"
+#include "hsdp/core/memory.hpp"
 #include "hsdp/train/backend.hpp"
 
 namespace hsdp::train {
@@ -27,6 +29,16 @@ void check_cuda_options(const TrainOptions& options);
 // comm.intra=nccl meets ranks that share a GPU (they must use comm.intra=mpi) or comm.stage=direct an MPI that is
 // not CUDA-aware. Before the mesh is built.
 comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& options, const comm::Topology& topology, const Logger& log);
+
+// This rank's GPU's free memory (cudaMemGetInfo, after cuda_mesh_carrier selected it), how many of the host's
+// `ranks_on_host` ranks share that GPU (local ranks map to GPUs modulo the visible ones), and the GPU's name for
+// messages ("GPU 0 (NVIDIA H100) of host n1").
+struct GpuMemory {
+  HostMemory memory;
+  int sharing = 1;
+  std::string where;
+};
+GpuMemory cuda_memory_available(int ranks_on_host);
 
 // Collective over the mesh. Expects options that passed check_cuda_options, and the mesh built with
 // cuda_mesh_carrier's carrier.

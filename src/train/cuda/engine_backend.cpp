@@ -1,4 +1,5 @@
 // device.type = cuda: the sharding engine on the rank's GPU (hsdp/train/cuda_backend.hpp).
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -7,6 +8,7 @@
 
 #include "hsdp/comm/nccl.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/log.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/device/cuda/select_device.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
@@ -97,6 +99,21 @@ comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, const comm::Topology&
            selected.name, "); inside a node comm.intra=", comm::to_string(o.comm_intra),
            ", across nodes comm.inter=", comm::to_string(o.comm_inter));
   return comm::device_carrier(o.comm_intra, o.comm_inter, o.comm_stage, o.comm, log);
+}
+
+GpuMemory cuda_memory_available(int ranks_on_host) {
+  int device = 0, visible = 0;
+  dc::check(cudaGetDevice(&device), "cudaGetDevice");
+  dc::check(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+  std::size_t free = 0, total = 0;
+  dc::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  GpuMemory m;
+  m.memory.available = free;
+  m.memory.source = "free memory (cudaMemGetInfo)";
+  // Local ranks map to GPUs modulo the visible ones: the busiest GPU has this many.
+  m.sharing = std::max(1, (ranks_on_host + visible - 1) / std::max(1, visible));
+  m.where = "GPU " + std::to_string(device) + " (" + dc::current_device_info().name + ") of host " + host_name();
+  return m;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& o, const model::ModelLayout& layout,
