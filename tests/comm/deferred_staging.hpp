@@ -5,12 +5,37 @@
 // issue its collectives in call order on every rank, and never read a host buffer before its copy landed or free one
 // before its copy back did.
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 
 #include "hsdp/comm/staged.hpp"
 
 namespace hsdp::comm::testing {
+
+// A staged copy that lands late: a memcpy (nothing for a fence) made at the first done() that finds ready() true,
+// or at wait(); done() is true from then on.
+class LateCopy final : public StagedCopy {
+ public:
+  LateCopy(const void* from, void* to, std::size_t bytes, std::function<bool()> ready)
+      : from_(from), to_(to), bytes_(bytes), ready_(std::move(ready)) {}
+  bool done() override {
+    if (!landed_ && !ready_()) return false;
+    wait();
+    return true;
+  }
+  void wait() override {
+    if (!landed_ && from_ != nullptr) std::memcpy(to_, from_, bytes_);
+    landed_ = true;
+  }
+
+ private:
+  const void* from_;
+  void* to_;
+  std::size_t bytes_;
+  std::function<bool()> ready_;
+  bool landed_ = false;
+};
 
 class DeferredStaging final : public HostStaging {
  public:
@@ -27,29 +52,10 @@ class DeferredStaging final : public HostStaging {
   std::unique_ptr<StagedCopy> fence() override { return later(nullptr, nullptr, 0); }
 
  private:
-  class LateCopy final : public StagedCopy {
-   public:
-    LateCopy(const void* from, void* to, std::size_t bytes, int polls)
-        : from_(from), to_(to), bytes_(bytes), polls_(polls) {}
-    bool done() override {
-      if (polls_-- > 0) return false;
-      wait();
-      return true;
-    }
-    void wait() override {
-      if (from_ != nullptr) std::memcpy(to_, from_, bytes_);
-      from_ = nullptr;
-    }
-
-   private:
-    const void* from_;
-    void* to_;
-    std::size_t bytes_;
-    int polls_;
-  };
-
   std::unique_ptr<StagedCopy> later(const void* from, void* to, std::size_t bytes) {
-    return std::make_unique<LateCopy>(from, to, bytes, std::uniform_int_distribution<int>(0, 3)(random_));
+    return std::make_unique<LateCopy>(
+        from, to, bytes,
+        [polls = std::uniform_int_distribution<int>(0, 3)(random_)]() mutable { return polls-- <= 0; });
   }
 
   std::shared_ptr<HostStaging> memcpy_;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "deferred_staging.hpp"
+
 namespace hsdp::comm {
 namespace {
 
@@ -120,31 +122,9 @@ class HeldStaging final : public HostStaging {
   std::vector<std::shared_ptr<bool>> landed;
 
  private:
-  class Copy final : public StagedCopy {
-   public:
-    Copy(const void* from, void* to, std::size_t bytes, std::shared_ptr<bool> landed)
-        : from_(from), to_(to), bytes_(bytes), landed_(std::move(landed)) {}
-    bool done() override {
-      if (!*landed_) return false;
-      wait();
-      return true;
-    }
-    void wait() override {
-      *landed_ = true;
-      if (from_ != nullptr) std::memcpy(to_, from_, bytes_);
-      from_ = nullptr;
-    }
-
-   private:
-    const void* from_;
-    void* to_;
-    std::size_t bytes_;
-    std::shared_ptr<bool> landed_;
-  };
-
   std::unique_ptr<StagedCopy> held(const void* from, void* to, std::size_t bytes) {
     landed.push_back(std::make_shared<bool>(false));
-    return std::make_unique<Copy>(from, to, bytes, landed.back());
+    return std::make_unique<testing::LateCopy>(from, to, bytes, [flag = landed.back()] { return *flag; });
   }
 
   std::shared_ptr<HostStaging> memcpy_ = make_memcpy_staging();
