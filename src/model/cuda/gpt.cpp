@@ -1,6 +1,7 @@
 #include "hsdp/model/cuda/gpt.hpp"
 
 #include <string>
+#include <utility>
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/cuda/layers.hpp"
@@ -50,36 +51,42 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
   static_assert(dc::BlasLt::kDefaultWorkspaceBytes == kGpuBlasWorkspaceBytes);
   const GpuActivationArena plan = gpu_activation_arena(activation_shape(cfg_), B, T_, checkpointing_, sizeof(T));
   arena_ = dc::DeviceBuffer<std::uint8_t>(plan.bytes);
-  const auto at = [this]<typename U>(const GpuActivationArena::Slice& slice, U*) {
-    return Slice<U>{reinterpret_cast<U*>(arena_.data() + slice.offset)};
+  // Points a slice member at its place in the arena (its element type is the member's).
+  const auto place = [this](auto& member, const GpuActivationArena::Slice& slice) {
+    member.ptr = reinterpret_cast<decltype(member.ptr)>(arena_.data() + slice.offset);
   };
-  constexpr T* t = nullptr;
-  constexpr float* f = nullptr;
-  ids_ = at(plan[GpuSlice::ids], static_cast<std::int32_t*>(nullptr));
-  target_ids_ = at(plan[GpuSlice::target_ids], static_cast<std::int32_t*>(nullptr));
-  residuals_ = at(plan[GpuSlice::residuals], t);
-  lnf_ = at(plan[GpuSlice::lnf], t);
-  logits_ = at(plan[GpuSlice::logits], t);
-  lnf_mean_ = at(plan[GpuSlice::lnf_mean], f);
-  lnf_rstd_ = at(plan[GpuSlice::lnf_rstd], f);
-  losses_ = at(plan[GpuSlice::losses], f);
-  dresidual_ = at(plan[GpuSlice::dresidual], t);
-  d_ln_ = at(plan[GpuSlice::d_ln], t);
-  d_atty_ = at(plan[GpuSlice::d_atty], t);
-  d_qkv_ = at(plan[GpuSlice::d_qkv], t);
-  d_fch_ = at(plan[GpuSlice::d_fch], t);
-  d_fch_gelu_ = at(plan[GpuSlice::d_fch_gelu], t);
-  column_scratch_ = at(plan[GpuSlice::column_scratch], f);
-  att_scratch_ = at(plan[GpuSlice::att_scratch], static_cast<std::uint8_t*>(nullptr));
-  for (int set = 0; set < static_cast<int>(plan.blocks.size()); ++set) {
-    const auto slice = [&](GpuBlockSlice s) { return plan.block(set, s); };
-    blocks_.push_back({at(slice(GpuBlockSlice::ln1), t), at(slice(GpuBlockSlice::qkv), t),
-                       at(slice(GpuBlockSlice::att), t), at(slice(GpuBlockSlice::atty), t),
-                       at(slice(GpuBlockSlice::attproj), t), at(slice(GpuBlockSlice::residual2), t),
-                       at(slice(GpuBlockSlice::ln2), t), at(slice(GpuBlockSlice::fch), t),
-                       at(slice(GpuBlockSlice::fch_gelu), t), at(slice(GpuBlockSlice::fcproj), t),
-                       at(slice(GpuBlockSlice::ln1_mean), f), at(slice(GpuBlockSlice::ln1_rstd), f),
-                       at(slice(GpuBlockSlice::ln2_mean), f), at(slice(GpuBlockSlice::ln2_rstd), f)});
+  place(ids_, plan[GpuSlice::ids]);
+  place(target_ids_, plan[GpuSlice::target_ids]);
+  place(residuals_, plan[GpuSlice::residuals]);
+  place(lnf_, plan[GpuSlice::lnf]);
+  place(logits_, plan[GpuSlice::logits]);
+  place(lnf_mean_, plan[GpuSlice::lnf_mean]);
+  place(lnf_rstd_, plan[GpuSlice::lnf_rstd]);
+  place(losses_, plan[GpuSlice::losses]);
+  place(dresidual_, plan[GpuSlice::dresidual]);
+  place(d_ln_, plan[GpuSlice::d_ln]);
+  place(d_atty_, plan[GpuSlice::d_atty]);
+  place(d_qkv_, plan[GpuSlice::d_qkv]);
+  place(d_fch_, plan[GpuSlice::d_fch]);
+  place(d_fch_gelu_, plan[GpuSlice::d_fch_gelu]);
+  place(column_scratch_, plan[GpuSlice::column_scratch]);
+  place(att_scratch_, plan[GpuSlice::att_scratch]);
+  using A = BlockActivations;
+  using S = GpuBlockSlice;
+  static constexpr std::pair<Buffer A::*, S> kBuffers[] = {{&A::ln1, S::ln1},           {&A::qkv, S::qkv},
+                                                           {&A::att, S::att},           {&A::atty, S::atty},
+                                                           {&A::attproj, S::attproj},   {&A::residual2, S::residual2},
+                                                           {&A::ln2, S::ln2},           {&A::fch, S::fch},
+                                                           {&A::fch_gelu, S::fch_gelu}, {&A::fcproj, S::fcproj}};
+  static constexpr std::pair<FloatBuffer A::*, S> kStatistics[] = {{&A::ln1_mean, S::ln1_mean},
+                                                                   {&A::ln1_rstd, S::ln1_rstd},
+                                                                   {&A::ln2_mean, S::ln2_mean},
+                                                                   {&A::ln2_rstd, S::ln2_rstd}};
+  blocks_.resize(plan.blocks.size());
+  for (std::size_t set = 0; set < blocks_.size(); ++set) {
+    for (const auto& [member, slice] : kBuffers) place(blocks_[set].*member, plan.block(static_cast<int>(set), slice));
+    for (const auto& [member, slice] : kStatistics)
+      place(blocks_[set].*member, plan.block(static_cast<int>(set), slice));
   }
   activation_bytes_ = plan.bytes + dc::BlasLt::kDefaultWorkspaceBytes;
 }
