@@ -239,7 +239,7 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
   const double available = static_cast<double>(memory.available) / sharing;
   const int world = mesh.topology().world_size;
   const bool gpu = o.device_type == device::DeviceType::cuda;
-  const DType compute = gpu && o.engine.param_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+  const DType compute = shard::model_compute_dtype(gpu, o.engine.param_dtype);
   const auto state = [&](shard::Sharding s, int shard_size) {
     return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute));
   };

@@ -131,7 +131,7 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
   p.shard_size = groups.shard.size();
   const UnitSizes units{in.model.unit_numel, in.model.tied_head};
   // On GPUs the model computes in bf16 from bf16 compute copies (precision.param=bf16), on the CPU in fp32.
-  if (in.cuda && p.options.param_dtype == DType::bf16) p.options.compute_dtype = DType::bf16;
+  p.options.compute_dtype = shard::model_compute_dtype(in.cuda, p.options.param_dtype);
   p.model_state = model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype, p.options.compute_dtype);
   p.zero_paper_state = zero_paper_state_bytes(static_cast<double>(in.model.params()), v.sharding, p.shard_size);
   p.transient = transient_bytes(units, p.options, p.shard_size);

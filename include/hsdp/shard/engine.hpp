@@ -49,11 +49,11 @@
 #include "hsdp/core/memory.hpp"
 #include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/adamw.hpp"
-#include "hsdp/stream/device_ops.hpp"
 #include "hsdp/shard/flat_param.hpp"
 #include "hsdp/shard/strategy.hpp"
-#include "hsdp/stream/queues.hpp"
 #include "hsdp/shard/zeropp.hpp"
+#include "hsdp/stream/device_ops.hpp"
+#include "hsdp/stream/queues.hpp"
 
 namespace hsdp::shard {
 
@@ -62,8 +62,8 @@ using stream::AccessMode;
 using stream::BufferAccess;
 using stream::BufferId;
 using stream::Executor;
-using stream::make_threads_executor;
 using stream::make_cpu_device_ops;
+using stream::make_threads_executor;
 using stream::QueueId;
 using stream::QueueRole;
 using stream::reads;
@@ -71,6 +71,12 @@ using stream::StreamEvent;
 using stream::StreamOptions;
 using stream::StreamQueues;
 using stream::writes;
+
+// The compute dtype of hsdp's models: a GPU's GptCuda computes in bf16 with precision.param=bf16 (bf16 compute
+// copies) and in fp32 otherwise; the CPU's Gpt<float> always in fp32.
+constexpr DType model_compute_dtype(bool gpu, DType param_dtype) {
+  return gpu && param_dtype == DType::bf16 ? DType::bf16 : DType::f32;
+}
 
 struct EngineOptions {
   Sharding strategy = Sharding::no_shard;
@@ -83,8 +89,8 @@ struct EngineOptions {
   bool prefetch = true;
   double bucket_mb = 25.0;
   int grad_accum = 1;
-  ZeroPPOptions zeropp;  // full_shard and hybrid_shard only
-  StreamOptions streams;  // how the queues run: inline (default), checked, on worker threads (hsdp/stream/queues.hpp)
+  ZeroPPOptions zeropp;    // full_shard and hybrid_shard only
+  StreamOptions streams;   // how the queues run: inline (default), checked, on worker threads (hsdp/stream/queues.hpp)
   std::string trace_file;  // non-empty: every queue operation, collective and host wait to this file (trace.hpp)
 };
 
@@ -105,9 +111,8 @@ class Engine {
  public:
   // `log` (optional) receives one-time notes, e.g. that qgZ falls back to an exact reduce-scatter on one node.
   // `device` does the element work on its memory (device_ops.hpp); null: the CPU (make_cpu_device_ops(memory)).
-  Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options,
-         std::uint64_t seed, MemoryAccountant& memory, const Logger* log = nullptr,
-         std::unique_ptr<DeviceOps> device = nullptr);
+  Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options, std::uint64_t seed,
+         MemoryAccountant& memory, const Logger* log = nullptr, std::unique_ptr<DeviceOps> device = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -120,7 +120,7 @@ std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& o, const model::M
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log) {
   log.info("device.type=cuda: the sharding engine on GPUs (", shard::to_string(o.engine.strategy),
            ") is written and checked on the CPU but not yet validated on a GPU at this commit (README, GPU training)");
-  if (o.engine.param_dtype == DType::bf16)
+  if (shard::model_compute_dtype(true, o.engine.param_dtype) == DType::bf16)
     return std::make_unique<GpuEngineBackend<bf16_t>>(o, layout, mesh, memory, log);
   return std::make_unique<GpuEngineBackend<float>>(o, layout, mesh, memory, log);
 }
