@@ -5,18 +5,16 @@
 #include <optional>
 #include <thread>
 
-#include "hsdp/comm/agree.hpp"
 #include "hsdp/app/options.hpp"
+#include "hsdp/comm/agree.hpp"
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/comm/mpi.hpp"
-#include "hsdp/comm/staged.hpp"
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/core/fault.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/core/stall.hpp"
 #include "hsdp/quant/blockwise.hpp"
-#include "hsdp/shard/strategy.hpp"
-#include "hsdp/train/cuda_backend.hpp"
+#include "hsdp/train/backend.hpp"
 #include "hsdp/train/signals.hpp"
 #include "hsdp/train/trainer.hpp"
 
@@ -86,20 +84,7 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
     hsdp::comm::agree(MPI_COMM_WORLD, [&] {
       if (options_error) throw *options_error;
     });
-    hsdp::comm::agree(MPI_COMM_WORLD, [&] {
-      hsdp::comm::MeshOptions mesh_options =
-          hsdp::shard::mesh_options(options.engine.strategy, options.engine.zeropp.hpz_partition_size);
-      if (options.device_type == hsdp::device::DeviceType::cuda) {
-        // What the GPU path cannot honour, before any GPU work; then the rank's GPU, and NCCL or staged MPI for each
-        // group over its memory.
-        hsdp::train::check_cuda_options(options);
-        mesh_options.carry = hsdp::train::cuda_mesh_carrier(options, topology, log);
-      } else if (options.comm_stage == hsdp::comm::Staging::host) {
-        // The CPU device's memory is the host's: staging is asked for, to run the GPU's staged path.
-        mesh_options.carry = hsdp::comm::staged_carrier(hsdp::comm::make_memcpy_staging());
-      }
-      mesh = std::make_unique<hsdp::comm::ProcessMesh>(world, topology, mesh_options);
-    });
+    hsdp::comm::agree(MPI_COMM_WORLD, [&] { mesh = hsdp::train::make_mesh(options, world, topology, log); });
   }
   if (cli.print_mesh) {
     const std::string text = mesh->describe();
@@ -170,7 +155,8 @@ int main(int argc, char** argv) {
     // Every rank has this error; rank 0 says it once.
     if (log.is_root()) {
       // "training diverged at step ..." says what it is; the other kinds name themselves ("config error: ...").
-      const std::string kind = e.kind() == hsdp::ErrorKind::diverged ? "" : std::string(hsdp::to_string(e.kind())) + " error: ";
+      const std::string kind =
+          e.kind() == hsdp::ErrorKind::diverged ? "" : std::string(hsdp::to_string(e.kind())) + " error: ";
       std::cerr << "hsdp-train: " << kind << e.what() << "\n";
     }
     return e.exit_code();

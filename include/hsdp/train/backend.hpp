@@ -2,7 +2,7 @@
 // What the training loop drives, on the CPU or on a GPU: micro-batch forward/backward with accumulation, the
 // global gradient norm, AdamW, evaluation, and the host views of the state a checkpoint writes and reads.
 //   cpu  (make_cpu_backend): the sharding engine (hsdp/shard/engine.hpp) over model::Gpt<float>, every strategy.
-//   cuda (make_cuda_backend, hsdp/train/cuda_backend.hpp): GPT on the rank's GPU, data-parallel (no_shard).
+//   cuda (make_cuda_backend, hsdp/train/cuda_backend.hpp): the same engine over GptCuda on the rank's GPU.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -76,6 +76,12 @@ class EngineBackend : public Backend {
   virtual const shard::Engine& engine() const = 0;
   virtual model::UnitModel& model() = 0;
 };
+
+// The process mesh of this run's strategy over `world`, its groups carried for the device: on a GPU the checks of
+// check_cuda_options, then the rank's GPU and NCCL or staged MPI per group (cuda_mesh_carrier); on the CPU, groups
+// staged through host memory with comm.stage=host (the GPU's staged path), else MPI itself. Collective over world.
+std::unique_ptr<comm::ProcessMesh> make_mesh(const TrainOptions& options, comm::MpiCommunicator& world,
+                                             const comm::Topology& topology, const Logger& log);
 
 // The engine's options for this run: the deck's, with log.trace's file for this rank.
 shard::EngineOptions engine_options(const TrainOptions& options, const comm::ProcessMesh& mesh);
