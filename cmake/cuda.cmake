@@ -13,8 +13,7 @@
 #   src/model/cuda   hsdp_model_cuda        the GPT layers' kernels and GEMM layers, the GPT on one GPU
 #   src/optim/cuda   hsdp_optim_cuda        AdamW and the squared gradient norm on the GPU
 #   src/stream/cuda  hsdp_stream_cuda       DeviceOps on one GPU (the engine's device interface)
-#   src/train/cuda   hsdp_train_cuda_state  a training run's parameters, gradients and AdamW state on one GPU
-#                    hsdp_train_cuda        the device.type=cuda training backend (needs NCCL)
+#   src/train/cuda   hsdp_train_cuda        the device.type=cuda training backend (needs NCCL)
 #   src/comm/nccl    hsdp_comm_nccl         NcclCommunicator and make_inter_node_communicator (needs NCCL)
 # GPU architectures: CMAKE_CUDA_ARCHITECTURES, by default "90;80-virtual" (H100/H200 code plus PTX that the
 # driver compiles for A100 and newer). Set it on the command line for other cards, e.g. -DCMAKE_CUDA_ARCHITECTURES=80.

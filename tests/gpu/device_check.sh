@@ -3,22 +3,29 @@
 # not our Debian libraries (Open MPI, OpenBLAS, Boost): build here, pack the binaries with the libraries they load
 # and Open MPI's runtime, carry the pack, run it there.
 #
-#   tests/gpu/device_check.sh pack [BUILD] [DIR]   here: the GPU tests, hsdp-train, -data, -ckpt, -plan and the GPU
+#   tests/gpu/device_check.sh pack [BUILD] [DIR] [BASELINE]
+#                                                   here: the GPU tests, hsdp-train, -data, -ckpt, -plan and the GPU
 #                                                   bench of BUILD (default build), the libraries they load (not
 #                                                   glibc's, the C++ runtime's nor CUDA's: the GPU machine has its
 #                                                   own) and Open MPI's and PMIx's installed files, as one
-#                                                   DIR/pack.tar.xz (default DIR .gpu)
+#                                                   DIR/pack.tar.xz (default DIR .gpu); with BASELINE, the bench of
+#                                                   that build too, as hsdp-bench-train-gpu-whole
+#   tests/gpu/device_check.sh baseline [DIR]        here: builds in DIR (default /tmp/hsdp-baseline) the bench at
+#                                                   the last commit with the whole-model path ($baseline_rev), for
+#                                                   pack's BASELINE (DIR/build)
 #   tests/gpu/device_check.sh run [DIR] [OUT] [all|tests|cpu]
 #                                                   there: the gtests (kernels, GPT by unit, DeviceOps, executor);
 #                                                   then (all) hsdp-selfcheck --device cuda on 1 rank, on 2x2 ranks
 #                                                   sharing the GPU (comm.intra=mpi) and with device.streams=check,
 #                                                   the checkpoint round trip 4 GPU ranks <-> 1 CPU rank, GPT-2 124M
-#                                                   through the engine beside the whole-model bench, GPT-2 XL shapes
+#                                                   through the engine (bench and hsdp-train) beside the baseline's
+#                                                   whole-model path where packed, GPT-2 XL shapes
 #                                                   full_shard with checkpointing; `cpu`: the pack's MPI checks on
 #                                                   CPU ranks only (no GPU: what CI runs); output under OUT
 #                                                   (default $OUT, else DIR/out)
-# With the device tool: `echo /.gpu/ >> .git/info/exclude; tests/gpu/device_check.sh pack`, then run with carry
-# [".gpu"] the command `bash tests/gpu/device_check.sh run .gpu "$OUT"`.
+# With the device tool: `echo /.gpu/ >> .git/info/exclude; tests/gpu/device_check.sh baseline;
+# tests/gpu/device_check.sh pack build .gpu /tmp/hsdp-baseline/build`, then run with carry [".gpu"] the command
+# `bash tests/gpu/device_check.sh run .gpu "$OUT"`.
 # Exit status of run: non-zero when a gtest, a self-check row or the round trip failed (the benchmarks report).
 set -uo pipefail
 
@@ -28,6 +35,18 @@ binaries=(gpu_probe gpu_kernels_test gpu_device_ops_test gpu_executor_test hsdp-
 # none, and hsdp-train is an MPI program even on one rank. Copied from the installed packages (what `dpkg -x` of
 # their .deb files would give) under DIR/root; run() relocates them (OPAL_PREFIX, PMIX_INSTALL_PREFIX).
 mpi_packages=(openmpi-bin libopenmpi3 openmpi-common libpmix2)
+# The last commit whose hsdp-bench-train-gpu had the whole-model path (GptParameters and GptCuda's whole-model
+# calls), which the engine's tokens/s is compared with (issue 34: at least 0.97x).
+baseline_rev=5a6395b
+
+baseline() {
+  local dir=${1:-/tmp/hsdp-baseline} root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  [[ -d $dir ]] || git -C "$root" worktree add --detach "$dir" "$baseline_rev" || exit 2
+  cmake -S "$dir" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DHSDP_CUDA=ON -DBUILD_TESTING=OFF >/dev/null || exit 2
+  cmake --build "$dir/build" -j "$(nproc)" --target hsdp-bench-train-gpu >/dev/null || exit 2
+  echo "$dir/build (remove with: git worktree remove --force $dir)"
+}
 
 # Every library FILES load, resolved (cp -L) into DIR/lib, but not glibc's (the machine's own loader must match it),
 # the C++ runtime's (the machine's is as new or newer, and CUDA's libraries there need it) nor CUDA's.
@@ -40,13 +59,19 @@ copy_libraries() { # DIR FILES...
 }
 
 pack() {
-  local build=${1:-build} dir=${2:-.gpu}
+  local build=${1:-build} dir=${2:-.gpu} base=${3:-}
   rm -rf "$dir"
   mkdir -p "$dir/bin" "$dir/lib" "$dir/root"
   for b in "${binaries[@]}"; do
     [[ -x $build/bin/$b ]] || { echo "device_check.sh: $build/bin/$b is missing (a build with CUDA?)" >&2; exit 2; }
     cp "$build/bin/$b" "$dir/bin/"
   done
+  local extra=()
+  if [[ -n $base ]]; then
+    [[ -x $base/bin/hsdp-bench-train-gpu ]] || { echo "device_check.sh: no $base/bin/hsdp-bench-train-gpu" >&2; exit 2; }
+    cp "$base/bin/hsdp-bench-train-gpu" "$dir/bin/hsdp-bench-train-gpu-whole"
+    extra+=("$dir/bin/hsdp-bench-train-gpu-whole")
+  fi
   local p f
   for p in "${mpi_packages[@]}"; do
     dpkg -L "$p" >/dev/null || { echo "device_check.sh: package $p is not installed" >&2; exit 2; }
@@ -57,7 +82,7 @@ pack() {
   ln -s orterun "$dir/root/usr/bin/mpirun" # Debian's mpirun is an alternatives link out of the tree
   mapfile -t components < <(find "$dir/root" -name '*.so' -type f)
   copy_libraries "$dir" "${binaries[@]/#/$build/bin/}" "$dir/root/usr/bin/orted" "$dir/root/usr/bin/orterun" \
-    "${components[@]}"
+    "${components[@]}" "${extra[@]}"
   # The carried tree is limited in size (OpenBLAS alone is 36 MB): one compressed file, unpacked by run().
   XZ_OPT=-T0 tar -C "$dir" -cJf "$dir.tar.xz" bin lib root
   rm -rf "$dir"
@@ -90,12 +115,25 @@ cuda_library_path() {
   [[ -n $found ]] && dirname "$found"
 }
 
-bench() { # NAME ARGS...: one benchmark line into bench.jsonl, its table into NAME.log
+bench() { # NAME ARGS...: the engine's bench on one rank: its JSON line into bench.jsonl, its table into NAME.log
   local name=$1
   shift
   echo "== hsdp-bench-train-gpu $*"
-  timeout 300 "$dir/bin/hsdp-bench-train-gpu" "$@" | tee "$out/$name.log" | tail -n 1 >>"$out/bench.jsonl"
-  tail -n 12 "$out/$name.log"
+  timeout 300 $HSDP_MPIRUN -np 1 "$dir/bin/hsdp-bench-train-gpu" "$@" | tee "$out/$name.log" | tail -n 1 \
+    >>"$out/bench.jsonl"
+  local status=${PIPESTATUS[0]}
+  tail -n 4 "$out/$name.log"
+  return "$status"
+}
+
+whole() { # NAME ARGS...: the baseline's whole-model path, where packed
+  local name=$1
+  shift
+  [[ -x $dir/bin/hsdp-bench-train-gpu-whole ]] || { echo "== $name: no baseline packed (pack's BASELINE)"; return; }
+  echo "== hsdp-bench-train-gpu-whole --path whole $*"
+  timeout 300 "$dir/bin/hsdp-bench-train-gpu-whole" --path whole "$@" | tee "$out/$name.log" | tail -n 1 \
+    >>"$out/bench.jsonl"
+  tail -n 4 "$out/$name.log"
 }
 
 gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on stdout
@@ -213,9 +251,12 @@ run() {
   local selfcheck=("$repo/tools/selfcheck/hsdp-selfcheck" --train "$dir/bin/hsdp-train" --plan "$dir/bin/hsdp-plan"
                    --data "$dir/bin/hsdp-data" --ckpt "$dir/bin/hsdp-ckpt" --mpirun "$HSDP_MPIRUN")
   if [[ $what == cpu ]]; then # the packed MPI and tools without a GPU: what CI checks of the pack
+    : >"$out/bench.jsonl"
     OMP_NUM_THREADS=1 "${selfcheck[@]}" --device cpu --rows full_shard,hybrid_shard+qgZ\ bf16 --steps 4 \
       --work "$out/selfcheck_cpu" --json "$out/selfcheck.jsonl" || status=1
     OMP_NUM_THREADS=1 round_trip cpu || status=1
+    OMP_NUM_THREADS=1 bench bench_cpu --device cpu --n_layer 2 --n_embd 64 --n_head 4 --vocab_size 256 \
+      --padded_vocab_size 256 --batch 2 --seq_len 32 --steps 2 --warmup 1 || status=1
     echo "status $status"
     return "$status"
   fi
@@ -249,21 +290,22 @@ run() {
   fi
   echo "== checkpoint round trip, 4 cuda ranks <-> 1 cpu rank"
   round_trip cuda || status=1
-  # GPT-2 124M, B = 8, T = 1024, bf16, one GPU: the engine (hsdp-train) against the whole-model path (the bench's
-  # whole-model calls), side by side; then GPT-2 XL shapes full_shard with activation checkpointing.
+  # GPT-2 124M, B = 8, T = 1024, bf16, one GPU: the engine (its bench, and hsdp-train) against the whole-model path
+  # (the baseline's bench), side by side; then GPT-2 XL shapes full_shard with activation checkpointing.
   "$dir/bin/hsdp-data" synth --out-dir "$out/data50k" --vocab 50257 --train-tokens 4000000 --val-tokens 100000 \
     >/dev/null || status=1
   : >"$out/bench.jsonl"
   : >"$out/engine.jsonl"
-  bench whole_1 --path whole
-  engine_bench engine_no_shard_1 --parallel.sharding=no_shard
-  bench units_1 --path units
-  engine_bench engine_no_shard_2 --parallel.sharding=no_shard
-  bench whole_2 --path whole
-  engine_bench engine_full_shard_ckpt --parallel.sharding=full_shard --train.activation_checkpointing=true
-  engine_bench engine_xl_full_shard_ckpt --parallel.sharding=full_shard --train.activation_checkpointing=true \
+  whole whole_1
+  bench engine_1
+  bench engine_2
+  whole whole_2
+  engine_bench train_no_shard --parallel.sharding=no_shard
+  bench engine_ckpt --sharding full_shard --activation_checkpointing
+  engine_bench train_xl_full_shard_ckpt --parallel.sharding=full_shard --train.activation_checkpointing=true \
     --model.n_layer=48 --model.n_embd=1600 --model.n_head=25 --train.steps=6
-  bench xl_ckpt --n_layer 48 --n_embd 1600 --n_head 25 --path units --activation_checkpointing --steps 5 --warmup 2
+  bench xl_full_shard_ckpt --n_layer 48 --n_embd 1600 --n_head 25 --sharding full_shard --activation_checkpointing \
+    --steps 5 --warmup 2
   "$dir/bin/hsdp-plan" --config "$repo/input/quickstart.ini" --model.n_layer=48 --model.n_embd=1600 \
     --model.n_head=25 --model.block_size=1024 --model.vocab_size=50257 --model.padded_vocab_size=50304 \
     --train.micro_batch=8 --train.seq_len=1024 --precision.param=bf16 --train.activation_checkpointing=true \
@@ -274,6 +316,7 @@ run() {
 
 case ${1:-} in
 pack) shift; pack "$@" ;;
+baseline) shift; baseline "$@" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,22p' "$0"; exit 2 ;;
+*) sed -n '2,29p' "$0"; exit 2 ;;
 esac

@@ -2,8 +2,8 @@
 # The GPU machine's one command, checked without a GPU: `device_check.sh pack` from this build, then
 # `device_check.sh run ... cpu` on a machine without Open MPI. That machine is this one in a mount namespace where
 # the system's Open MPI and PMIx (components, help texts, launcher, daemon, libmpi, libopen-pal) are hidden, so the
-# packed launcher, components and libraries are the only ones there: the self-check rows and the checkpoint round
-# trip must pass through them.
+# packed launcher, components and libraries are the only ones there: the self-check rows, the checkpoint round trip
+# and the engine's bench must pass through them.
 #
 #   device_check_pack_test.sh DEVICE_CHECK BUILD WORK
 set -euo pipefail
@@ -40,5 +40,7 @@ rows = [json.loads(l) for l in open(f"{sys.argv[1]}/selfcheck.jsonl")]
 trips = [json.loads(l) for l in open(f"{sys.argv[1]}/round_trip.jsonl")]
 assert len(rows) == 2 and all(r["passed"] for r in rows), rows
 assert len(trips) == 2 and all(t["passed"] and t["steps"] == 10 for t in trips), trips
-print("through the packed Open MPI: 2 self-check rows passed, the round trip 4 ranks <-> 1 rank both ways")
+bench = [json.loads(l) for l in open(f"{sys.argv[1]}/bench.jsonl")]
+assert len(bench) == 1 and bench[0]["path"] == "engine" and bench[0]["tokens_per_s"] > 0, bench
+print("through the packed Open MPI: 2 self-check rows passed, the round trip 4 ranks <-> 1 rank both ways, the bench")
 PY

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Single-GPU training benchmark: GPT-2 124M (L=12, C=768, H=12, V=50257 padded to 50304), B=8, T=1024, bf16
-# GEMMs (cuBLASLt, fp32 accumulation), hsdp's CUDA kernels for everything else, fp32 AdamW; 3 warm-up steps then
-# 10 timed steps of forward + backward + AdamW. Prints a table (tokens/s, TFLOP/s, MFU against the card's dense
+# Single-GPU training benchmark through the sharding engine (no_shard by default; --sharding, --set for any deck
+# key): GPT-2 124M (L=12, C=768, H=12, V=50257 padded to 50304), B=8, T=1024, bf16 compute copies and GEMMs
+# (cuBLASLt, fp32 accumulation), hsdp's CUDA kernels for everything else, fp32 AdamW; 3 warm-up steps then 10 timed
+# steps of forward + backward + norm + AdamW, each step's tokens/s and MFU. One rank as run here (MPI singleton);
+# more ranks with mpirun -np N build/bin/hsdp-bench-train-gpu. Prints a table (tokens/s, TFLOP/s, MFU against the card's dense
 # bf16 peak, naming the table entry used, and the step's TFLOP/s over an 8192^3 bf16 GEMM's measured in the same
 # run) and one JSON line. Builds hsdp-bench-train-gpu first if needed.
 #   tools/bench/train_gpu.sh                       the default run

@@ -1,11 +1,5 @@
 # The train layer's CUDA targets; included by src/train/CMakeLists.txt when the CUDA backend is on.
 
-# hsdp_train_cuda_state: a training run's model state on one GPU (hsdp/train/cuda/parameters.hpp: master weights,
-# compute copy, gradients, AdamW moments and decay segments), joining hsdp_model_cuda and hsdp_optim_cuda. Needs
-# CUDA only; the GPU training benchmark's whole-model path (tools/bench/train_gpu.cmake) links it.
-add_library(hsdp_train_cuda_state ${CMAKE_CURRENT_LIST_DIR}/parameters.cpp)
-target_link_libraries(hsdp_train_cuda_state PUBLIC hsdp_model_cuda hsdp_optim_cuda PRIVATE hsdp_cuda_warnings)
-
 # hsdp_train_cuda: device.type=cuda (hsdp/train/cuda_backend.hpp): the sharding engine with CudaDeviceOps, the CUDA
 # executor and GptCuda; needs NCCL too (hsdp_comm_nccl, src/comm/nccl). hsdp_train links it where both are found.
 if(HSDP_HAVE_NCCL)

@@ -10,8 +10,8 @@
 //    sharding engine calls, one gathered unit at a time. With activation checkpointing only each block's input is
 //    kept and backward_block recomputes that block's forward first (bit-identical results, as on the CPU).
 //  - whole model over flat device buffers laid out as the layout's units one after another (unit u starts at
-//    unit_offset(u)): forward/backward, on the stream of each call (the data-parallel backend's path; the caller
-//    owns the buffers: hsdp/train/cuda/parameters.hpp's GptParameters).
+//    unit_offset(u)): forward/backward, on the stream of each call; the caller owns the buffers. Only the GPU tests
+//    call them now (the unit calls are checked against them bit for bit).
 // backward ADDS into the gradients (accumulation over micro-batches; zero them at the start of a step).
 #include <cuda_runtime_api.h>
 
