@@ -296,7 +296,8 @@ const std::vector<OptionSpec>& option_table() {
               "write log.dir/trace_rank<R>.json on every rank: the timeline of the engine's queues (compute, gather, "
               "reduce, cross, regather: each operation while it ran, each collective from issue to observed "
               "completion) and the host's waits, in Chrome's trace event format (open in ui.perfetto.dev); a few "
-              "hundred events per step, for short runs (CPU device)")
+              "hundred events per step, for short runs (on a GPU each operation's span is its kernels' time, from CUDA "
+              "events around it)")
           .into([](V v, O o) { o.log_trace = v.boolean(); }),
   };
   return table;

@@ -11,8 +11,17 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
 
 namespace hsdp::stream {
+void Executor::enqueue_timed(int stream, std::function<void()> work, Span span) {
+  enqueue(stream, [work = std::move(work), span = std::move(span)] {
+    const double begin = monotonic_seconds();
+    work();
+    span(begin, monotonic_seconds());
+  });
+}
+
 namespace {
 
 class InlineExecutor final : public Executor {

@@ -241,7 +241,14 @@ bool StreamQueues::hand_over(QueueId q, Item& item) {
   switch (item.kind) {
     case Kind::work:
       if (checker_) checker_->operation(q, item.host, item.name, item.accesses);
-      executor_->enqueue(w.stream, traced(q, item.name, std::move(item.work)));
+      if (span_sink_) {
+        executor_->enqueue_timed(w.stream, std::move(item.work),
+                                 [sink = span_sink_, queue_name = w.name, name = item.name](double begin, double end) {
+                                   sink(queue_name, name, begin, end);
+                                 });
+      } else {
+        executor_->enqueue(w.stream, std::move(item.work));
+      }
       return true;
     case Kind::wait: {
       const EventPoint& awaited = *item.awaited.point;
@@ -312,11 +319,6 @@ bool StreamQueues::advance() {
     any = any || changed;
   }
   return any;
-}
-
-std::function<void()> StreamQueues::traced(QueueId q, const std::string& name, std::function<void()> work) {
-  if (!span_sink_) return work;
-  return [this, q, name, work = std::move(work)] { run_traced(q, name, work); };
 }
 
 void StreamQueues::run_traced(QueueId q, const std::string& name, const std::function<void()>& work) {

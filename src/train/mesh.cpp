@@ -10,9 +10,7 @@ std::unique_ptr<comm::ProcessMesh> make_mesh(const TrainOptions& o, comm::MpiCom
                                              const comm::Topology& topology, const Logger& log) {
   comm::MeshOptions mesh_options = shard::mesh_options(o.engine.strategy, o.engine.zeropp.hpz_partition_size);
   if (o.device_type == device::DeviceType::cuda) {
-    // What the GPU path cannot honour, before any GPU work; then the rank's GPU, and NCCL or staged MPI for each
-    // group over its memory.
-    check_cuda_options(o);
+    // The rank's GPU, and NCCL or staged MPI for each group over its memory.
     mesh_options.carry = cuda_mesh_carrier(o, topology, log);
   } else if (o.comm_stage == comm::Staging::host) {
     // The CPU device's memory is the host's: staging is asked for, to run the GPU's staged path.

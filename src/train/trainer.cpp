@@ -550,12 +550,8 @@ class Run {
       }
     });
     comm::agree(world_.raw(), [&] {
-      if (o_.device_type == device::DeviceType::cuda) {
-        check_cuda_options(o_);
-        backend_ = make_cuda_backend(o_, *layout_, mesh_, memory_, log_);
-      } else {
-        backend_ = make_cpu_backend(o_, *layout_, mesh_, memory_, log_);
-      }
+      backend_ = o_.device_type == device::DeviceType::cuda ? make_cuda_backend(o_, *layout_, mesh_, memory_, log_)
+                                                            : make_cpu_backend(o_, *layout_, mesh_, memory_, log_);
     });
   }
 

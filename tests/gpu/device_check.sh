@@ -288,6 +288,9 @@ run() {
     echo "FAIL: exit $code, expected 2 with the GPU named"
     status=1
   fi
+  echo "== log.trace on the GPU: 4 ranks' timelines of CUDA events hold every unit's work in its step"
+  bash "$repo/tests/train/trace.sh" $HSDP_MPIRUN -np 4 -- "$dir/bin/hsdp-train" "$repo/input/quickstart.ini" \
+    "$out/data" "$out/train/trace" --device.type=cuda --comm.intra=mpi || status=1
   echo "== checkpoint round trip, 4 cuda ranks <-> 1 cpu rank"
   round_trip cuda || status=1
   # GPT-2 124M, B = 8, T = 1024, bf16, one GPU: the engine (its bench, and hsdp-train) against the whole-model path

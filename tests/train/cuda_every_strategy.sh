@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# device.type=cuda takes every strategy, ZeRO++, fp16 and activation checkpointing: without a GPU (or a CUDA build)
+# device.type=cuda takes every strategy, ZeRO++, fp16, activation checkpointing and log.trace: without a GPU (or a CUDA build)
 # hsdp-train stops at the device, exit 2 naming it and no deck key; with one it trains the step.
 set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4
@@ -10,7 +10,7 @@ common=(--config "$deck" --checkpoint.dir= --data.train="$data/train.bin" --data
         --comm.intra=mpi)
 cases=("--parallel.sharding=full_shard --precision.param=bf16 --zeropp.quantized_weights=true --zeropp.quantized_gradients=true"
        "--parallel.sharding=zero1 --precision.param=fp16"
-       "--parallel.sharding=shard_grad_op --train.activation_checkpointing=true"
+       "--parallel.sharding=shard_grad_op --train.activation_checkpointing=true --log.trace=true"
        "--parallel.sharding=hybrid_shard --precision.param=bf16 --precision.reduce=bf16")
 i=0
 for c in "${cases[@]}"; do
@@ -22,7 +22,7 @@ for c in "${cases[@]}"; do
   if [[ $code -eq 0 ]]; then
     echo "$c: trained on a GPU"
   elif [[ $code -eq 2 ]] && grep -Eq "no CUDA device is visible|built without" <<<"$out" &&
-       ! grep -Eq "parallel\.sharding|zeropp|precision|activation_checkpointing" <<<"$out"; then
+       ! grep -Eq "parallel\.sharding|zeropp|precision|activation_checkpointing|log\.trace" <<<"$out"; then
     echo "$c: accepted; stops at the device: $(tail -n 1 <<<"$out")"
   else
     echo "$c: exit $code: $out"

@@ -4,17 +4,19 @@
 # instants) the compute track holds every unit's forward and backward once, the reduce track the qgZ all-to-all and
 # the cross track the all-reduce of every unit, and the host's waits in the step add up to at least the step's
 # exposed_comm_ms (the same waits, measured by the engine from begin_step to the norm).
-#   trace.sh MPIEXEC... -- HSDP_TRAIN DECK DATA_DIR RUN_DIR
+#   trace.sh MPIEXEC... -- HSDP_TRAIN DECK DATA_DIR RUN_DIR [KEYS...]   (KEYS: more deck keys, e.g. a GPU's
+#   --device.type=cuda --comm.intra=mpi: its spans are the kernels' times on the GPU)
 set -euo pipefail
 mpiexec=()
 while [[ $1 != -- ]]; do mpiexec+=("$1"); shift; done
 shift
 train=$1 deck=$2 data=$3 run=$4
+shift 4
 rm -rf "$run"
 "${mpiexec[@]}" "$train" --config "$deck" --checkpoint.dir= --data.train="$data/train.bin" --data.val="$data/val.bin" \
   --data.entropy_json= --train.steps=3 --train.eval_every=0 --log.every=100 --log.dir="$run" --log.trace=true \
   --topology.ranks_per_node=2 --parallel.sharding=hybrid_shard --precision.param=bf16 --precision.reduce=bf16 \
-  --zeropp.quantized_gradients=true --device.threads=1 >"$run.out" 2>&1 || { cat "$run.out"; exit 1; }
+  --zeropp.quantized_gradients=true --device.threads=1 "$@" >"$run.out" 2>&1 || { cat "$run.out"; exit 1; }
 python3 - "$run" "$(awk '$1 == "n_layer" { print $3 }' "$deck")" <<'PY'
 import json, sys
 run, n_layer = sys.argv[1], int(sys.argv[2])

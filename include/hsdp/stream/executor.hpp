@@ -16,6 +16,11 @@
 //                          `ordered` is called before wait returns, once the executor has put the wait in place (the
 //                          stream checker learns the order from it, so an executor that loses a wait is caught)
 //   query, synchronize     whether the event's work has completed; the host blocks until it has
+//   enqueue_timed          enqueue, and `span(begin, end)` (monotonic_seconds()) once the work has run: the inline
+//                          and threads executors time it where it runs (span is called there, on a worker thread
+//                          for threads); the CUDA executor records timing events around the work on the stream and
+//                          calls span from a later rethrow or synchronize on the host, on the GPU's clock mapped to
+//                          the host's (log.trace's GPU timeline)
 // Work that fails off the host thread is kept, and rethrow() (which the queues call at each host call) throws it.
 #include <cstdint>
 #include <functional>
@@ -41,6 +46,8 @@ class Executor {
 
   virtual int make_stream(const std::string& name, bool compute) = 0;
   virtual void enqueue(int stream, std::function<void()> work) = 0;
+  using Span = std::function<void(double begin, double end)>;
+  virtual void enqueue_timed(int stream, std::function<void()> work, Span span);
   virtual void enqueue_host_function(int stream, std::function<void()> function) = 0;
   virtual ExecEvent record(int stream) = 0;
   virtual void wait(int stream, const ExecEvent& event, const std::function<void()>& ordered) = 0;

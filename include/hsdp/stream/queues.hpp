@@ -160,7 +160,6 @@ class StreamQueues {
   void check_release(const Release& r);
   void block_until_reached(const StreamEvent& event);
   bool block_on_something(QueueId q);
-  std::function<void()> traced(QueueId q, const std::string& name, std::function<void()> work);
   void run_traced(QueueId q, const std::string& name, const std::function<void()>& work);
 
   StreamOptions options_;

@@ -77,8 +77,8 @@ class EngineBackend : public Backend {
   virtual model::UnitModel& model() = 0;
 };
 
-// The process mesh of this run's strategy over `world`, its groups carried for the device: on a GPU the checks of
-// check_cuda_options, then the rank's GPU and NCCL or staged MPI per group (cuda_mesh_carrier); on the CPU, groups
+// The process mesh of this run's strategy over `world`, its groups carried for the device: on a GPU the rank's GPU and
+// NCCL or staged MPI per group (cuda_mesh_carrier); on the CPU, groups
 // staged through host memory with comm.stage=host (the GPU's staged path), else MPI itself. Collective over world.
 std::unique_ptr<comm::ProcessMesh> make_mesh(const TrainOptions& options, comm::MpiCommunicator& world,
                                              const comm::Topology& topology, const Logger& log);

@@ -21,10 +21,6 @@
 
 namespace hsdp::train {
 
-// Throws a config Error naming the first deck key device.type = cuda cannot honour (the trainer calls it before
-// make_cuda_backend).
-void check_cuda_options(const TrainOptions& options);
-
 // Selects this rank's GPU and returns what carries the mesh's groups over its memory. A config Error where
 // comm.intra=nccl meets ranks that share a GPU (they must use comm.intra=mpi) or comm.stage=direct an MPI that is
 // not CUDA-aware. Before the mesh is built.
@@ -40,7 +36,7 @@ struct GpuMemory {
 };
 GpuMemory cuda_memory_available(int ranks_on_host);
 
-// Collective over the mesh. Expects options that passed check_cuda_options, and the mesh built with
+// Collective over the mesh. Expects the mesh built with
 // cuda_mesh_carrier's carrier.
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& options, const model::ModelLayout& layout,
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log);

@@ -1,6 +1,7 @@
 #include <string>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
 #include "hsdp/stream/cuda/executor.hpp"
 
 namespace hsdp::stream::cuda {
@@ -66,6 +67,35 @@ void CudaExecutor::enqueue(int id, std::function<void()> work) {
   work();
 }
 
+void CudaExecutor::enqueue_timed(int id, std::function<void()> work, Span span) {
+  if (!origin_) {
+    origin_ = std::make_unique<dc::Event>(dc::Event::Timing::on);
+    origin_->record(stream(id));
+    origin_->synchronize();
+    origin_host_ = monotonic_seconds();
+  }
+  auto timed = std::make_unique<Timed>();
+  timed->span = std::move(span);
+  timed->begin.record(stream(id));
+  enqueue(id, std::move(work));
+  timed->end.record(stream(id));
+  timed_.push_back(std::move(timed));
+}
+
+// The spans whose work has completed, on the host's clock; the others stay for a later call.
+void CudaExecutor::report_spans() {
+  std::size_t kept = 0;
+  for (std::unique_ptr<Timed>& t : timed_) {
+    if (!t->end.query()) {
+      timed_[kept++] = std::move(t);
+      continue;
+    }
+    t->span(origin_host_ + 1e-3 * t->begin.elapsed_ms_since(*origin_),
+            origin_host_ + 1e-3 * t->end.elapsed_ms_since(*origin_));
+  }
+  timed_.resize(kept);
+}
+
 void CudaExecutor::enqueue_host_function(int id, std::function<void()> function) {
   auto call = std::make_unique<HostCall>(HostCall{std::move(function), failure_mutex_, failure_});
   dc::check(cudaLaunchHostFunc(stream(id), run_host_call, call.get()), "cudaLaunchHostFunc");
@@ -93,6 +123,7 @@ void CudaExecutor::synchronize(const ExecEvent& event) {
 }
 
 void CudaExecutor::rethrow() {
+  if (!timed_.empty()) report_spans();
   std::exception_ptr failure;
   {
     const std::lock_guard lock(*failure_mutex_);

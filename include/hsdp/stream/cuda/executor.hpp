@@ -4,7 +4,10 @@
 // by cudaStreamWaitEvent, host functions by cudaLaunchHostFunc. enqueue binds the stream (`bind`: CudaDeviceOps::
 // use_stream and whatever else launches work, so that its kernels go to that stream) and runs the work on the host at
 // once: it launches, the GPU runs it in the stream's order. Errors of the CUDA calls throw at the call; a host
-// function's exception is kept and thrown by rethrow().
+// function's exception is kept and thrown by rethrow(). enqueue_timed records a timing event on the stream before and
+// after the work; rethrow and synchronize report the spans whose events have completed, in seconds on the host's
+// monotonic clock: the GPU's time since an origin event (recorded and waited for at construction) plus the host's
+// time at that wait.
 #include <cuda_runtime_api.h>
 
 #include <exception>
@@ -29,6 +32,7 @@ class CudaExecutor final : public Executor {
   bool synchronous() const override { return false; }
   int make_stream(const std::string& name, bool compute) override;
   void enqueue(int stream, std::function<void()> work) override;
+  void enqueue_timed(int stream, std::function<void()> work, Span span) override;
   void enqueue_host_function(int stream, std::function<void()> function) override;
   ExecEvent record(int stream) override;
   void wait(int stream, const ExecEvent& event, const std::function<void()>& ordered) override;
@@ -49,6 +53,16 @@ class CudaExecutor final : public Executor {
   std::vector<device::cuda::Stream> owned_;
   std::shared_ptr<std::mutex> failure_mutex_;
   std::shared_ptr<std::exception_ptr> failure_;
+
+  // Timed work whose end event the host has not seen complete yet.
+  struct Timed {
+    device::cuda::Event begin{device::cuda::Event::Timing::on}, end{device::cuda::Event::Timing::on};
+    Span span;
+  };
+  void report_spans();
+  std::unique_ptr<device::cuda::Event> origin_;  // the GPU clock's zero, made at the first timed enqueue
+  double origin_host_ = 0;                       // monotonic_seconds() when origin_ was seen complete
+  std::vector<std::unique_ptr<Timed>> timed_;
 };
 
 }  // namespace hsdp::stream::cuda
