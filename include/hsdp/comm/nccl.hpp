@@ -99,7 +99,7 @@ class NcclCommunicator final : public Communicator {
 class CudaStaging final : public HostStaging {
  public:
   explicit CudaStaging(cudaStream_t stream);
-  // On a stream it shares the ownership of (the mesh's staged groups: see device_carrier).
+  // On a stream it shares the ownership of (each of the mesh's staged groups its own: see device_carrier).
   explicit CudaStaging(std::shared_ptr<device::cuda::Stream> stream);
   ~CudaStaging() override;
   CudaStaging(const CudaStaging&) = delete;
@@ -124,7 +124,7 @@ class CudaStaging final : public HostStaging {
 // What carries the mesh's groups over device memory on GPUs (MeshOptions::carry): a group within one node by `intra`
 // (comm.intra), one that crosses nodes by `inter` (comm.inter). nccl: an NcclCommunicator over the group (one GPU
 // per rank: the caller checks that the node's ranks do not share one; a one-rank group is staged instead). mpi: a
-// StagedCommunicator over it with CudaStaging on a stream of the carrier's own (the stream queues issue a collective
+// StagedCommunicator over it with CudaStaging on a stream of the group's own (the stream queues issue a collective
 // only once the work before it on its queue has completed, so the copy needs no other order); with CUDA-aware MPI
 // and `stage` not host, the collectives that only move bytes get the device pointers. Collective over each group, as
 // the mesh builds it; the CUDA device must be selected first (select_device).

@@ -42,14 +42,16 @@ MeshCarrier device_carrier(Transport intra, Transport inter, Staging stage, cons
         "comm.stage=direct: this MPI library is not CUDA-aware (MPIX_Query_cuda_support), so it cannot "
         "read GPU memory; use comm.stage=auto or host");
   }
-  auto stream = std::make_shared<device::cuda::Stream>();
   return [=](MpiCommunicator& group) -> std::unique_ptr<Communicator> {
     const std::span<const int> nodes = group.node_of_rank();
     const bool crosses = std::any_of(nodes.begin(), nodes.end(), [&](int n) { return n != nodes.front(); });
     if ((crosses ? inter : intra) == Transport::nccl && group.size() > 1) {
       return std::make_unique<NcclCommunicator>(group, group.name(), options, logger);
     }
-    return std::make_unique<StagedCommunicator>(group, std::make_shared<CudaStaging>(stream),
+    // Each group's copies on a stream of their own, so that the copies of different groups overlap (a copy starts
+    // once the host has seen its queue's earlier work complete: any stream orders it correctly).
+    return std::make_unique<StagedCommunicator>(group,
+                                                std::make_shared<CudaStaging>(std::make_shared<device::cuda::Stream>()),
                                                 direct ? DirectCollectives::data_movement : DirectCollectives::none);
   };
 }
