@@ -21,8 +21,8 @@
 #include "hsdp/core/timer.hpp"
 #include "hsdp/core/trace.hpp"
 #include "hsdp/shard/buckets.hpp"
-#include "hsdp/stream/device_ops.hpp"
 #include "hsdp/shard/engine.hpp"
+#include "hsdp/stream/device_ops.hpp"
 #include "hsdp/stream/queues.hpp"
 
 namespace hsdp::shard {
@@ -56,13 +56,13 @@ struct Engine::Impl {
   const Logger* log;
   std::unique_ptr<TraceFile> trace;  // log.trace: the queues' timeline
   int steps_begun = 0;
-  const Strategy& st;        // what the strategy means (strategy.hpp)
-  bool persistent_full;      // full parameters live on every rank between steps
-  bool free_after_forward;   // free after forward, gather again for backward
+  const Strategy& st;       // what the strategy means (strategy.hpp)
+  bool persistent_full;     // full parameters live on every rank between steps
+  bool free_after_forward;  // free after forward, gather again for backward
   bool hybrid;
-  bool unsharded;            // shard group of one (no_shard): whole gradients reduced in buckets over the world
-  bool hierarchical = false; // unsharded on several nodes of several ranks (equal sizes): buckets reduce-scattered
-                             // in the node, all-reduced across nodes, all-gathered in the node
+  bool unsharded;             // shard group of one (no_shard): whole gradients reduced in buckets over the world
+  bool hierarchical = false;  // unsharded on several nodes of several ranks (equal sizes): buckets reduce-scattered
+                              // in the node, all-reduced across nodes, all-gathered in the node
 
   QueueId compute, gather, reduce, cross, regather;
   StreamEvent params_updated;  // compute: the last write of the masters (AdamW, a checkpoint load)
@@ -98,9 +98,12 @@ struct Engine::Impl {
   double* scalar(Scalar s) { return scalars.data() + static_cast<std::size_t>(s); }
   BufferId scalar_id(Scalar s) const {
     switch (s) {
-      case Scalar::loss: return loss_id;
-      case Scalar::squared_norm: return norm_id;
-      case Scalar::nonfinite_flag: return flag_id;
+      case Scalar::loss:
+        return loss_id;
+      case Scalar::squared_norm:
+        return norm_id;
+      case Scalar::nonfinite_flag:
+        return flag_id;
     }
     return -1;
   }
@@ -111,7 +114,7 @@ struct Engine::Impl {
   std::unique_ptr<ParamGather> secondary_gather;
   std::unique_ptr<ShardReduction> shard_reduction = make_exact_reduce_scatter();
   bool hpz = false;
-  std::vector<Staging> secondary;   // hpZ: this rank's 1/k slice of each block, fwd -> bwd
+  std::vector<Staging> secondary;  // hpZ: this rank's 1/k slice of each block, fwd -> bwd
   // The last optimizer step zeroed the reduced gradients (the flat gradients of no_shard, the gradient shards) in its
   // AdamW pass, so begin_step need not clear them again.
   bool reduced_grads_zero = false;
@@ -120,8 +123,16 @@ struct Engine::Impl {
 
   Impl(const model::ModelLayout& l, comm::ProcessMesh& m, const EngineOptions& options, DeviceOps& device,
        StreamQueues& queues, std::vector<std::unique_ptr<FlatParamUnit>>& u, StepTiming& t, const Logger* logger)
-      : mesh(m), o(options), dev(device), q(queues), units(u), timing(t), n_layer(l.config().n_layer),
-        n_units(l.num_units()), log(logger), st(strategy(options.strategy)) {
+      : mesh(m),
+        o(options),
+        dev(device),
+        q(queues),
+        units(u),
+        timing(t),
+        n_layer(l.config().n_layer),
+        n_units(l.num_units()),
+        log(logger),
+        st(strategy(options.strategy)) {
     persistent_full = st.params_whole;
     free_after_forward = st.free_after_forward;
     hybrid = st.hybrid;
@@ -150,7 +161,7 @@ struct Engine::Impl {
   comm::Communicator& replicate() { return mesh.replicate(); }
   const UnitGeometry& geo(int u) const { return units[static_cast<std::size_t>(u)]->geometry; }
   FlatParamUnit& unit(int u) { return *units[static_cast<std::size_t>(u)]; }
-  static std::string name_of(const char* what, int u) { return std::string(what) + " unit " + std::to_string(u); }
+  static std::string name_of(const char* what, int u) { return unit_name(what, u); }
   Staging staging(std::size_t count, DType t, std::string name, MemCategory category = MemCategory::comm_buffers) {
     auto s = std::make_shared<Tracked<std::byte>>();
     s->mem = dev.typed(count, t, category);
@@ -219,24 +230,55 @@ struct Engine::Impl {
   enum class Pass { forward, backward };
   // What a release lets go of besides the gathered unit: its hpZ slice too once no backward will read it.
   enum class Secondary { keep, drop };
-  quant::QuantSpec weight_spec() const { return {quant::Bits::int8, o.zeropp.block}; }
-  quant::QuantSpec grad_spec() const { return {o.zeropp.grad_bits, o.zeropp.block}; }
+  // What a collective variant may use for unit u on queue `on` (collective_variants.hpp).
+  CollectiveContext collective_context(int u, QueueId on) {
+    return {u,
+            geo(u),
+            q,
+            on,
+            dev,
+            mesh,
+            shard(),
+            o,
+            faults,
+            [this, u](std::size_t count, DType t, const char* what) { return staging(count, t, name_of(what, u)); },
+            [this, u](Staging s, const StreamEvent& event, const char* what) {
+              release_after(std::move(s), event, name_of(what, u));
+            }};
+  }
+  GatherContext gather_context(int u) {
+    const auto i = static_cast<std::size_t>(u);
+    return {collective_context(u, gather), unit(u).master.data(), master_id[i], secondary[i]};
+  }
+  ReductionContext reduction_context(int u) {
+    const auto i = static_cast<std::size_t>(u);
+    // qgZ's hops: full_shard's second hop crosses nodes; hybrid_shard's node is one group of the shard's ranks.
+    return {collective_context(u, reduce),
+            grads(u),
+            grads_id(u),
+            unit(u).grad_shard.data(),
+            grad_shard_id[i],
+            hybrid ? &one_group_at : &shard_rank_at,
+            hybrid ? &shard() : &mesh.cross_node(),
+            scalar(Scalar::nonfinite_flag),
+            flag_id};
+  }
 
   // Full parameters of unit u [Pp] in the compute dtype, charged to params.
   Tracked<std::byte> compute_copy(int u, const char* what) {
     return {dev.typed(geo(u).padded_numel, o.compute_dtype, MemCategory::params), q.track(name_of(what, u))};
   }
-  // Enqueues on the gather queue the gather of unit u's weights into `dest` [Pp] (compute dtype), by the variant that applies
-  // (collective_variants.hpp): hpZ's from the unit's kept slice when there is one (a block's backward, the
+  // Enqueues on the gather queue the gather of unit u's weights into `dest` [Pp] (compute dtype), by the variant that
+  // applies (collective_variants.hpp): hpZ's from the unit's kept slice when there is one (a block's backward, the
   // embedding's second use at the head), else the forward or backward gather over the shard group. With hpZ, a
   // gather over the shard group keeps this rank's slice of a block (and of the embedding). Returns the event after.
   StreamEvent gather_into(int u, Tracked<std::byte>& dest, Pass pass = Pass::forward) {
     q.wait(gather, params_updated);
     std::vector<ReleaseAfter> staging_used;
     if (secondary[static_cast<std::size_t>(u)]) {
-      secondary_gather->enqueue(*this, u, dest, staging_used);
+      secondary_gather->enqueue(gather_context(u), dest, staging_used);
     } else {
-      (pass == Pass::backward ? backward_gather : forward_gather)->enqueue(*this, u, dest, staging_used);
+      (pass == Pass::backward ? backward_gather : forward_gather)->enqueue(gather_context(u), dest, staging_used);
       if (hpz && (is_block(u) || u == kEmbedding)) keep_secondary(u, dest);
     }
     const StreamEvent done = q.record(gather);
@@ -406,7 +448,7 @@ struct Engine::Impl {
   void reduce_scatter_unit(int u, bool last) {
     q.wait(reduce, q.record(compute));
     std::vector<ReleaseAfter> staging_used;
-    shard_reduction->enqueue(*this, u, staging_used);
+    shard_reduction->enqueue(reduction_context(u), staging_used);
     const StreamEvent done = q.record(reduce);
     for (ReleaseAfter& r : staging_used) release_after(std::move(r.buffer), done, r.what);
     if (!st.grads_whole) release_after(unit_grads[static_cast<std::size_t>(u)], done, name_of("free gradients", u));
