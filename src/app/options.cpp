@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/model/layout.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
 #include "hsdp/quant/blockwise.hpp"
@@ -413,6 +414,15 @@ train::TrainOptions train_options(const ConfigDeck& deck) {
   optim::validate(o.schedule);
   optim::validate(o.adamw, o.schedule.lr);
   quant::validate({o.engine.zeropp.grad_bits, o.engine.zeropp.block});
+  if (o.islands > 1) {
+    shard::validate(o.outer, model::ModelLayout::block_unit(o.model.n_layer) + 1);
+    if (o.data_parts > 1) {
+      throw_config("data.part reproduces one island as a job of its own: it needs parallel.islands=1");
+    }
+    if (!o.checkpoint_dir.empty()) {
+      throw_config("parallel.islands > 1 does not write checkpoints at this version: set checkpoint.dir= (empty)");
+    }
+  }
   if (o.resume == "auto" && o.checkpoint_dir.empty()) o.resume = "none";
   o.deck_text = deck.to_ini(false);
   return o;

@@ -1,8 +1,12 @@
 // Every deck key hsdp-train understands, each spelled here only. Adding a key here makes it parse, validate, print
 // in --help and --print-config, and its `.into` puts its value into TrainOptions (train_options(), options.cpp).
+#include <exception>
+#include <string>
+
 #include "hsdp/app/options.hpp"
 #include "hsdp/comm/types.hpp"
 #include "hsdp/core/dtype.hpp"
+#include "hsdp/core/error.hpp"
 #include "hsdp/shard/strategy.hpp"
 #include "hsdp/train/options.hpp"
 
@@ -38,7 +42,7 @@ OptionSpec path(std::string key, std::string def, std::string help) {
 
 const std::vector<std::string>& section_order() {
   static const std::vector<std::string> order = {"model", "data",   "train",  "parallel", "precision",
-                                                 "zeropp",   "checkpoint", "topology", "comm", "device", "log"};
+                                                 "zeropp",   "outer",    "checkpoint", "topology", "comm", "device", "log"};
   return order;
 }
 
@@ -75,6 +79,29 @@ const std::vector<OptionSpec>& option_table() {
       path("data.entropy_json", "",
            "optional source.json from `hsdp-data synth`: its entropy rate is logged next to the val loss")
           .into([](V v, O o) { o.entropy_json = v.text(); }),
+      text("data.part", "0/1",
+           "I/N: read only part I of N of every global batch, on a world N times smaller: the share island I of N "
+           "reads in a run with parallel.islands=N (to reproduce one island as a job of its own); 0/1 = all of it")
+          .into([](V v, O o) {
+            const std::string& t = v.text();
+            const auto slash = t.find('/');
+            std::size_t used_i = 0, used_n = 0;
+            int part = -1, parts = 0;
+            try {
+              if (slash != std::string::npos) {
+                part = std::stoi(t.substr(0, slash), &used_i);
+                parts = std::stoi(t.substr(slash + 1), &used_n);
+              }
+            } catch (const std::exception&) {
+              parts = 0;
+            }
+            if (slash == std::string::npos || used_i != slash || used_n != t.size() - slash - 1 || parts < 1 ||
+                part < 0 || part >= parts) {
+              throw_config("data.part='" + t + "': expected I/N with 0 <= I < N, e.g. 1/2");
+            }
+            o.data_part = part;
+            o.data_parts = parts;
+          }),
 
       // [train]
       integer("train.steps", "1000", "optimizer steps to run", 1).into([](V v, O o) { o.steps = v.integer(); }),
@@ -184,6 +211,13 @@ const std::vector<OptionSpec>& option_table() {
           .into([](V v, O o) { o.engine.prefetch = v.boolean(); }),
       real("parallel.bucket_mb", "25", "no_shard: gradient all-reduce bucket size in MiB (fp32 gradients)", 0.001)
           .into([](V v, O o) { o.engine.bucket_mb = v.real(); }),
+      integer("parallel.islands", "1",
+              "N > 1 splits the job into N islands of whole nodes (N must divide the nodes) that train apart, each "
+              "with parallel.sharding over its own ranks and its share of every global batch, and meet every "
+              "outer.inner_steps steps in DiLoCo's outer step (the [outer] keys): for links too slow for any "
+              "per-step strategy; 1 = one synchronous job",
+              1, 1 << 20)
+          .into([](V v, O o) { o.islands = v.int32(); }),
 
       // [precision]
       choice("precision.param", "fp32",
@@ -215,6 +249,32 @@ const std::vector<OptionSpec>& option_table() {
       }),
       integer("zeropp.block", "2048", "elements per quantization block (one fp32 scale each); even", 2, 1 << 24)
           .into([](V v, O o) { o.engine.zeropp.block = static_cast<std::size_t>(v.integer()); }),
+
+      // [outer] DiLoCo across islands (parallel.islands > 1): hsdp/shard/outer.hpp
+      integer("outer.inner_steps", "32",
+              "H: inner steps each island trains apart between outer steps (with fragments: between two exchanges "
+              "of the same fragment)",
+              1, 1 << 30)
+          .into([](V v, O o) { o.outer.inner_steps = v.integer(); }),
+      real("outer.lr", "0.7", "the outer step's learning rate on the averaged pseudo-gradient (outer - inner)", 0)
+          .into([](V v, O o) { o.outer.lr = static_cast<float>(v.real()); }),
+      real("outer.momentum", "0.9", "the outer step's Nesterov momentum, in [0, 1)", 0, 1)
+          .into([](V v, O o) { o.outer.momentum = static_cast<float>(v.real()); }),
+      choice("outer.bits", "32",
+             "the pseudo-gradient's wire format across islands: 32 = fp32 all-reduce; 16 = bf16, 8 or 4 = block-wise "
+             "int8 or int4 with one fp32 scale per outer.block elements (all-gathered, summed in island order)",
+             "32|16|8|4")
+          .into([](V v, O o) { o.outer.bits = std::stoi(v.text()); }),
+      boolean("outer.error_feedback", "true",
+              "outer.bits < 32: each island adds what rounding took from its last message to its next one")
+          .into([](V v, O o) { o.outer.error_feedback = v.boolean(); }),
+      integer("outer.block", "256", "outer.bits 8 or 4: elements per fp32 scale; even", 2, 1 << 24)
+          .into([](V v, O o) { o.outer.block = static_cast<std::size_t>(v.integer()); }),
+      integer("outer.fragments", "1",
+              "F > 1 (Streaming DiLoCo): the units split into F fragments of consecutive units and near-equal size, "
+              "fragment f exchanged at the steps s with s mod H = f*H/F (F divides H): 1/F of the bytes each time",
+              1, 1 << 20)
+          .into([](V v, O o) { o.outer.fragments = v.int32(); }),
 
       // [topology]
       integer("topology.ranks_per_node", "0",

@@ -39,6 +39,42 @@ Membership membership_of(const MpiCommunicator* group, int world_rank) {
   return m;
 }
 
+// Islands are groups of whole nodes, consecutive in node order, of equal shape: each island's nodes have the same
+// numbers of ranks as every other's, so that the ranks at the same place in their islands hold the same shard.
+void check_islands(const Topology& t, int islands) {
+  const int nodes = t.num_nodes();
+  if (nodes % islands != 0) {
+    throw_config("parallel.islands=" + std::to_string(islands) + " must divide the job's " + std::to_string(nodes) +
+                 " node(s) (islands are groups of whole nodes; " + node_sizes_text(t) +
+                 "): use a divisor of the node count, or parallel.islands=1");
+  }
+  const int per_island = nodes / islands;
+  for (int id = per_island; id < nodes; ++id) {
+    if (t.node_size(id) != t.node_size(id % per_island)) {
+      throw_config("parallel.islands=" + std::to_string(islands) + ": the islands' nodes differ in size (" +
+                   node_sizes_text(t) + "); islands must have the same shape: place the same number of ranks on "
+                   "every node");
+    }
+  }
+}
+
+// The topology of island `island` (nodes [island * per_island, (island + 1) * per_island)) as a world of its own.
+Topology island_topology(const Topology& t, int island, int per_island) {
+  std::vector<int> node_ids;
+  int my_rank = 0;
+  for (int r = 0; r < t.world_size; ++r) {
+    const int node = t.node_of_rank[static_cast<std::size_t>(r)];
+    if (node / per_island != island) continue;
+    if (r == t.world_rank) my_rank = static_cast<int>(node_ids.size());
+    node_ids.push_back(node);
+  }
+  Topology island_t = Topology::from_node_ids(my_rank, std::move(node_ids));
+  island_t.emulated = t.emulated;
+  island_t.placement = t.placement;
+  island_t.ranks_per_node = t.ranks_per_node;
+  return island_t;
+}
+
 }  // namespace
 
 const char* to_string(ShardScope s) {
@@ -50,8 +86,21 @@ const char* to_string(ShardScope s) {
   return "?";
 }
 
-ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, const MeshOptions& options)
-    : world_(world), topology_(topology), shard_scope_(options.shard_scope), requested_by_(options.requested_by) {
+ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& world_topology, const MeshOptions& options)
+    : world_(world),
+      world_topology_(world_topology),
+      topology_(world_topology),
+      islands_(options.islands),
+      shard_scope_(options.shard_scope),
+      requested_by_(options.requested_by) {
+  // The islands first: every group below is built inside this rank's island, over its topology.
+  if (islands_ > 1) {
+    check_islands(world_topology, islands_);
+    const int nodes_per_island = world_topology.num_nodes() / islands_;
+    island_index_ = world_topology.node() / nodes_per_island;
+    topology_ = island_topology(world_topology, island_index_, nodes_per_island);
+  }
+  const Topology& topology = topology_;
   const int hpz_size = options.hpz_size;
   // Every check comes before the first split, and the topology is the same on every rank, so all ranks throw
   // together and none is left in a collective.
@@ -67,28 +116,35 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& topology, const
       }
     }
   }
+  if (islands_ > 1) {
+    island_ = world.split(island_index_, world_topology.world_rank, "island");
+    outer_ = world.split(island_->rank(), island_index_, "outer");
+  } else {
+    outer_ = world.split(world_topology.world_rank, 0, "outer");
+  }
+  MpiCommunicator& base = island();  // the splits below are the island's
   const int me = topology.world_rank;
   const int node_id = topology.node();
   const int local = topology.local_rank();
-  engine_world_.mpi = world.split(0, me, "world");
-  node_.mpi = world.split(node_id, me, "node");
-  cross_node_.mpi = world.split(local, node_id, "cross_node");
-  node_gather_.mpi = world.split(node_id, me, "node_gather");
+  engine_world_.mpi = base.split(0, me, "world");
+  node_.mpi = base.split(node_id, me, "node");
+  cross_node_.mpi = base.split(local, node_id, "cross_node");
+  node_gather_.mpi = base.split(node_id, me, "node_gather");
   switch (shard_scope_) {
     case ShardScope::world:
-      shard_.mpi = world.split(0, me, "shard");
-      replicate_.mpi = world.split(me, 0, "replicate");
+      shard_.mpi = base.split(0, me, "shard");
+      replicate_.mpi = base.split(me, 0, "replicate");
       break;
     case ShardScope::node:
-      shard_.mpi = world.split(node_id, me, "shard");
-      replicate_.mpi = world.split(local, node_id, "replicate");
+      shard_.mpi = base.split(node_id, me, "shard");
+      replicate_.mpi = base.split(local, node_id, "replicate");
       break;
     case ShardScope::self:
-      shard_.mpi = world.split(me, 0, "shard");
-      replicate_.mpi = world.split(0, me, "replicate");
+      shard_.mpi = base.split(me, 0, "shard");
+      replicate_.mpi = base.split(0, me, "replicate");
       break;
   }
-  if (hpz_size > 0) hpz_.mpi = world.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
+  if (hpz_size > 0) hpz_.mpi = base.split(node_id * topology.world_size + local / hpz_size, me, "hpz");
   for (Group* g : {&engine_world_, &node_, &cross_node_, &node_gather_, &shard_, &replicate_, &hpz_}) carry(*g, options);
 }
 
@@ -107,6 +163,7 @@ ByteCounters ProcessMesh::total_counters() const {
   for (const Group* g : {&node_, &node_gather_, &cross_node_, &shard_, &replicate_, &hpz_}) {
     if (g->mpi) total += g->carried().counters();
   }
+  if (islands_ > 1) total += outer_->counters();
   return total;
 }
 
@@ -114,18 +171,21 @@ void ProcessMesh::reset_counters() {
   for (const Group* g : {&node_, &node_gather_, &cross_node_, &shard_, &replicate_, &hpz_}) {
     if (g->mpi) g->carried().reset_counters();
   }
+  outer_->reset_counters();
 }
 
 std::string ProcessMesh::describe() {
-  const int me = topology_.world_rank;
-  const int world_size = topology_.world_size;
+  const Topology& topology = world_topology_;
+  const int me = topology.world_rank;
+  const int world_size = topology.world_size;
   const MPI_Comm world = world_.raw();
 
-  const std::array<Membership, 3> mine = {membership_of(shard_.mpi.get(), me),
-                                          membership_of(replicate_.mpi.get(), me), membership_of(hpz_.mpi.get(), me)};
+  const std::array<Membership, 5> mine = {membership_of(shard_.mpi.get(), me), membership_of(replicate_.mpi.get(), me),
+                                          membership_of(hpz_.mpi.get(), me), membership_of(island_.get(), me),
+                                          membership_of(outer_.get(), me)};
   std::vector<int> row;
   for (const auto& m : mine) row.insert(row.end(), {m.leader, m.rank, m.size});
-  constexpr int kRow = 9;
+  constexpr int kRow = 15;
   constexpr int kHostChars = 64;
   std::array<char, kHostChars> host{};
   const std::string my_host = host_name();
@@ -160,21 +220,23 @@ std::string ProcessMesh::describe() {
   };
 
   std::ostringstream out;
-  const int nodes = topology_.num_nodes();
+  const int nodes = topology.num_nodes();
   out << "mesh: " << world_size << " ranks on " << nodes << " node" << (nodes == 1 ? "" : "s");
-  if (topology_.nodes_equal_size()) out << " x " << topology_.node_size(0) << " ranks";
-  else out << " of unequal size (" << node_sizes_text(topology_) << ")";
-  if (topology_.emulated) {
-    out << " (emulated with --topology.ranks_per_node=" << topology_.ranks_per_node << ", placement "
-        << to_string(topology_.placement) << ")";
+  if (topology.nodes_equal_size()) out << " x " << topology.node_size(0) << " ranks";
+  else out << " of unequal size (" << node_sizes_text(topology) << ")";
+  if (topology.emulated) {
+    out << " (emulated with --topology.ranks_per_node=" << topology.ranks_per_node << ", placement "
+        << to_string(topology.placement) << ")";
   } else {
     out << " (real nodes from MPI_COMM_TYPE_SHARED)";
   }
-  out << "; " << requested_by_ << ", shard groups of scope " << to_string(shard_scope_) << "\n";
+  out << "; " << requested_by_ << ", shard groups of scope " << to_string(shard_scope_);
+  if (islands_ > 1) out << " inside each of " << islands_ << " islands of " << topology_.world_size << " ranks";
+  out << "\n";
   for (int id = 0; id < nodes; ++id) {
-    const auto ranks = topology_.ranks_on_node(id);
+    const auto ranks = topology.ranks_on_node(id);
     out << "  node " << id;
-    if (!topology_.emulated) out << " (" << host_of(ranks.front()) << ")";
+    if (!topology.emulated) out << " (" << host_of(ranks.front()) << ")";
     out << ": ranks";
     for (const int r : ranks) out << " " << r;
     out << "\n";
@@ -182,11 +244,16 @@ std::string ProcessMesh::describe() {
   out << "  shard groups (a unit's parameters are split over):  " << groups_text(0) << "\n";
   out << "  replicate groups (hold the same shard):             " << groups_text(1) << "\n";
   if (hpz_.mpi) out << "  hpz groups (secondary copy of the weights):         " << groups_text(2) << "\n";
+  if (island_) {
+    out << "  islands (train apart between outer steps):          " << groups_text(3) << "\n";
+    out << "  outer groups (the same shard in every island):      " << groups_text(4) << "\n";
+  }
   for (int r = 0; r < world_size; ++r) {
-    out << "  rank " << r << ": host " << host_of(r) << "  node " << topology_.node_of_rank[static_cast<std::size_t>(r)]
-        << "  local " << topology_.local_rank_of(r) << "  shard " << at(r, 0).rank << "/" << at(r, 0).size
+    out << "  rank " << r << ": host " << host_of(r) << "  node " << topology.node_of_rank[static_cast<std::size_t>(r)]
+        << "  local " << topology.local_rank_of(r) << "  shard " << at(r, 0).rank << "/" << at(r, 0).size
         << "  replicate " << at(r, 1).rank << "/" << at(r, 1).size;
     if (hpz_.mpi) out << "  hpz " << at(r, 2).rank << "/" << at(r, 2).size;
+    if (island_) out << "  island place " << at(r, 3).rank << "/" << at(r, 3).size;
     out << "\n";
   }
   return out.str();

@@ -273,7 +273,7 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
 bool Checkpointer::save(ckpt::TrainState state) {
   const StallPhase phase("checkpoint save of step " + std::to_string(state.step), options_.checkpoint_timeout_s,
                          "checkpoint.timeout_s");
-  const comm::Topology& topo = mesh_.topology();
+  const comm::Topology& topo = mesh_.world_topology();
   state.deck_text = options_.deck_text;
   state.strategy = shard::to_string(options_.engine.strategy);
   state.world_size = topo.world_size;

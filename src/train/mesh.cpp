@@ -9,6 +9,7 @@ namespace hsdp::train {
 std::unique_ptr<comm::ProcessMesh> make_mesh(const TrainOptions& o, comm::MpiCommunicator& world,
                                              const comm::Topology& topology, const Logger& log) {
   comm::MeshOptions mesh_options = shard::mesh_options(o.engine.strategy, o.engine.zeropp.hpz_partition_size);
+  mesh_options.islands = o.islands;
   if (o.device_type == device::DeviceType::cuda) {
     // The rank's GPU, and NCCL or staged MPI for each group over its memory.
     mesh_options.carry = cuda_mesh_carrier(o, topology, log);

@@ -44,6 +44,13 @@ std::string to_json(const StepMetrics& m, const MemoryAccountant& memory) {
   j.add("bytes_intra", m.bytes.intra).add("bytes_inter", m.bytes.inter);
   j.add("bytes_intra_max_rank", m.bytes_max_rank.intra).add("bytes_inter_max_rank", m.bytes_max_rank.inter);
   if (m.val_loss >= 0) j.add("val_loss", m.val_loss);
+  if (!m.island_losses.empty()) {
+    std::string losses;
+    for (const double l : m.island_losses) losses += (losses.empty() ? "" : ",") + JsonLine::number(l);
+    j.add_raw("island_losses", "[" + losses + "]");
+    j.add("outer_fragment", m.outer_fragment).add("outer_bytes", m.outer_bytes);
+    j.add("outer_exposed_ms", m.outer_exposed_ms);
+  }
   j.add_raw("memory", memory_json(memory));
   return j.str();
 }

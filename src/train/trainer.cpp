@@ -29,6 +29,7 @@
 #include "hsdp/optim/grad_clip.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
 #include "hsdp/shard/formulas.hpp"
+#include "hsdp/shard/outer.hpp"
 #include "hsdp/train/backend.hpp"
 #include "hsdp/train/checkpointing.hpp"
 #include "hsdp/train/cuda_backend.hpp"
@@ -322,7 +323,7 @@ class Run {
         signals_(signals),
         log_(log),
         world_(mesh.mpi_world()),
-        data_parallel_(world_),
+        island_(mesh.island()),
         rank_(world_.rank()),
         grad_accum_(o.grad_accum) {}
 
@@ -337,7 +338,12 @@ class Run {
     }
     const StallGuard op("building the model");
     build_backend();
-    hosts_ = host_names(world_.raw(), mesh_.topology());
+    if (mesh_.islands() > 1) {
+      outer_ = std::make_unique<shard::OuterOptimizer>(o_.outer, mesh_.outer(), *layout_,
+                                                       backend_->checkpoint_shards(), memory_);
+      outer_->reset(backend_->checkpoint_shards());
+    }
+    hosts_ = host_names(world_.raw(), mesh_.world_topology());
   }
 
   // The checkpoint checkpoint.resume names, if any: the model, the data order, the loss scale, the step.
@@ -355,14 +361,14 @@ class Run {
         summary_.resumed_from_step = state->step;
         summary_.earlier_seconds = state->train_seconds;
         summary_.segments = state->segments + 1;
-        grad_accum_ = accumulation_for_resume(*state, o_, data_parallel_.size(), log_);
-        check_resume_changes(*state, o_,
-                             static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * data_parallel_.size(), log_);
+        grad_accum_ = accumulation_for_resume(*state, o_, world_.size(), log_);
+        check_resume_changes(*state, o_, static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * world_.size(),
+                             log_);
       }
       // eval_only leaves a training run's metrics.jsonl as it is.
       if (log_.is_root() && !o_.eval_only) metrics_->keep_through_step(first_step_);
     });
-    tokens_per_step_ = static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * data_parallel_.size();
+    tokens_per_step_ = static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * world_.size();
     steps_done_ = first_step_;
     end_step_ = o_.stop_at_step > 0 ? std::min(o_.stop_at_step, o_.steps) : o_.steps;
   }
@@ -370,10 +376,22 @@ class Run {
   // What runs, on rank 0: the model, the ranks, the strategy, the batch; a BLAS that does not know this CPU.
   void announce() const {
     log_.info("hsdp-train: ", layout_->total_numel(), " parameters (", layout_->num_units(), " units), ",
-              mesh_.topology().world_size, " rank(s), strategy ", shard::to_string(o_.engine.strategy), " (param ",
+              world_.size(), " rank(s), strategy ", shard::to_string(o_.engine.strategy), " (param ",
               to_string(o_.engine.param_dtype), ", reduce ", to_string(o_.engine.reduce_dtype), "), ", tokens_per_step_,
               " tokens per step (micro_batch ", o_.micro_batch, " x seq_len ", o_.seq_len, " x grad_accum ",
-              grad_accum_, " x ", data_parallel_.size(), " data-parallel), ", thread_count_, " thread(s) per rank");
+              grad_accum_, " x ", world_.size(), " data-parallel), ", thread_count_, " thread(s) per rank");
+    if (mesh_.islands() > 1) {
+      const shard::OuterOptions& q = o_.outer;
+      log_.info("islands: ", mesh_.islands(), " islands of ", island_.size(), " rank(s), each ",
+                shard::to_string(o_.engine.strategy), " over its own ranks; outer step every ", q.inner_steps,
+                " steps", q.fragments > 1 ? " per fragment (" + std::to_string(q.fragments) + " fragments, one every " +
+                                                std::to_string(q.inner_steps / q.fragments) + " steps)"
+                                          : std::string(),
+                ": lr ", q.lr, ", Nesterov momentum ", q.momentum, ", pseudo-gradients in ",
+                q.bits == 32 ? std::string("fp32") : q.bits == 16 ? std::string("bf16")
+                                                                   : "int" + std::to_string(q.bits),
+                q.bits < 32 ? (q.error_feedback ? " with error feedback" : " without error feedback") : "");
+    }
     // After every input was checked (a bad input ends with its one line of error only).
     if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
       log_.warn("OpenBLAS runs its ", device::blas_core_name(),
@@ -467,7 +485,13 @@ class Run {
     // seconds: every segment of the run (each resume starts one), as steps counts every step.
     j.add("tokens_per_s", summary_.tokens_per_s).add("seconds", summary_.seconds);
     j.add("segment_seconds", summary_.seconds - summary_.earlier_seconds).add("segments", summary_.segments);
-    j.add("world_size", mesh_.topology().world_size).add("nodes", mesh_.topology().num_nodes());
+    j.add("world_size", world_.size()).add("nodes", mesh_.world_topology().num_nodes());
+    if (outer_) {
+      const shard::OuterOptions& q = o_.outer;
+      j.add("islands", mesh_.islands()).add("inner_steps", q.inner_steps).add("outer_bits", q.bits);
+      j.add("outer_fragments", q.fragments).add("outer_exchanges", summary_.outer_exchanges);
+      j.add("outer_bytes", summary_.outer_bytes).add("outer_exposed_ms", summary_.outer_exposed_ms);
+    }
     j.add("strategy", shard::to_string(o_.engine.strategy));
     j.add("param_dtype", to_string(o_.engine.param_dtype)).add("reduce_dtype", to_string(o_.engine.reduce_dtype));
     j.add("params", static_cast<std::uint64_t>(layout_->total_numel()));
@@ -515,9 +539,19 @@ class Run {
  private:
   std::size_t tokens_per_micro() const { return static_cast<std::size_t>(o_.micro_batch) * o_.seq_len; }
 
+  // Whether any island says yes (each island's ranks agree already): the islands decide together.
+  bool any_island(bool mine) {
+    if (mesh_.islands() == 1) return mine;
+    double flag = mine ? 1.0 : 0.0;
+    mesh_.outer().all_reduce(std::span<double>(&flag, 1), comm::ReduceOp::sum);
+    return flag > 0;
+  }
+
   void open_data() {
-    const int dp_rank = data_parallel_.rank();
-    const int dp_size = data_parallel_.size();
+    // Every rank reads its own slice of each global batch: island i's ranks the i-th n of the N*n slices (islands of
+    // n ranks), so that the islands together read what the synchronous job reads; data.part I/N reads the I-th n.
+    const int dp_rank = o_.data_part * world_.size() + mesh_.island_index() * island_.size() + island_.rank();
+    const int dp_size = o_.data_parts * world_.size();
     comm::agree(world_.raw(), [&] {
       fault_point("data", rank_);
       layout_ = std::make_unique<model::ModelLayout>(o_.model);
@@ -528,8 +562,9 @@ class Run {
       if (o_.eval_every > 0 || o_.eval_only) {
         val_file_ = std::make_unique<data::TokenFile>(o_.val_path, "data.val");
         val_file_->validate_vocab(o_.model.vocab_size);
-        evaluator_ = std::make_unique<data::EvalLoader>(*val_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size,
-                                                        o_.eval_tokens);
+        // Each island evaluates its own model over the whole evaluation set.
+        evaluator_ = std::make_unique<data::EvalLoader>(*val_file_, o_.micro_batch, o_.seq_len, island_.rank(),
+                                                        island_.size(), o_.eval_tokens);
       }
       entropy_rate_ = read_entropy_rate(o_.entropy_json);
       summary_.entropy_rate = entropy_rate_;
@@ -573,8 +608,9 @@ class Run {
       const std::size_t rows = evaluator_->next(inputs_, targets_);
       sum += backend_->evaluate_loss_sum(inputs_, targets_, rows);
     }
-    data_parallel_.all_reduce(std::span<double>(&sum, 1), comm::ReduceOp::sum);
-    return sum / static_cast<double>(evaluator_->windows() * static_cast<std::uint64_t>(o_.seq_len));
+    island_.all_reduce(std::span<double>(&sum, 1), comm::ReduceOp::sum);
+    const double val = sum / static_cast<double>(evaluator_->windows() * static_cast<std::uint64_t>(o_.seq_len));
+    return mesh_.islands() > 1 ? global_mean(mesh_.outer(), val) : val;  // the islands' mean
   }
 
   // One optimizer step (step is 0-based): micro-batches, the norm or an fp16 overflow skip, AdamW; its metrics.
@@ -592,23 +628,35 @@ class Run {
       loss += backend.forward_backward(inputs_, targets_, loss_scale / static_cast<float>(grad_accum_),
                                        micro + 1 == grad_accum_);
     }
-    loss = global_mean(data_parallel_, loss / grad_accum_);
+    loss = global_mean(island_, loss / grad_accum_);
+    std::vector<double> island_losses;
+    if (mesh_.islands() > 1) {  // the islands' losses, and their mean
+      island_losses.resize(static_cast<std::size_t>(mesh_.islands()));
+      mesh_.outer().all_gather(std::span<const double>(&loss, 1), std::span<double>(island_losses));
+      loss = global_mean(mesh_.outer(), loss);
+    }
     const double lr = optim::learning_rate(o_.schedule, step);
     optim::ClipResult clip;
     bool skipped = false;
-    if (fp16 && scaler_.update(backend.found_nonfinite())) {
+    if (fp16 && scaler_.update(any_island(backend.found_nonfinite()))) {
       skipped = true;
       log_.info("step ", step + 1, ": fp16 gradients overflowed; step skipped, loss scale now ", scaler_.scale());
     } else {
       const double scale_squared = static_cast<double>(loss_scale) * loss_scale;
       clip = optim::clip_coefficient(backend.grad_norm_squared() / scale_squared, o_.grad_clip);
-      // The loss and the norm are all-reduced, so every rank sees the same: every rank throws, rank 0 says it.
-      if (!clip.finite || !std::isfinite(loss)) {
+      // The loss and the norm are all-reduced (the norm over the island, then agreed across islands), so every rank
+      // sees the same: every rank throws, rank 0 says it.
+      if (any_island(!clip.finite) || !std::isfinite(loss)) {
         throw comm::AgreedError(ErrorKind::diverged, divergence_text(step + 1, loss, last_finite_, *checkpoints_, o_));
       }
       optimizer_steps_ += 1;
       const optim::AdamWStep update{static_cast<float>(lr), optimizer_steps_, clip.coefficient / loss_scale};
       backend.optimizer_step(o_.adamw, update);
+    }
+    shard::OuterReport outer;
+    if (outer_ && shard::fragment_due(o_.outer, step + 1) >= 0) {
+      outer = outer_->after_step(step + 1, backend.checkpoint_shards());
+      backend.checkpoint_loaded();  // the masters are the outer parameters now
     }
 
     StepMetrics m;
@@ -617,7 +665,7 @@ class Run {
     m.lr = lr;
     m.grad_norm = clip.norm;
     m.tokens = tokens_per_step_;
-    m.world_size = mesh_.topology().world_size;
+    m.world_size = world_.size();
     m.strategy = shard::to_string(o_.engine.strategy);
     m.step_ms = step_clock.milliseconds();
     m.comm_ms = backend.timing().comm_ms;
@@ -629,6 +677,17 @@ class Run {
     const JobBytes job = job_bytes(world_, mine);
     m.bytes = job.all_ranks;
     m.bytes_max_rank = job.max_rank;
+    if (outer_) {
+      m.island_losses = std::move(island_losses);
+      m.outer_fragment = outer.fragment;
+      m.outer_bytes = outer.bytes * static_cast<std::uint64_t>(world_.size());  // every rank sends the same
+      m.outer_exposed_ms = outer.ms;
+      if (outer.fragment >= 0) {
+        summary_.outer_exchanges += 1;
+        summary_.outer_bytes += m.outer_bytes;
+        summary_.outer_exposed_ms += outer.ms;
+      }
+    }
     tokens_seen_ += tokens_per_step_;
     if (step > first_step_) {  // the first step pays for page faults and warm-up
       timed_seconds_ += m.step_ms / 1e3;
@@ -705,8 +764,8 @@ class Run {
   const StopSignals& signals_;
   const Logger& log_;
   comm::MpiCommunicator& world_;
-  // Every strategy is data-parallel over the whole world: each rank reads its own micro-batches.
-  comm::Communicator& data_parallel_;
+  // The ranks that train one model between outer steps: the world, or this rank's island (parallel.islands > 1).
+  comm::MpiCommunicator& island_;
   const int rank_;
   int thread_count_ = 1;
   std::optional<device::ThreadCountScope> threads_;
@@ -719,6 +778,7 @@ class Run {
   std::unique_ptr<MetricsLog> metrics_;
   double entropy_rate_ = -1;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<shard::OuterOptimizer> outer_;  // parallel.islands > 1
   std::unique_ptr<Checkpointer> checkpoints_;
   optim::LossScaler scaler_;
   std::vector<std::int32_t> inputs_, targets_;

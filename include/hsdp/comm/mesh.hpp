@@ -9,6 +9,11 @@
 //               on node (nonblocking collectives on one communicator must be issued in the same order on every
 //               rank; two independent streams of them need two communicators)
 //   hpz         hpZ secondary group: k consecutive local ranks of this node (only when hpz k > 0)
+//   island      with MeshOptions::islands = N > 1, the world splits into N islands of whole nodes (consecutive node
+//               ids, so equal numbers of nodes); every group above is then built inside the island, over the
+//               island's topology, exactly as for a world of the island's size (topology() is the island's)
+//   outer       the ranks with this rank's place in its island, one per island: they hold the same shard (DiLoCo's
+//               outer step averages over it; shard/outer.hpp)
 // The shard group's scope comes from the strategy (hsdp/shard/strategy.hpp): world (replicate = self), node
 // (replicate = cross_node; needs nodes of equal size) or self (replicate = world).
 // Every group is an MPI communicator (a split of world); what carries its collectives over the engine's memory is
@@ -37,8 +42,11 @@ struct MeshOptions {
   int hpz_size = 0;
   // Who asked for this mesh, for error messages (e.g. "parallel.sharding=hybrid_shard").
   std::string requested_by = "the process mesh";
-  // What carries each group's collectives (empty: the MPI communicator itself). Not applied to world, the caller's.
+  // What carries each group's collectives (empty: the MPI communicator itself). Not applied to world, the caller's,
+  // nor to island and outer (host memory: the outer step's).
   MeshCarrier carry = {};
+  // parallel.islands: groups of whole nodes that train apart between outer steps (1: the world is one island).
+  int islands = 1;
 };
 
 // A carrier for MeshOptions::carry: every group's collectives staged through host buffers by `staging`
@@ -48,8 +56,8 @@ MeshCarrier staged_carrier(std::shared_ptr<HostStaging> staging);
 
 class ProcessMesh {
  public:
-  // Collective over `world`. Config errors (nodes of unequal size for a node scope, k not dividing a node) are
-  // thrown on every rank before the first split.
+  // Collective over `world`. Config errors (nodes of unequal size for a node scope, k not dividing a node, islands
+  // not dividing the nodes) are thrown on every rank before the first split.
   ProcessMesh(MpiCommunicator& world, const Topology& topology, const MeshOptions& options);
 
   // The groups as the engine sees them: collectives and counters (communicator.hpp), whatever carries them.
@@ -68,7 +76,14 @@ class ProcessMesh {
   // The world again (a duplicate), carried like the other groups: for collectives over the engine's memory (the
   // step's norm and overflow flag). Left out of total_counters, as world is.
   Communicator& engine_world() { return engine_world_.carried(); }
+  // The island's topology (the world's with one island): what the strategy's groups were built from.
   const Topology& topology() const { return topology_; }
+  const Topology& world_topology() const { return world_topology_; }
+  int islands() const { return islands_; }
+  int island_index() const { return island_index_; }
+  // The island's ranks (the world with one island), and the outer group (this rank alone with one island).
+  MpiCommunicator& island() { return island_ ? *island_ : world_; }
+  MpiCommunicator& outer() { return *outer_; }
   ShardScope shard_scope() const { return shard_scope_; }
 
   // Sum of the counters of every communicator of the mesh except world (world is the caller's and may carry
@@ -81,7 +96,12 @@ class ProcessMesh {
 
  private:
   MpiCommunicator& world_;
+  Topology world_topology_;
   Topology topology_;
+  int islands_ = 1;
+  int island_index_ = 0;
+  std::unique_ptr<MpiCommunicator> island_;
+  std::unique_ptr<MpiCommunicator> outer_;
   ShardScope shard_scope_;
   std::string requested_by_;
   // A group: its MPI communicator and, where MeshOptions::carry gave one, what carries its collectives.

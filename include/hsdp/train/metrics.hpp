@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "hsdp/comm/types.hpp"
 #include "hsdp/core/memory.hpp"
@@ -25,6 +26,13 @@ struct StepMetrics {
   double val_loss = -1;  // < 0: not evaluated this step
   int world_size = 0;    // the ranks of the segment that ran the step (a resumed run may change them)
   std::string strategy;  // and its parallel.sharding
+  // parallel.islands > 1: each island's mean loss (in island order; `loss` is their mean), and the outer step's
+  // exchange after this step: its fragment (-1: none), the bytes every rank together sent for it, the time the
+  // step waited for it (all of it: the exchange is blocking).
+  std::vector<double> island_losses;
+  int outer_fragment = -1;
+  std::uint64_t outer_bytes = 0;
+  double outer_exposed_ms = 0;
 };
 
 std::string memory_json(const MemoryAccountant& memory);

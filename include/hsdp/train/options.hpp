@@ -10,6 +10,7 @@
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/optim/lr_schedule.hpp"
 #include "hsdp/shard/engine.hpp"
+#include "hsdp/shard/outer.hpp"
 
 namespace hsdp::train {
 
@@ -29,11 +30,16 @@ struct TrainOptions {
   optim::AdamWConfig adamw;
   double grad_clip = 1.0;
   std::uint64_t data_seed = 1337;
+  // data.part = I/N: read part I of N of every global batch (what island I of N reads), on a world N times smaller.
+  int data_part = 0;
+  int data_parts = 1;
   std::int64_t eval_every = 100;
   std::int64_t eval_tokens = 0;  // 0: the whole val set (data::EvalLoader)
   bool activation_checkpointing = false;
 
   shard::EngineOptions engine;  // strategy, precision, prefetch, buckets, grad_accum
+  int islands = 1;              // parallel.islands: > 1 trains DiLoCo-style (shard/outer.hpp)
+  shard::OuterOptions outer;    // [outer]: the outer step across islands
   int threads = 0;  // 0 = cores of the node / ranks on it
   device::DeviceType device_type = device::DeviceType::cpu;  // hsdp/train/cuda_backend.hpp
   comm::Transport comm_intra = comm::Transport::nccl;  // cuda: what carries the collectives inside a node

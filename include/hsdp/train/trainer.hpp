@@ -24,6 +24,11 @@ struct TrainSummary {
   bool resumable = true;               // a requeued job could resume (checkpoint.dir is set)
   std::int64_t final_val_loss_step = 0;  // the step whose model final_val_loss evaluated
   std::string ended;                     // why the run ended (summary.json "ended")
+  // parallel.islands > 1, this segment: outer exchanges done, bytes every rank together sent for them, the time rank
+  // 0 waited for them.
+  std::int64_t outer_exchanges = 0;
+  std::uint64_t outer_bytes = 0;
+  double outer_exposed_ms = 0;
 };
 
 // Validates the options against the data (collectively: a bad file on one rank ends every rank with one

@@ -1,0 +1,107 @@
+#pragma once
+// DiLoCo's outer step across islands (parallel.islands > 1; Douillard et al. 2023; Streaming DiLoCo, 2025).
+//
+// Each island trains apart for H = outer.inner_steps steps: its own AdamW, its own share of every global batch, its
+// strategy over its own ranks. Then the ranks that hold the same shard in every island (the mesh's outer group, one
+// rank per island) average their pseudo-gradients and apply one Nesterov step to the outer parameters, which every
+// island takes as its master weights (AdamW's moments stay each island's):
+//   delta_i = outer - inner_i                     island i's masters against the last outer parameters
+//   g       = (wire(delta_1 + e_1) + ... + wire(delta_N + e_N)) / N        summed in island order, in fp32
+//   e_i     = delta_i + e_i - wire(delta_i + e_i)  error feedback (outer.bits < 32 with outer.error_feedback; else 0)
+//   m       = mu m + g                             outer.momentum (Nesterov, as torch.optim.SGD(nesterov=True))
+//   outer   = outer - lr (g + mu m)                outer.lr
+//   inner_i = outer
+// wire() is the exchange's number format (outer.bits): 32 = fp32 (an all-reduce, avg: the ring's sum / N, the same
+// bits on every rank); 16 = bf16 (round to nearest even); 8 and 4 = block-wise int8/int4 with one fp32 scale per
+// outer.block elements (quant/blockwise.hpp: |wire(x) - x| <= scale / 2). Below 32 bits the N messages are
+// all-gathered and every rank sums them in island order, so every island computes the same g bit for bit.
+//
+// Fragments (outer.fragments = F, Streaming DiLoCo): the units split into F runs of consecutive units of near-equal
+// size; fragment f is exchanged after every step s (1-based) with s mod H == f H / F (F divides H). F = 1: after
+// every H-th step.
+//
+// Each rank keeps the outer state of the ranges it holds (its shard views): outer parameters, momentum and error
+// feedback, 12 bytes per element (shard/formulas.hpp: outer_state_bytes).
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hsdp/comm/communicator.hpp"
+#include "hsdp/core/buffer.hpp"
+#include "hsdp/core/memory.hpp"
+#include "hsdp/model/layout.hpp"
+#include "hsdp/shard/flat_param.hpp"
+
+namespace hsdp::shard {
+
+struct OuterOptions {
+  std::int64_t inner_steps = 32;  // H
+  float lr = 0.7f;
+  float momentum = 0.9f;
+  int bits = 32;  // the pseudo-gradient's wire format: 32, 16, 8 or 4
+  int fragments = 1;
+  bool error_feedback = true;  // bits < 32: carry each island's rounding error into its next exchange
+  std::size_t block = 256;     // bits 8 and 4: elements per fp32 scale (even)
+};
+
+// Config errors naming the key: bits not in {32, 16, 8, 4}, F not dividing H or exceeding the model's units, an odd
+// or zero block, lr <= 0, momentum outside [0, 1).
+void validate(const OuterOptions& options, int num_units);
+
+// The fragment of every unit: F runs of consecutive units, the cut after the unit where the running element count
+// first reaches f/F of the total (each fragment gets at least one unit).
+std::vector<int> unit_fragments(const model::ModelLayout& layout, int fragments);
+
+// The fragment exchanged after step `step` (1-based), or -1 for none.
+int fragment_due(const OuterOptions& options, std::int64_t step);
+
+// Bytes one rank sends for a fragment of `count` elements over `islands` islands: all_reduce's ring
+// 2 (N-1) ceil(c/N) 4 for fp32, else an all_gather of its message, (N-1) times its bytes.
+std::uint64_t outer_exchange_bytes(const OuterOptions& options, std::size_t count, int islands);
+
+struct OuterReport {
+  int fragment = -1;        // the fragment exchanged after this step; -1: none
+  std::size_t count = 0;    // its elements on this rank
+  std::uint64_t bytes = 0;  // what this rank sent for it (outer_exchange_bytes)
+  double ms = 0;            // the exchange's wall time, all of it exposed (the step waits for it)
+};
+
+class OuterOptimizer {
+ public:
+  // `views`: this rank's shard ranges (unit, begin, count), the same on every member of `outer`; their pointers are
+  // not kept. Collective over nothing; `memory` is charged the outer state (optimizer).
+  OuterOptimizer(const OuterOptions& options, comm::Communicator& outer, const model::ModelLayout& layout,
+                 std::span<const UnitShard> views, MemoryAccountant& memory);
+
+  // The outer parameters become the masters of `inner` (views of the same ranges); momentum and error are zeroed.
+  void reset(std::span<const UnitShard> inner);
+  // After the inner optimizer step of `step` (1-based): the due fragment's exchange and outer step, the masters of
+  // `inner` rewritten to the new outer parameters (the caller makes the backend follow). Collective over outer
+  // when a fragment is due.
+  OuterReport after_step(std::int64_t step, std::span<const UnitShard> inner);
+  // The outer state as checkpoint views of the same ranges: params = outer parameters, exp_avg = momentum,
+  // exp_avg_sq = error feedback (zero when unused).
+  std::vector<UnitShard> state_views();
+  const OuterOptions& options() const { return options_; }
+
+ private:
+  struct Range {
+    int unit = 0;
+    std::size_t begin = 0;
+    std::size_t count = 0;
+    std::size_t offset = 0;  // into the state buffers
+    int fragment = 0;
+  };
+  // g for the fragment's `count` elements in `delta` (overwritten with the mean), e updated in `error`.
+  void exchange(std::span<float> delta, std::span<float> error);
+
+  OuterOptions options_;
+  comm::Communicator& outer_;
+  std::vector<Range> ranges_;
+  Buffer<float> params_, momentum_, error_;
+  std::vector<float> delta_;
+  std::vector<std::uint8_t> message_, received_;
+};
+
+}  // namespace hsdp::shard

@@ -1,0 +1,219 @@
+#include "hsdp/shard/outer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "hsdp/core/dtype.hpp"
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/timer.hpp"
+#include "hsdp/quant/blockwise.hpp"
+
+namespace hsdp::shard {
+namespace {
+
+bool quantized(const OuterOptions& o) {
+  return o.bits == 8 || o.bits == 4;
+}
+
+quant::QuantSpec spec_of(const OuterOptions& o) {
+  return {o.bits == 8 ? quant::Bits::int8 : quant::Bits::int4, o.block};
+}
+
+// Packed values padded to 4 bytes, then the fp32 scales: one message of `count` quantized elements.
+std::size_t packed_padded(std::size_t count, const OuterOptions& o) {
+  return (quant::packed_bytes(count, spec_of(o).bits) + 3) / 4 * 4;
+}
+std::size_t message_bytes(std::size_t count, const OuterOptions& o) {
+  if (o.bits == 32) return count * sizeof(float);
+  if (o.bits == 16) return count * sizeof(bf16_t);
+  return packed_padded(count, o) + sizeof(float) * quant::scale_count(count, o.block);
+}
+
+quant::QuantizedSpan message_span(std::uint8_t* bytes, std::size_t count, const OuterOptions& o) {
+  const std::size_t packed = packed_padded(count, o);
+  return {{bytes, quant::packed_bytes(count, spec_of(o).bits)},
+          {reinterpret_cast<float*>(bytes + packed), quant::scale_count(count, o.block)},
+          count,
+          spec_of(o)};
+}
+
+}  // namespace
+
+void validate(const OuterOptions& o, int num_units) {
+  if (o.bits != 32 && o.bits != 16 && o.bits != 8 && o.bits != 4) {
+    throw_config("outer.bits=" + std::to_string(o.bits) +
+                 ": the pseudo-gradient's wire format is 32 (fp32), 16 "
+                 "(bf16), 8 or 4 (block-wise int8 or int4)");
+  }
+  if (o.inner_steps < 1) throw_config("outer.inner_steps must be at least 1");
+  if (o.fragments < 1 || o.fragments > num_units) {
+    throw_config("outer.fragments=" + std::to_string(o.fragments) + " must be between 1 and the model's " +
+                 std::to_string(num_units) + " units (the embedding, each block, the final norm)");
+  }
+  if (o.inner_steps % o.fragments != 0) {
+    throw_config("outer.fragments=" + std::to_string(o.fragments) + " must divide outer.inner_steps=" +
+                 std::to_string(o.inner_steps) + " (fragment f is exchanged at steps f*H/F mod H)");
+  }
+  if (!(o.lr > 0)) throw_config("outer.lr must be positive");
+  if (!(o.momentum >= 0 && o.momentum < 1)) throw_config("outer.momentum must be in [0, 1)");
+  if (quantized(o)) quant::validate(spec_of(o));
+}
+
+std::vector<int> unit_fragments(const model::ModelLayout& layout, int fragments) {
+  const int units = layout.num_units();
+  std::size_t total = 0;
+  for (int u = 0; u < units; ++u) total += layout.unit(u).numel;
+  std::vector<int> of(static_cast<std::size_t>(units), 0);
+  std::size_t run = 0;
+  int f = 0;
+  for (int u = 0; u < units; ++u) {
+    of[static_cast<std::size_t>(u)] = f;
+    run += layout.unit(u).numel;
+    const bool reached = static_cast<double>(run) * fragments >= static_cast<double>(total) * (f + 1);
+    const bool units_left_just_enough = units - u - 1 == fragments - 1 - f;
+    if (f < fragments - 1 && (reached || units_left_just_enough)) ++f;
+  }
+  return of;
+}
+
+int fragment_due(const OuterOptions& o, std::int64_t step) {
+  if (step <= 0) return -1;
+  const std::int64_t period = o.inner_steps / o.fragments;
+  const std::int64_t at = step % o.inner_steps;
+  if (at % period != 0) return -1;
+  return static_cast<int>(at / period);
+}
+
+std::uint64_t outer_exchange_bytes(const OuterOptions& o, std::size_t count, int islands) {
+  const auto n = static_cast<std::uint64_t>(islands);
+  if (n <= 1 || count == 0) return 0;
+  if (o.bits == 32) return 2 * (n - 1) * ((count + n - 1) / n) * sizeof(float);
+  return (n - 1) * message_bytes(count, o);
+}
+
+OuterOptimizer::OuterOptimizer(const OuterOptions& options, comm::Communicator& outer, const model::ModelLayout& layout,
+                               std::span<const UnitShard> views, MemoryAccountant& memory)
+    : options_(options), outer_(outer) {
+  validate(options_, layout.num_units());
+  const std::vector<int> fragment = unit_fragments(layout, options_.fragments);
+  std::size_t total = 0;
+  for (const UnitShard& v : views) {
+    ranges_.push_back({v.unit, v.begin, v.count, total, fragment[static_cast<std::size_t>(v.unit)]});
+    total += v.count;
+  }
+  params_.reset(total, &memory, MemCategory::optimizer);
+  momentum_.reset(total, &memory, MemCategory::optimizer);
+  error_.reset(total, &memory, MemCategory::optimizer);
+}
+
+void OuterOptimizer::reset(std::span<const UnitShard> inner) {
+  for (std::size_t i = 0; i < ranges_.size(); ++i) {
+    std::memcpy(params_.data() + ranges_[i].offset, inner[i].params, ranges_[i].count * sizeof(float));
+  }
+  std::fill_n(momentum_.data(), momentum_.size(), 0.0f);
+  std::fill_n(error_.data(), error_.size(), 0.0f);
+}
+
+std::vector<UnitShard> OuterOptimizer::state_views() {
+  std::vector<UnitShard> views;
+  for (const Range& r : ranges_) {
+    views.push_back(
+        {r.unit, r.begin, r.count, params_.data() + r.offset, momentum_.data() + r.offset, error_.data() + r.offset});
+  }
+  return views;
+}
+
+void OuterOptimizer::exchange(std::span<float> delta, std::span<float> error) {
+  const std::size_t n = delta.size();
+  const bool feedback = options_.error_feedback && options_.bits < 32;
+  if (feedback) {
+    for (std::size_t k = 0; k < n; ++k) delta[k] += error[k];
+  }
+  if (options_.bits == 32) {
+    outer_.all_reduce(delta.data(), delta.data(), n, DType::f32, comm::ReduceOp::avg);
+    return;
+  }
+  const std::size_t bytes = message_bytes(n, options_);
+  const auto islands = static_cast<std::size_t>(outer_.size());
+  message_.assign(bytes, 0);
+  received_.resize(bytes * islands);
+  std::vector<float> wire(n);  // this island's message as the others read it
+  if (options_.bits == 16) {
+    auto* values = reinterpret_cast<bf16_t*>(message_.data());
+    for (std::size_t k = 0; k < n; ++k) {
+      values[k] = float_to_bf16(delta[k]);
+      wire[k] = bf16_to_float(values[k]);
+    }
+  } else {
+    const quant::QuantizedSpan mine = message_span(message_.data(), n, options_);
+    quant::quantize(std::span<const float>(delta.data(), n), mine);
+    quant::dequantize(mine, std::span<float>(wire));
+  }
+  if (feedback) {
+    for (std::size_t k = 0; k < n; ++k) error[k] = delta[k] - wire[k];
+  }
+  outer_.all_gather(message_.data(), received_.data(), bytes, DType::u8);
+  // The mean of the N messages, summed in island order: the same bits on every rank.
+  std::fill(delta.begin(), delta.end(), 0.0f);
+  for (std::size_t i = 0; i < islands; ++i) {
+    std::uint8_t* theirs = received_.data() + i * bytes;
+    if (options_.bits == 16) {
+      const auto* values = reinterpret_cast<const bf16_t*>(theirs);
+      for (std::size_t k = 0; k < n; ++k) delta[k] += bf16_to_float(values[k]);
+    } else {
+      quant::dequantize(message_span(theirs, n, options_), std::span<float>(wire));
+      for (std::size_t k = 0; k < n; ++k) delta[k] += wire[k];
+    }
+  }
+  const auto count = static_cast<float>(islands);
+  for (std::size_t k = 0; k < n; ++k) delta[k] /= count;
+}
+
+OuterReport OuterOptimizer::after_step(std::int64_t step, std::span<const UnitShard> inner) {
+  OuterReport report;
+  report.fragment = fragment_due(options_, step);
+  if (report.fragment < 0) return report;
+  Stopwatch clock;
+  // The fragment's pseudo-gradient and error, gathered from its ranges into one message.
+  std::vector<std::size_t> mine;
+  for (std::size_t i = 0; i < ranges_.size(); ++i) {
+    if (ranges_[i].fragment == report.fragment) {
+      mine.push_back(i);
+      report.count += ranges_[i].count;
+    }
+  }
+  delta_.resize(report.count);
+  std::vector<float> error(report.count);
+  std::size_t at = 0;
+  for (const std::size_t i : mine) {
+    const Range& r = ranges_[i];
+    const float* outer = params_.data() + r.offset;
+    for (std::size_t k = 0; k < r.count; ++k) delta_[at + k] = outer[k] - inner[i].params[k];
+    std::copy_n(error_.data() + r.offset, r.count, error.data() + at);
+    at += r.count;
+  }
+  exchange(delta_, error);
+  // Nesterov on the outer parameters; the masters follow.
+  const float lr = options_.lr;
+  const float mu = options_.momentum;
+  at = 0;
+  for (const std::size_t i : mine) {
+    const Range& r = ranges_[i];
+    float* outer = params_.data() + r.offset;
+    float* m = momentum_.data() + r.offset;
+    for (std::size_t k = 0; k < r.count; ++k) {
+      const float g = delta_[at + k];
+      m[k] = mu * m[k] + g;
+      outer[k] -= lr * (g + mu * m[k]);
+      inner[i].params[k] = outer[k];
+    }
+    std::copy_n(error.data() + at, r.count, error_.data() + r.offset);
+    at += r.count;
+  }
+  report.bytes = outer_exchange_bytes(options_, report.count, outer_.size());
+  report.ms = clock.milliseconds();
+  return report;
+}
+
+}  // namespace hsdp::shard
