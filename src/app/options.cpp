@@ -419,9 +419,6 @@ train::TrainOptions train_options(const ConfigDeck& deck) {
     if (o.data_parts > 1) {
       throw_config("data.part reproduces one island as a job of its own: it needs parallel.islands=1");
     }
-    if (!o.checkpoint_dir.empty()) {
-      throw_config("parallel.islands > 1 does not write checkpoints at this version: set checkpoint.dir= (empty)");
-    }
   }
   if (o.resume == "auto" && o.checkpoint_dir.empty()) o.resume = "none";
   o.deck_text = deck.to_ini(false);

@@ -47,7 +47,7 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
   // The datasets the model of /meta has (never a walk over the file's links, which a damaged file can turn into
   // heap corruption inside HDF5: tests/fuzz).
   const model::ModelLayout layout(info.config);
-  for (const std::string& name : plan::dataset_paths(layout)) {
+  for (const std::string& name : plan::dataset_paths(layout, info.state.islands)) {
     if (!h5::link_exists(file.get(), name)) continue;
     if (const std::string link = h5::link_not_hard(file.get(), name); !link.empty()) {
       throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "': " + link +
@@ -96,6 +96,20 @@ FullCheckpoint empty_checkpoint(const model::GptConfig& config) {
     full.exp_avg_sq.emplace_back(u.numel);
   }
   return full;
+}
+
+std::size_t verify_state_sets(const std::string& path) {
+  FullCheckpoint full = empty_checkpoint(checkpoint_model_config(path));
+  const model::ModelLayout layout(full.config);
+  const std::vector<UnitShard> shards = full.whole_units();
+  std::size_t verified = 0;
+  const TrainState state = load_checkpoint(MPI_COMM_SELF, path, layout, shards);
+  for (StateSet set : all_state_sets(state.islands)) {
+    set.shards = shards;
+    load_checkpoint(MPI_COMM_SELF, path, layout, [&](const TrainState&) { return std::vector<StateSet>{set}; });
+    verified += 3 * layout.params().size();
+  }
+  return verified;
 }
 
 FullCheckpoint read_full_checkpoint(const std::string& path) {

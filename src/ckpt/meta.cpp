@@ -67,6 +67,8 @@ std::vector<char> pack(const TrainState& s) {
   append(packed, s.deck_text);
   append(packed, s.strategy);
   append(packed, s.mesh);
+  // Islands came later: a file of one island packs (and checksums) as files did before them.
+  if (s.islands > 1) append(packed, &s.islands, sizeof s.islands);
   return packed;
 }
 
@@ -105,6 +107,7 @@ void check_ranges(const TrainState& s, const std::string& path) {
   if (s.nodes < 1 || s.nodes > s.world_size) {
     bad("/meta nodes " + std::to_string(s.nodes) + " is not in [1, world_size " + std::to_string(s.world_size) + "]");
   }
+  if (s.islands < 1) bad("/meta islands " + std::to_string(s.islands) + " is below 1");
   if (s.segments < 1) bad("/meta segments " + std::to_string(s.segments) + " is below 1");
   if (!(s.train_seconds >= 0) || !std::isfinite(s.train_seconds)) bad("/meta train_seconds is not a finite number >= 0");
   if (!(s.scaler.scale > 0) || !std::isfinite(s.scaler.scale)) bad("/scaler scale is not a finite number > 0");
@@ -125,6 +128,7 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::write_attribute(m.get(), "mesh", s.mesh);
   h5::write_attribute(m.get(), "train_seconds", s.train_seconds);
   h5::write_attribute(m.get(), "segments", s.segments);
+  if (s.islands > 1) h5::write_attribute(m.get(), "islands", std::int64_t{s.islands});
   h5::write_attribute(m.get(), "hsdp_version", std::string(HSDP_VERSION));
   h5::write_attribute(m.get(), "checksum_algorithm", std::string(kChecksumAlgorithm));
   h5::write_attribute(m.get(), "n_layer", std::int64_t{config.n_layer});
@@ -173,6 +177,9 @@ TrainState read_values(hid_t file, const std::string& path) {
     // Added after format 1's first files: absent in those, which then count from this segment on.
     if (h5::has_attribute(m.get(), "train_seconds")) s.train_seconds = h5::read_real_attribute(m.get(), "train_seconds", where);
     if (h5::has_attribute(m.get(), "segments")) s.segments = h5::read_int_attribute(m.get(), "segments", where);
+    if (h5::has_attribute(m.get(), "islands")) {
+      s.islands = to_int(h5::read_int_attribute(m.get(), "islands", where), where + " islands");
+    }
   }
   {
     h5::Handle d = open_group(file, "/data", path);
@@ -252,6 +259,7 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   take(packed, at, s.deck_text);
   take(packed, at, s.strategy);
   take(packed, at, s.mesh);
+  if (at < packed.size()) take(packed, at, &s.islands, sizeof s.islands);
   return s;
 }
 

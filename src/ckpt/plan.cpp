@@ -44,10 +44,16 @@ std::string dataset_path(Tensor tensor, const std::string& param_name) {
   return {};
 }
 
-std::vector<std::string> dataset_paths(const model::ModelLayout& layout) {
+std::string dataset_path(const StateSet& set, Tensor tensor, const std::string& param_name) {
+  return set.group + "/" + set.tensors[static_cast<std::size_t>(tensor)] + "/" + param_name;
+}
+
+std::vector<std::string> dataset_paths(const model::ModelLayout& layout, int islands) {
   std::vector<std::string> paths;
-  for (const Tensor t : kTensors) {
-    for (const model::ParamInfo& p : layout.params()) paths.push_back(dataset_path(t, p.name));
+  for (const StateSet& set : all_state_sets(islands)) {
+    for (const Tensor t : kTensors) {
+      for (const model::ParamInfo& p : layout.params()) paths.push_back(dataset_path(set, t, p.name));
+    }
   }
   return paths;
 }
@@ -187,3 +193,35 @@ Ownership ownership(const model::ModelLayout& layout, const std::vector<RankRang
 }
 
 }  // namespace hsdp::ckpt::plan
+
+namespace hsdp::ckpt {
+
+StateSet model_state(std::span<const UnitShard> shards, bool writer) {
+  return {.group = "", .shards = shards, .writer = writer};
+}
+
+std::string island_group(int island) {
+  return island == 0 ? "" : "/islands/" + std::to_string(island);
+}
+
+StateSet island_state(int island, std::span<const UnitShard> shards, bool writer) {
+  return {.group = island_group(island), .shards = shards, .writer = writer};
+}
+
+StateSet outer_state(int island, std::span<const UnitShard> shards, bool writer) {
+  return {.group = island_group(island) + "/outer",
+          .tensors = {"params", "momentum", "error_feedback"},
+          .shards = shards,
+          .writer = writer};
+}
+
+std::vector<StateSet> all_state_sets(int islands) {
+  std::vector<StateSet> sets;
+  for (int i = 0; i < islands; ++i) sets.push_back(island_state(i, {}, false));
+  if (islands > 1) {
+    for (int i = 0; i < islands; ++i) sets.push_back(outer_state(i, {}, false));
+  }
+  return sets;
+}
+
+}  // namespace hsdp::ckpt

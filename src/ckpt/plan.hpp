@@ -22,8 +22,11 @@ inline constexpr Tensor kTensors[] = {Tensor::params, Tensor::exp_avg, Tensor::e
 
 // "/model/<name>", "/optim/exp_avg/<name>", "/optim/exp_avg_sq/<name>"
 std::string dataset_path(Tensor tensor, const std::string& param_name);
-// Every dataset of a checkpoint of `layout`: tensor-major (model, exp_avg, exp_avg_sq), then parameter order.
-std::vector<std::string> dataset_paths(const model::ModelLayout& layout);
+// "<group>/<tensors[t]>/<name>" of a state set (checkpoint.hpp).
+std::string dataset_path(const StateSet& set, Tensor tensor, const std::string& param_name);
+// Every dataset of a checkpoint of `layout`: tensor-major (model, exp_avg, exp_avg_sq), then parameter order; with
+// islands > 1, then every further state set's (all_state_sets) in the same order.
+std::vector<std::string> dataset_paths(const model::ModelLayout& layout, int islands = 1);
 float* tensor_data(const UnitShard& shard, Tensor tensor);
 
 // A range of a unit's flat buffer held by some rank (shard: index into that rank's shard list).

@@ -69,7 +69,8 @@ std::string shape_words(const model::GptConfig& c) {
 
 // The model of /meta is the layout's (its padding of the vocabulary may differ: the padded rows are not saved); every
 // dataset exists with the model's shape. Same answer on every rank.
-void check_shapes(hid_t file, const std::string& path, const model::ModelLayout& layout) {
+void check_shapes(hid_t file, const std::string& path, const model::ModelLayout& layout,
+                  std::span<const StateSet> sets) {
   {
     const model::GptConfig saved = meta::read_model_config(file, path);
     const model::GptConfig& want = layout.config();
@@ -78,9 +79,10 @@ void check_shapes(hid_t file, const std::string& path, const model::ModelLayout&
       throw_other_shape(path, "it holds " + shape_words(saved) + "; the model is " + shape_words(want));
     }
   }
-  for (const plan::Tensor t : plan::kTensors) {
+  for (const StateSet& set : sets) {
+    for (const plan::Tensor t : plan::kTensors) {
     for (const model::ParamInfo& p : layout.params()) {
-      const std::string name = plan::dataset_path(t, p.name);
+      const std::string name = plan::dataset_path(set, t, p.name);
       if (!h5::link_exists(file, name)) {
         throw_checkpoint("checkpoint '" + path + "' has no dataset " + name + " (the model expects " +
                          h5::shape_text(p.logical_shape) + ")");
@@ -95,6 +97,7 @@ void check_shapes(hid_t file, const std::string& path, const model::ModelLayout&
         throw_other_shape(path, "dataset " + name + " has shape " + h5::shape_text(shape) + " but the model expects " +
                                     h5::shape_text(p.logical_shape));
       }
+    }
     }
   }
 }
@@ -120,14 +123,15 @@ struct Reads {
   std::vector<std::vector<float>> scratch;        // the gaps' data, read only to be verified
 };
 
-// This rank reads its shards' pieces of every dataset, plus the gaps (held by no rank) assigned to it.
-Reads plan_reads(MPI_Comm world, hid_t file, const std::string& path, const model::ModelLayout& layout,
-                 std::span<const UnitShard> shards, const plan::Ownership& own) {
-  Reads r;
+// This rank reads its shards' pieces of every dataset of `set`, plus the gaps (held by no rank) assigned to it,
+// appended to `r`.
+void plan_reads(MPI_Comm world, hid_t file, const std::string& path, const model::ModelLayout& layout,
+                const StateSet& set, const plan::Ownership& own, Reads& r) {
+  const std::span<const UnitShard> shards = set.shards;
   agreed(world, [&] {
     for (const plan::Tensor t : plan::kTensors) {
       for (const model::ParamInfo& info : layout.params()) {
-        const std::string name = plan::dataset_path(t, info.name);
+        const std::string name = plan::dataset_path(set, t, info.name);
         r.handles.push_back(h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "opening " + name));
         r.stored.push_back(
             h5::read_uint_attribute(r.handles.back().get(), "checksum", "checkpoint '" + path + "' dataset " + name));
@@ -139,7 +143,7 @@ Reads plan_reads(MPI_Comm world, hid_t file, const std::string& path, const mode
     for (std::size_t p = 0; p < layout.params().size(); ++p) {
       const model::ParamInfo& info = layout.params()[p];
       transfer::DatasetPieces d;
-      d.path = plan::dataset_path(t, info.name);
+      d.path = plan::dataset_path(set, t, info.name);
       d.dims.assign(info.logical_shape.begin(), info.logical_shape.end());
       d.dataset = r.handles[r.datasets.size()].get();
       for (const plan::Piece& piece : mine[p]) {
@@ -153,18 +157,16 @@ Reads plan_reads(MPI_Comm world, hid_t file, const std::string& path, const mode
       r.datasets.push_back(std::move(d));
     }
   }
-  return r;
 }
 
-// Every dataset's checksum over the data read: each rank adds the elements it owns (its shards minus lower ranks'
-// copies) and the gaps it read. Collective.
-std::vector<std::uint64_t> loaded_checksums(MPI_Comm world, const model::ModelLayout& layout,
-                                            std::span<const UnitShard> shards, const plan::Ownership& own,
-                                            const Reads& reads) {
+// The checksums of set number `index`'s datasets over the data read, into `sums`: each rank adds the elements it
+// owns (its shards minus lower ranks' copies) and the gaps it read (all-reduced by the caller).
+void loaded_checksums(const model::ModelLayout& layout, std::span<const UnitShard> shards,
+                      const plan::Ownership& own, const Reads& reads, std::size_t index,
+                      std::vector<std::uint64_t>& sums) {
   const std::size_t param_count = layout.params().size();
-  std::vector<std::uint64_t> sums(3 * param_count, 0);
   for (const plan::Tensor t : plan::kTensors) {
-    const std::size_t base = static_cast<std::size_t>(t) * param_count;
+    const std::size_t base = (index * 3 + static_cast<std::size_t>(t)) * param_count;
     for (std::size_t p = 0; p < param_count; ++p) {
       for (const plan::Piece& piece : own.owned[p]) {
         const float* data = plan::tensor_data(shards[piece.shard], t) + piece.shard_offset;
@@ -176,33 +178,42 @@ std::vector<std::uint64_t> loaded_checksums(MPI_Comm world, const model::ModelLa
       }
     }
   }
-  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, world);
-  return sums;
 }
 
 }  // namespace
 
 TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
                            std::span<const UnitShard> shards, IoMode io) {
+  return load_checkpoint(
+      world, path, layout, [&](const TrainState&) { return std::vector<StateSet>{model_state(shards, false)}; }, io);
+}
+
+TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                           const ChooseSets& choose, IoMode io) {
   h5::silence_errors();
   int rank = 0;
   int size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
-  agreed(world, [&] { plan::validate_shards(layout, shards); });
 
   std::optional<StallGuard> op(std::in_place, "opening " + path);
   h5::Handle file = open_file(world, path, layout);
   TrainState state;
+  std::vector<StateSet> sets;
   agreed(world, [&] {
     state = meta::read_state(file.get(), path);
-    check_shapes(file.get(), path, layout);
+    sets = choose(state);
+    for (const StateSet& set : sets) plan::validate_shards(layout, set.shards);
+    check_shapes(file.get(), path, layout, sets);
   });
 
-  const std::vector<plan::RankRange> all = plan::allgather_ranges(world, shards, true);
-  const plan::Ownership own = plan::ownership(layout, all, rank, size);
-
-  Reads reads = plan_reads(world, file.get(), path, layout, shards, own);
+  std::vector<plan::Ownership> owners;
+  Reads reads;
+  for (const StateSet& set : sets) {
+    const std::vector<plan::RankRange> all = plan::allgather_ranges(world, set.shards, true);
+    owners.push_back(plan::ownership(layout, all, rank, size));
+    plan_reads(world, file.get(), path, layout, set, owners.back(), reads);
+  }
   std::vector<transfer::DatasetPieces>& datasets = reads.datasets;
 
   // A file rewritten by h5repack or h5py (chunked, compressed, another float type) has no byte ranges to read:
@@ -224,11 +235,13 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
     // Its collectives (the file views) come before anything that can throw.
     agreed(world, [&] { transfer::read_single_call(file.get(), datasets, stats); });
   }
-  zero_unsaved(layout, shards);
+  for (const StateSet& set : sets) zero_unsaved(layout, set.shards);
   fault_point("resume", rank);
 
   op.emplace("verifying the checksums of " + path);
-  const std::vector<std::uint64_t> sums = loaded_checksums(world, layout, shards, own, reads);
+  std::vector<std::uint64_t> sums(datasets.size(), 0);
+  for (std::size_t s = 0; s < sets.size(); ++s) loaded_checksums(layout, sets[s].shards, owners[s], reads, s, sums);
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, world);
   reads.handles.clear();
   file.close_checked("closing checkpoint '" + path + "'");
   // The sums are all-reduced: every rank finds the same.

@@ -39,17 +39,21 @@ std::string parent_dir(const std::string& path) {
   return parent.empty() ? "." : parent.string();
 }
 
-// Checksums of every dataset (tensor-major, then parameter), summed over the writers' pieces. Collective.
+// This rank's pieces of every parameter, per state set (none where it does not write the set).
+using SetPieces = std::vector<std::vector<std::vector<plan::Piece>>>;
+
+// Checksums of every dataset (set-major, then tensor, then parameter), summed over the writers' pieces. Collective.
 std::vector<std::uint64_t> dataset_checksums(MPI_Comm world, const model::ModelLayout& layout,
-                                             std::span<const UnitShard> shards,
-                                             const std::vector<std::vector<plan::Piece>>& pieces) {
+                                             std::span<const StateSet> sets, const SetPieces& pieces) {
   const std::size_t count = layout.params().size();
-  std::vector<std::uint64_t> sums(3 * count, 0);
-  for (const plan::Tensor t : plan::kTensors) {
-    for (std::size_t p = 0; p < count; ++p) {
-      for (const plan::Piece& piece : pieces[p]) {
-        const float* data = plan::tensor_data(shards[piece.shard], t) + piece.shard_offset;
-        sums[static_cast<std::size_t>(t) * count + p] += checksum_range({data, piece.count}, piece.first);
+  std::vector<std::uint64_t> sums(sets.size() * 3 * count, 0);
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    for (const plan::Tensor t : plan::kTensors) {
+      for (std::size_t p = 0; p < count; ++p) {
+        for (const plan::Piece& piece : pieces[s][p]) {
+          const float* data = plan::tensor_data(sets[s].shards[piece.shard], t) + piece.shard_offset;
+          sums[(s * 3 + static_cast<std::size_t>(t)) * count + p] += checksum_range({data, piece.count}, piece.first);
+        }
       }
     }
   }
@@ -78,35 +82,38 @@ struct Datasets {
 
 // Creates every dataset (contiguous, allocated, never filled) with its checksum before any data moves. Collective.
 Datasets create_datasets(hid_t file, const std::string& tmp, const model::ModelLayout& layout,
-                         std::span<const UnitShard> shards, const std::vector<std::vector<plan::Piece>>& pieces,
+                         std::span<const StateSet> sets, const SetPieces& pieces,
                          const std::vector<std::uint64_t>& checksums) {
-  for (const char* name : {"/model", "/optim", "/optim/exp_avg", "/optim/exp_avg_sq"}) {
-    h5::group(H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), std::string("creating ") + name);
-  }
   h5::Handle dcpl = dataset_creation();
+  // The groups on a dataset's path ("/model", "/islands/1/outer/momentum") are made as they are needed.
+  h5::Handle lcpl = h5::plist(H5Pcreate(H5P_LINK_CREATE), "creating a link property list");
+  h5::check_status(H5Pset_create_intermediate_group(lcpl.get(), 1), "intermediate groups");
   const std::size_t param_count = layout.params().size();
   Datasets out;
-  out.handles.reserve(3 * param_count);
-  out.pieces.reserve(3 * param_count);
-  for (const plan::Tensor t : plan::kTensors) {
-    for (std::size_t p = 0; p < param_count; ++p) {
-      const model::ParamInfo& info = layout.params()[p];
-      transfer::DatasetPieces d;
-      d.path = plan::dataset_path(t, info.name);
-      d.dims.assign(info.logical_shape.begin(), info.logical_shape.end());
-      h5::Handle space = h5::dataspace(H5Screate_simple(static_cast<int>(d.dims.size()), d.dims.data(), nullptr),
-                                       "dataspace of " + d.path);
-      out.handles.push_back(h5::dataset(
-          H5Dcreate2(file, d.path.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-          "creating " + d.path + " in '" + tmp + "'"));
-      h5::write_attribute(out.handles.back().get(), "checksum",
-                          checksums[static_cast<std::size_t>(t) * param_count + p]);
-      d.dataset = out.handles.back().get();
-      for (const plan::Piece& piece : pieces[p]) {
-        d.pieces.push_back({piece.first, piece.count, plan::tensor_data(shards[piece.shard], t) + piece.shard_offset});
+  out.handles.reserve(sets.size() * 3 * param_count);
+  out.pieces.reserve(sets.size() * 3 * param_count);
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    for (const plan::Tensor t : plan::kTensors) {
+      for (std::size_t p = 0; p < param_count; ++p) {
+        const model::ParamInfo& info = layout.params()[p];
+        transfer::DatasetPieces d;
+        d.path = plan::dataset_path(sets[s], t, info.name);
+        d.dims.assign(info.logical_shape.begin(), info.logical_shape.end());
+        h5::Handle space = h5::dataspace(H5Screate_simple(static_cast<int>(d.dims.size()), d.dims.data(), nullptr),
+                                         "dataspace of " + d.path);
+        out.handles.push_back(h5::dataset(
+            H5Dcreate2(file, d.path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+            "creating " + d.path + " in '" + tmp + "'"));
+        h5::write_attribute(out.handles.back().get(), "checksum",
+                            checksums[(s * 3 + static_cast<std::size_t>(t)) * param_count + p]);
+        d.dataset = out.handles.back().get();
+        for (const plan::Piece& piece : pieces[s][p]) {
+          d.pieces.push_back(
+              {piece.first, piece.count, plan::tensor_data(sets[s].shards[piece.shard], t) + piece.shard_offset});
+        }
+        out.tensor_bytes += info.logical_numel() * sizeof(float);
+        out.pieces.push_back(std::move(d));
       }
-      out.tensor_bytes += info.logical_numel() * sizeof(float);
-      out.pieces.push_back(std::move(d));
     }
   }
   return out;
@@ -221,7 +228,14 @@ std::string checkpoint_file_name(std::int64_t step) {
 }
 
 SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
-                                 std::span<const UnitShard> shards, bool writer, const TrainState& state_in,
+                                 std::span<const UnitShard> shards, bool writer, const TrainState& state,
+                                 const SaveOptions& options) {
+  const StateSet set = model_state(shards, writer);
+  return write_checkpoint_file(world, path, layout, std::span<const StateSet>(&set, 1), state, options);
+}
+
+SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                                 std::span<const StateSet> sets, const TrainState& state_in,
                                  const SaveOptions& options) {
   h5::silence_errors();
   int rank = 0;
@@ -230,20 +244,25 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   SaveResult result;
   result.path = path;
 
-  agreed(world, [&] { plan::validate_shards(layout, shards); });
+  agreed(world, [&] {
+    for (const StateSet& set : sets) plan::validate_shards(layout, set.shards);
+  });
   const TrainState state = meta::broadcast(world, state_in);
-  const std::vector<plan::RankRange> writers = plan::allgather_ranges(world, shards, writer);
-  agreed(world, [&] { plan::check_writer_coverage(layout, writers); });
   const std::size_t param_count = layout.params().size();
-  const std::vector<std::vector<plan::Piece>> pieces =
-      writer ? plan::shard_pieces(layout, shards) : std::vector<std::vector<plan::Piece>>(param_count);
+  SetPieces pieces;
+  for (const StateSet& set : sets) {
+    const std::vector<plan::RankRange> writers = plan::allgather_ranges(world, set.shards, set.writer);
+    agreed(world, [&] { plan::check_writer_coverage(layout, writers); });
+    pieces.push_back(set.writer ? plan::shard_pieces(layout, set.shards)
+                                : std::vector<std::vector<plan::Piece>>(param_count));
+  }
   Stopwatch phase;
-  const std::vector<std::uint64_t> checksums = dataset_checksums(world, layout, shards, pieces);
+  const std::vector<std::uint64_t> checksums = dataset_checksums(world, layout, sets, pieces);
   result.checksum_s = phase.seconds();
 
   const std::string dir = parent_dir(path);
   const std::string tmp = path + ".tmp";
-  const std::uint64_t tensors = 3 * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
+  const std::uint64_t tensors = sets.size() * 3 * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
   agreed(world, [&] {
     if (rank != 0) return;
     std::error_code ec;
@@ -271,14 +290,14 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   try {
     // Every block the file will take, its metadata's generously (each dataset's header and checksum are well under
     // 16 KiB), then what its layout takes beyond that, if anything.
-    const std::uint64_t reserve = tensors + (1 << 20) + 3 * layout.params().size() * (16 << 10);
+    const std::uint64_t reserve = tensors + (1 << 20) + sets.size() * 3 * layout.params().size() * (16 << 10);
     int reserved = 0;
     agreed(world, [&] {
       if (rank == 0) reserved = reserve_blocks(path, tmp, reserve) ? 1 : 0;
     });
     MPI_Bcast(&reserved, 1, MPI_INT, 0, world);
     meta::write(file.get(), state, layout.config());
-    created = create_datasets(file.get(), tmp, layout, shards, pieces, checksums);
+    created = create_datasets(file.get(), tmp, layout, sets, pieces, checksums);
     result.tensor_bytes = created.tensor_bytes;
     agreed(world, [&] {
       hsize_t size = 0;
@@ -345,13 +364,19 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
 SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::ModelLayout& layout,
                            std::span<const UnitShard> shards, bool writer, const TrainState& state,
                            const SaveOptions& options) {
+  const StateSet set = model_state(shards, writer);
+  return save_checkpoint(world, dir, layout, std::span<const StateSet>(&set, 1), state, options);
+}
+
+SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::ModelLayout& layout,
+                           std::span<const StateSet> sets, const TrainState& state, const SaveOptions& options) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   std::int64_t step = state.step;
   MPI_Bcast(&step, 1, MPI_INT64_T, 0, world);
   const std::string name = checkpoint_file_name(step);
   SaveResult result =
-      write_checkpoint_file(world, (fs::path(dir) / name).string(), layout, shards, writer, state, options);
+      write_checkpoint_file(world, (fs::path(dir) / name).string(), layout, sets, state, options);
   Stopwatch commit;
   const StallGuard op("pointing " + (fs::path(dir) / "latest").string() + " at " + name);
   agreed(world, [&] {

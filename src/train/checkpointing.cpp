@@ -125,8 +125,42 @@ std::vector<DeckChange> deck_changes(const std::string& saved_deck, const std::s
 }
 
 Checkpointer::Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, Backend& backend,
-                           const model::ModelLayout& layout, const Logger& log)
-    : options_(options), mesh_(mesh), backend_(backend), layout_(layout), log_(log) {}
+                           const model::ModelLayout& layout, shard::OuterOptimizer* outer, const Logger& log)
+    : options_(options), mesh_(mesh), backend_(backend), layout_(layout), outer_(outer), log_(log) {}
+
+std::vector<ckpt::StateSet> Checkpointer::save_sets(std::span<const ckpt::UnitShard> inner,
+                                                    std::span<const ckpt::UnitShard> outer) {
+  const bool writer = backend_.is_checkpoint_writer();
+  if (mesh_.islands() == 1) return {ckpt::model_state(inner, writer)};
+  std::vector<ckpt::StateSet> sets;
+  for (int i = 0; i < mesh_.islands(); ++i) {
+    const bool mine = i == mesh_.island_index();
+    sets.push_back(ckpt::island_state(i, mine ? inner : std::span<const ckpt::UnitShard>(), mine && writer));
+  }
+  for (int i = 0; i < mesh_.islands(); ++i) {
+    const bool mine = i == mesh_.island_index();
+    sets.push_back(ckpt::outer_state(i, mine ? outer : std::span<const ckpt::UnitShard>(), mine && writer));
+  }
+  return sets;
+}
+
+std::vector<ckpt::StateSet> Checkpointer::load_sets(int saved, std::span<const ckpt::UnitShard> inner,
+                                                    std::span<const ckpt::UnitShard> outer) {
+  const int now = mesh_.islands();
+  const int source = mesh_.island_index() % saved;
+  // Only the islands some island of this run continues are read (and verified).
+  const int read = std::min(saved, now);
+  std::vector<ckpt::StateSet> sets;
+  for (int i = 0; i < read; ++i) {
+    sets.push_back(ckpt::island_state(i, i == source ? inner : std::span<const ckpt::UnitShard>(), false));
+  }
+  if (saved > 1 && now > 1) {
+    for (int i = 0; i < read; ++i) {
+      sets.push_back(ckpt::outer_state(i, i == source ? outer : std::span<const ckpt::UnitShard>(), false));
+    }
+  }
+  return sets;
+}
 
 bool Checkpointer::due(std::int64_t step) const {
   return enabled() && options_.checkpoint_every > 0 && step % options_.checkpoint_every == 0;
@@ -135,10 +169,32 @@ bool Checkpointer::due(std::int64_t step) const {
 ckpt::TrainState Checkpointer::load(const std::string& path) {
   Stopwatch watch;
   const auto shard_list = backend_.checkpoint_shards();
-  ckpt::TrainState state = ckpt::load_checkpoint(mesh_.mpi_world().raw(), path, layout_, shard_list);
+  const std::vector<ckpt::UnitShard> outer_list = outer_ ? outer_->state_views() : std::vector<ckpt::UnitShard>();
+  ckpt::TrainState state = ckpt::load_checkpoint(
+      mesh_.mpi_world().raw(), path, layout_,
+      [&](const ckpt::TrainState& s) { return load_sets(s.islands, shard_list, outer_list); });
   backend_.checkpoint_loaded();
   log_.info("resumed from ", path, " (step ", state.step, ", saved by ", state.world_size, " rank(s) with ",
-            state.strategy, ") in ", watch.seconds(), " s");
+            state.strategy, state.islands > 1 ? " in " + std::to_string(state.islands) + " islands" : std::string(),
+            ") in ", watch.seconds(), " s");
+  const int now = mesh_.islands();
+  if (state.islands > 1 && now != state.islands) {
+    log_.info("resume: the checkpoint holds ", state.islands, " islands, this run has ", now, ": ",
+              now == 1 ? std::string("it continues island 0's model and AdamW state; the outer parameters and "
+                                     "momentum are dropped (one island has no outer step)")
+                       : "island j continues island j mod " + std::to_string(state.islands) +
+                             "'s model, AdamW state and outer state (outer parameters, momentum, error feedback)",
+              now >= state.islands ? std::string()
+              : now + 1 == state.islands
+                  ? "; what island " + std::to_string(now) + " trained since its last outer step is dropped"
+                  : "; what islands " + std::to_string(now) + " to " + std::to_string(state.islands - 1) +
+                        " trained since their last outer step is dropped");
+  } else if (state.islands == 1 && outer_) {
+    // A run of one island (or a model imported) continued by islands: they start from its model.
+    outer_->reset(backend_.checkpoint_shards());
+    log_.info("resume: the checkpoint is of one island: each of the ", now,
+              " islands starts from its model, which is also the outer parameters; the outer momentum starts at 0");
+  }
   return state;
 }
 
@@ -282,6 +338,7 @@ bool Checkpointer::save(ckpt::TrainState state) {
   mesh << topo.num_nodes() << " node(s) of " << topo.node_size(topo.node()) << " rank(s)"
        << (topo.emulated ? std::string(" (emulated, ") + comm::to_string(topo.placement) + ")" : "");
   state.mesh = mesh.str();
+  state.islands = mesh_.islands();
   ckpt::SaveOptions save_options;
   save_options.keep = options_.checkpoint_keep;
   save_options.keep_every = options_.checkpoint_keep_every;
@@ -291,8 +348,10 @@ bool Checkpointer::save(ckpt::TrainState state) {
   ckpt::SaveResult result;
   try {
     check_free_space(state.step);
-    result = ckpt::save_checkpoint(mesh_.mpi_world().raw(), options_.checkpoint_dir, layout_, shard_list,
-                                   backend_.is_checkpoint_writer(), state, save_options);
+    const std::vector<ckpt::UnitShard> outer_list = outer_ ? outer_->state_views() : std::vector<ckpt::UnitShard>();
+    const std::vector<ckpt::StateSet> sets = save_sets(shard_list, outer_list);
+    result = ckpt::save_checkpoint(mesh_.mpi_world().raw(), options_.checkpoint_dir, layout_, sets, state,
+                                   save_options);
   } catch (const AgreedError& e) {
     // Every rank has it (the ckpt layer agrees on its failures), so every rank takes the same path.
     if (e.kind() != ErrorKind::checkpoint) throw;
@@ -318,7 +377,10 @@ bool Checkpointer::save(ckpt::TrainState state) {
 // checkpoint.on_error=continue, train on (said for the first failure only).
 // The file's tensor data (parameters, m and v in fp32): what a checkpoint needs at least (HDF5's metadata and
 // alignment come on top).
-std::uint64_t Checkpointer::bytes_needed() const { return 3 * sizeof(float) * layout_.total_numel(); }
+std::uint64_t Checkpointer::bytes_needed() const {
+  const std::uint64_t sets = mesh_.islands() == 1 ? 1 : 2 * static_cast<std::uint64_t>(mesh_.islands());
+  return sets * 3 * sizeof(float) * layout_.total_numel();
+}
 
 // Refuses a save the file system certainly cannot hold, before anything is written (a write that fails half-way
 // leaves MPI-IO's own complaints on stderr). Quotas are not seen here: they fail in the write, which is agreed too.

@@ -348,7 +348,7 @@ class Run {
 
   // The checkpoint checkpoint.resume names, if any: the model, the data order, the loss scale, the step.
   void resume() {
-    checkpoints_ = std::make_unique<Checkpointer>(o_, mesh_, *backend_, *layout_, log_);
+    checkpoints_ = std::make_unique<Checkpointer>(o_, mesh_, *backend_, *layout_, outer_.get(), log_);
     // Not inside agree(): its collectives are the ckpt layer's, which agrees on its own failures (AgreedError).
     const std::optional<ckpt::TrainState> resumed = checkpoints_->resume();
     comm::agree(world_.raw(), [&] {

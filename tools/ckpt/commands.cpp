@@ -93,6 +93,10 @@ int run_inspect(const std::vector<std::string>& args) {
             << "  saved by " << s.world_size << " rank(s) on " << s.nodes << " node(s), mesh " << s.mesh
             << ", strategy " << s.strategy << "\n"
             << "  model " << describe_model(info.config) << "\n";
+  if (s.islands > 1) {
+    std::cout << "  " << s.islands << " islands: island 0's state is /model and /optim, island i's under /islands/<i>;"
+              << " each island's outer state (parameters, momentum, error feedback) under <its group>/outer\n";
+  }
   if ((*vm)["summary"].as<bool>()) {
     std::cout << "  " << info.datasets.size() << " datasets\n";
     return kExitOk;
@@ -125,13 +129,17 @@ int run_verify(const std::vector<std::string>& args) {
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
   const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint(path);
   const model::ModelLayout layout(full.config);
-  const std::size_t expected = 3 * layout.params().size();
+  const int islands = full.state.islands;
+  const std::size_t expected = ckpt::all_state_sets(islands).size() * 3 * layout.params().size();
   if (info.datasets.size() != expected) {
     throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "' holds " + std::to_string(info.datasets.size()) +
                                            " datasets; its model has " + std::to_string(expected));
   }
+  if (islands > 1) ckpt::verify_state_sets(path);
   std::cout << "OK " << path << ": step " << full.state.step << ", " << expected << " datasets ("
-            << layout.logical_numel() << " parameters, Adam m and v) complete, all checksums match\n";
+            << layout.logical_numel() << " parameters, Adam m and v"
+            << (islands > 1 ? " of each of " + std::to_string(islands) + " islands, and their outer state" : "")
+            << ") complete, all checksums match\n";
   return kExitOk;
 }
 

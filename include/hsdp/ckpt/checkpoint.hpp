@@ -23,8 +23,11 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <vector>
 #include <span>
 #include <string>
 
@@ -53,7 +56,27 @@ struct TrainState {
   std::string mesh;
   double train_seconds = 0;   // wall time of every segment of the run up to this checkpoint (0 if not recorded)
   std::int64_t segments = 1;  // runs (a fresh start and each resume) that led to it
+  int islands = 1;            // parallel.islands of the run that wrote it (> 1: the state sets below)
 };
+
+// One copy of the model state in a file: three datasets per parameter, `<group>/<tensors[k]>/<name>`, k = 0, 1, 2
+// read from and written to each shard's params, exp_avg and exp_avg_sq. The run's state is the set {"", model,
+// optim/exp_avg, optim/exp_avg_sq}; a run of N islands (parallel.islands) adds island i's under "/islands/<i>" for
+// i >= 1 (island 0's is the run's), and the outer step's state (shard/outer.hpp) of island i under
+// "<island i's group>/outer": params (the outer parameters), momentum, error_feedback.
+struct StateSet {
+  std::string group;
+  std::array<std::string, 3> tensors = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
+  std::span<const UnitShard> shards;  // this rank's ranges of this set (none: it moves nothing of it)
+  bool writer = false;                // save: this rank writes its shards (one replica of every range)
+};
+// The run's state set, and island i's sets (i = 0 is the run's).
+StateSet model_state(std::span<const UnitShard> shards, bool writer);
+std::string island_group(int island);
+StateSet island_state(int island, std::span<const UnitShard> shards, bool writer);
+StateSet outer_state(int island, std::span<const UnitShard> shards, bool writer);
+// Every state set a checkpoint of `islands` islands holds (without shards): the run's, islands 1.., the outer states.
+std::vector<StateSet> all_state_sets(int islands);
 
 // How the tensor data travel to the file. Both are collective and produce the same file.
 enum class IoMode {
@@ -108,12 +131,23 @@ SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::
 SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
                                  std::span<const UnitShard> shards, bool writer, const TrainState& state,
                                  const SaveOptions& options = {});
+// The same with several state sets (the first is the run's, /model and /optim).
+SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                                 std::span<const StateSet> sets, const TrainState& state,
+                                 const SaveOptions& options = {});
+SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::ModelLayout& layout,
+                           std::span<const StateSet> sets, const TrainState& state, const SaveOptions& options = {});
 
 // Reads `path` into this rank's shards (any world size and sharding at save; ranges may repeat across ranks) and
 // returns the training state. Verifies that every dataset exists with the model's shape and that every checksum
 // matches; the padded rows of wte are set to zero. After an Error the shards' contents are unspecified.
 TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
                            std::span<const UnitShard> shards, IoMode io = IoMode::single_call);
+// The same for the state sets `choose` names once the file's state is read (every rank calls it with the same
+// state; a set the file lacks is a checkpoint Error naming its first dataset).
+using ChooseSets = std::function<std::vector<StateSet>(const TrainState&)>;
+TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model::ModelLayout& layout,
+                           const ChooseSets& choose, IoMode io = IoMode::single_call);
 
 // The checkpoint to resume from: `resume` is "auto" (the file `<dir>/latest` names, if there is one), "none", or a
 // path (which must exist). Collective: rank 0 looks, every rank gets the answer.

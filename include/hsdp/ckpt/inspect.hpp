@@ -50,6 +50,9 @@ struct FullCheckpoint {
   std::vector<UnitShard> whole_units();
 };
 FullCheckpoint read_full_checkpoint(const std::string& path);
+// Reads every state set of the file (the run's and, from a run of islands, every island's and outer state) one at a
+// time on MPI_COMM_SELF, verifying shapes and checksums; returns the datasets verified.
+std::size_t verify_state_sets(const std::string& path);
 // Buffers for `config` (zeroed), e.g. to import a model.
 FullCheckpoint empty_checkpoint(const model::GptConfig& config);
 

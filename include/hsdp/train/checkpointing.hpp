@@ -8,6 +8,7 @@
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/core/log.hpp"
+#include "hsdp/shard/outer.hpp"
 #include "hsdp/train/backend.hpp"
 #include "hsdp/train/options.hpp"
 
@@ -23,8 +24,9 @@ std::vector<DeckChange> deck_changes(const std::string& saved_deck, const std::s
 
 class Checkpointer {
  public:
+  // `outer`: the outer step's state of an island run (parallel.islands > 1), else null.
   Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh, Backend& backend,
-               const model::ModelLayout& layout, const Logger& log);
+               const model::ModelLayout& layout, shard::OuterOptimizer* outer, const Logger& log);
 
   bool enabled() const { return !options_.checkpoint_dir.empty(); }
   // Collective. Loads the checkpoint checkpoint.resume names (auto: checkpoint.dir/latest, if any; with
@@ -43,6 +45,12 @@ class Checkpointer {
 
  private:
   ckpt::TrainState load(const std::string& path);
+  // The state sets this rank saves: the run's, or every island's and its outer state (each rank names them all,
+  // moving only its own island's).
+  std::vector<ckpt::StateSet> save_sets(std::span<const ckpt::UnitShard> inner, std::span<const ckpt::UnitShard> outer);
+  // What this rank loads of a checkpoint with `saved` islands: island j continues island j mod saved.
+  std::vector<ckpt::StateSet> load_sets(int saved, std::span<const ckpt::UnitShard> inner,
+                                        std::span<const ckpt::UnitShard> outer);
   std::optional<ckpt::TrainState> resume_newest_loadable(std::optional<std::string>& from);
   void keep_runs_apart(const std::optional<std::string>& from);
   std::uint64_t bytes_needed() const;
@@ -53,6 +61,7 @@ class Checkpointer {
   comm::ProcessMesh& mesh_;
   Backend& backend_;
   const model::ModelLayout& layout_;
+  shard::OuterOptimizer* outer_;
   const Logger& log_;
   std::int64_t latest_step_ = 0;
   bool said_save_failure_ = false;
