@@ -61,15 +61,21 @@ void validate(const OuterOptions& o, int num_units) {
 }
 
 std::vector<int> unit_fragments(const model::ModelLayout& layout, int fragments) {
-  const int units = layout.num_units();
+  std::vector<std::size_t> numel;
+  for (int u = 0; u < layout.num_units(); ++u) numel.push_back(layout.unit(u).numel);
+  return unit_fragments(numel, fragments);
+}
+
+std::vector<int> unit_fragments(std::span<const std::size_t> unit_numel, int fragments) {
+  const int units = static_cast<int>(unit_numel.size());
   std::size_t total = 0;
-  for (int u = 0; u < units; ++u) total += layout.unit(u).numel;
+  for (const std::size_t n : unit_numel) total += n;
   std::vector<int> of(static_cast<std::size_t>(units), 0);
   std::size_t run = 0;
   int f = 0;
   for (int u = 0; u < units; ++u) {
     of[static_cast<std::size_t>(u)] = f;
-    run += layout.unit(u).numel;
+    run += unit_numel[static_cast<std::size_t>(u)];
     const bool reached = static_cast<double>(run) * fragments >= static_cast<double>(total) * (f + 1);
     const bool units_left_just_enough = units - u - 1 == fragments - 1 - f;
     if (f < fragments - 1 && (reached || units_left_just_enough)) ++f;

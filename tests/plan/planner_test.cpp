@@ -235,11 +235,20 @@ TEST(Report, JsonHasOneObjectPerStrategy_AndOneRecommendation) {
   const PlanInputs in = inputs(named_model("gpt2-124m"), 2, 2);
   const Plan plan = make_plan(in);
   std::istringstream lines(json_report(in, plan));
-  int objects = 0, recommended = 0;
+  int objects = 0, recommended = 0, islands = 0;
   for (std::string line; std::getline(lines, line);) {
-    ++objects;
     EXPECT_EQ(line.front(), '{');
     EXPECT_EQ(line.back(), '}');
+    if (line.find("\"strategy\":\"islands\"") != std::string::npos) {  // after the strategies, one per island row
+      ++islands;
+      for (const char* key : {"\"islands\":", "\"inner_strategy\":", "\"exchange_ms\":", "\"step_ms\":",
+                              "\"bytes_inter\":", "\"model_state_bytes\":", "\"offered\":"}) {
+        EXPECT_NE(line.find(key), std::string::npos) << key;
+      }
+      continue;
+    }
+    EXPECT_EQ(islands, 0) << "a strategy row after the island rows";
+    ++objects;
     for (const char* key :
          {"\"strategy\":", "\"model_state_bytes\":", "\"bytes_intra\":", "\"bytes_inter\":",
           "\"bytes_intra_max_rank\":",
@@ -254,6 +263,7 @@ TEST(Report, JsonHasOneObjectPerStrategy_AndOneRecommendation) {
     }
   }
   EXPECT_EQ(objects, 8);
+  EXPECT_EQ(islands, 1);  // one island per node
   EXPECT_EQ(recommended, 1);
 }
 
@@ -334,6 +344,60 @@ TEST(StepSchedule, HostPolls_EachStepOfACollectiveWaitsHalfAPollInterval) {
   const StrategyPlan on = row(make_plan(in), "no_shard");
   const double interval = on.time.compute_s / (12.0 * 3 + 6);
   EXPECT_NEAR(on.step_s, on.time.compute_s + 2 * interval / 2, 1e-9 * on.step_s);
+}
+
+}  // namespace
+}  // namespace hsdp::plan
+
+namespace hsdp::plan {
+namespace {
+
+// Islands (parallel.islands): one island per node of a 2-node cluster. The exchange's bytes are the library's
+// formula for the island row's shard; the step is the island's plus the exchange over H; on a slow link the row is
+// offered, with its deck keys; on a fast one it is not.
+TEST(Islands, StepIsTheIslandsPlusTheExchangeOverH_AndSlowLinksOfferIt) {
+  PlanInputs in = inputs(gpt_model(tiny_config(4), "tiny"), 2, 2);
+  in.outer.inner_steps = 16;
+  in.outer.bits = 4;
+  in.outer.block = 256;
+  in.cluster.compute_tflops = 0.005;  // a CPU rank's
+  in.cluster.inter = {0.003, 100, {}};  // 24 Mbit/s
+  const Plan slow = make_plan(in);
+  ASSERT_EQ(slow.islands.size(), 1u);
+  const IslandPlan& r = slow.islands.front();
+  EXPECT_EQ(r.islands, 2);
+  std::size_t shard = 0;
+  for (const std::size_t n : in.model.unit_numel) {
+    shard += (n + static_cast<std::size_t>(r.inner.shard_size) - 1) / static_cast<std::size_t>(r.inner.shard_size);
+  }
+  EXPECT_EQ(r.exchange_bytes_rank, shard::outer_exchange_bytes(in.outer, shard, 2));
+  EXPECT_DOUBLE_EQ(r.step_s, r.inner.step_s + r.exchange_s / 16);
+  EXPECT_EQ(r.model_state, r.inner.model_state + static_cast<std::int64_t>(12 * shard));
+  // The exchange is all_gather(M(c)) across the two nodes: alpha + M / bw.
+  EXPECT_NEAR(r.exchange_s, 100e-6 + static_cast<double>(r.exchange_bytes_rank) / 0.003e9, 1e-9);
+  const StrategyPlan& pick = slow.strategies[static_cast<std::size_t>(slow.recommended)];
+  EXPECT_TRUE(r.offered) << pick.variant.name << " inter " << pick.time.comm_inter_s << " compute "
+                         << pick.time.compute_s << " step " << pick.step_s << "; islands " << r.step_s << " inside "
+                         << r.inner.step_s << " exchange " << r.exchange_s;
+  EXPECT_NE(slow.islands_offer.find("--parallel.islands=2"), std::string::npos) << slow.islands_offer;
+  EXPECT_NE(slow.islands_offer.find("--outer.inner_steps=16 --outer.bits=4"), std::string::npos);
+
+  in.cluster.inter = {25, 10, {}};
+  const Plan fast = make_plan(in);
+  ASSERT_EQ(fast.islands.size(), 1u);
+  EXPECT_FALSE(fast.islands.front().offered);
+  EXPECT_TRUE(fast.islands_offer.empty());
+}
+
+TEST(Islands, OneNode_HasNoIslandRows_AndTheDecksIslandCountIsPlannedWhereItDividesTheNodes) {
+  PlanInputs in = inputs(gpt_model(tiny_config(2), "tiny"), 1, 4);
+  EXPECT_TRUE(make_plan(in).islands.empty());
+  in.cluster.nodes = 4;
+  in.islands = 2;
+  const Plan plan = make_plan(in);
+  ASSERT_EQ(plan.islands.size(), 2u);
+  EXPECT_EQ(plan.islands[0].islands, 2);
+  EXPECT_EQ(plan.islands[1].islands, 4);
 }
 
 }  // namespace

@@ -445,6 +445,8 @@ int run(int argc, char** argv) {
   hsdp::quant::validate({in.deck_zeropp.grad_bits, in.deck_zeropp.block});
   if (f.hpz < 0) hsdp::throw_config("--hpz-partition-size must be >= 0");
   in.hpz_partition_size = f.hpz > 0 ? f.hpz : d.engine.zeropp.hpz_partition_size;
+  in.islands = d.islands;
+  in.outer = d.outer;
 
   const hsdp::plan::Plan plan = hsdp::plan::make_plan(in);
   if (f.json) {

@@ -366,6 +366,92 @@ class Recommender {
 
 }  // namespace
 
+std::string ratio(double x) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(2);
+  s << x << "x";
+  return s.str();
+}
+
+// The island counts planned: one island per node, and the deck's parallel.islands where it divides the nodes.
+std::vector<int> island_counts(const PlanInputs& in) {
+  std::vector<int> counts;
+  const int nodes = in.cluster.nodes;
+  if (!in.plan_islands || nodes < 2) return counts;
+  if (in.islands > 1 && in.islands < nodes && nodes % in.islands == 0) counts.push_back(in.islands);
+  counts.push_back(nodes);
+  return counts;
+}
+
+// The island row with `inner` inside each island.
+IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands, const StrategyPlan& inner_row) {
+  IslandPlan row;
+  row.islands = islands;
+  row.outer = in.outer;
+  PlanInputs island = in;
+  island.cluster.nodes = in.cluster.nodes / islands;
+  row.inner = inner_row;
+  // This rank's shard of every unit, by fragment.
+  const std::vector<int> fragment_of = shard::unit_fragments(in.model.unit_numel, in.outer.fragments);
+  std::vector<std::size_t> count(static_cast<std::size_t>(in.outer.fragments), 0);
+  std::size_t total = 0;
+  for (std::size_t u = 0; u < in.model.unit_numel.size(); ++u) {
+    const std::size_t n = static_cast<std::size_t>(row.inner.shard_size);
+    const std::size_t s = (in.model.unit_numel[u] + n - 1) / n;
+    count[static_cast<std::size_t>(fragment_of[u])] += s;
+    total += s;
+  }
+  row.model_state = row.inner.model_state + static_cast<std::int64_t>(12 * total);
+  // The outer group: one rank per island, each on another node.
+  shard::GroupView outer;
+  outer.rank = 0;
+  outer.node_of_rank.clear();
+  for (int i = 0; i < islands; ++i) outer.node_of_rank.push_back(i * island.cluster.nodes);
+  for (const std::size_t c : count) {
+    const std::uint64_t bytes = shard::outer_exchange_bytes(in.outer, c, islands);
+    row.exchange_bytes_rank += bytes;
+    const bool fp32 = in.outer.bits == 32;
+    const CollectiveCall call{&outer,
+                              fp32 ? comm::Collective::all_reduce : comm::Collective::all_gather,
+                              fp32 ? c : static_cast<std::size_t>(bytes / static_cast<std::uint64_t>(islands - 1)),
+                              fp32 ? sizeof(float) : 1,
+                              1,
+                              0,
+                              Phase::cross_node_reduce};
+    row.exchange_s += collective_seconds(call, in.cluster);
+  }
+  const double h = static_cast<double>(in.outer.inner_steps);
+  row.step_s = row.inner.step_s + row.exchange_s / h;
+  row.comm_inter_s = row.inner.time.comm_inter_s + row.exchange_s / h;
+  // The island's job-wide bytes are per island: every island sends them.
+  row.all_ranks.intra = row.inner.all_ranks.intra * static_cast<std::uint64_t>(islands);
+  row.all_ranks.inter = row.inner.all_ranks.inter * static_cast<std::uint64_t>(islands) +
+                        static_cast<std::uint64_t>(static_cast<double>(row.exchange_bytes_rank) *
+                                                   in.cluster.world() / h);
+  // Offered where the islands are at least as much faster than the synchronous pick as ZeRO++ must be to be chosen
+  // (they change the algorithm more than quantization does: a small gain does not pay for it).
+  const StrategyPlan& pick = synchronous.strategies[static_cast<std::size_t>(synchronous.recommended)];
+  row.offered = row.inner.fit != Fit::no && row.step_s * (1 + kZeroPPMinimumGain) <= pick.step_s;
+  return row;
+}
+
+// Islands of nodes / N nodes: of the rows of the island's own plan that fit, the one whose island row steps fastest
+// (the exchange's bytes depend on the shard: a replicated strategy exchanges the whole model from every rank).
+IslandPlan plan_island(const PlanInputs& in, const Plan& synchronous, int islands) {
+  PlanInputs island = in;
+  island.cluster.nodes = in.cluster.nodes / islands;
+  island.plan_islands = false;
+  const Plan inner = make_plan(island);
+  IslandPlan best = island_row(in, synchronous, islands, inner.strategies[static_cast<std::size_t>(inner.recommended)]);
+  for (const StrategyPlan& candidate : inner.strategies) {
+    if (candidate.fit == Fit::no) continue;
+    IslandPlan row = island_row(in, synchronous, islands, candidate);
+    if (row.step_s < best.step_s) best = std::move(row);
+  }
+  return best;
+}
+
 Plan make_plan(const PlanInputs& in) {
   Plan plan;
   plan.budget_bytes = in.cluster.memory_per_rank_gib * 1073741824.0 * (1.0 - in.cluster.memory_margin);
@@ -375,6 +461,25 @@ Plan make_plan(const PlanInputs& in) {
     plan.strategies.push_back(plan_one(in, v, plan.budget_bytes));
   Recommender(in, plan).run();
   plan.deck_keys = deck_keys(plan.strategies[static_cast<std::size_t>(plan.recommended)], in);
+  for (const int n : island_counts(in)) plan.islands.push_back(plan_island(in, plan, n));
+  const IslandPlan* best = nullptr;
+  for (const IslandPlan& row : plan.islands) {
+    if (row.offered && (best == nullptr || row.step_s < best->step_s)) best = &row;
+  }
+  if (best != nullptr) {
+    const StrategyPlan& pick = plan.strategies[static_cast<std::size_t>(plan.recommended)];
+    std::ostringstream offer;
+    offer << "the synchronous pick, " << pick.variant.name << ", steps in " << ms(pick.step_s) << ", "
+          << ms(pick.time.comm_inter_s) << " of it on the links between nodes: " << best->islands << " islands of " << in.cluster.nodes / best->islands << " node(s), each "
+          << best->inner.variant.name << ", with an outer step every " << best->outer.inner_steps
+          << " steps, are predicted at " << ms(best->step_s) << " per step (" << ratio(pick.step_s / best->step_s)
+          << " the tokens/s). The price: DiLoCo's outer step instead of synchronous training, so the loss at equal "
+             "tokens is not the synchronous run's (docs/islands.md measures it). Deck keys: --parallel.islands="
+          << best->islands << " --parallel.sharding=" << shard::to_string(best->inner.variant.sharding)
+          << " --outer.inner_steps=" << best->outer.inner_steps << " --outer.bits=" << best->outer.bits;
+    if (best->outer.fragments > 1) offer << " --outer.fragments=" << best->outer.fragments;
+    plan.islands_offer = offer.str();
+  }
   return plan;
 }
 

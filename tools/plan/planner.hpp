@@ -22,6 +22,7 @@
 
 #include "hsdp/comm/types.hpp"
 #include "hsdp/shard/engine.hpp"
+#include "hsdp/shard/outer.hpp"
 #include "plan/cost.hpp"
 #include "plan/shapes.hpp"
 
@@ -51,6 +52,11 @@ struct PlanInputs {
   int hpz_partition_size = 0;        // 0: the ranks per node
   bool activation_checkpointing = false;  // train.activation_checkpointing: every row is planned with it
   bool cuda = false;  // device.type=cuda: only what hsdp-train accepts there (no_shard, no checkpointing) is chosen
+  // The deck's parallel.islands and [outer]: island rows are planned for it (when it divides the nodes) and for one
+  // island per node, with the deck's outer step (H, bits, fragments).
+  int islands = 1;
+  shard::OuterOptions outer;
+  bool plan_islands = true;  // false inside an island's own plan
 };
 
 enum class Fit { yes, with_checkpointing, no };
@@ -75,8 +81,29 @@ struct StrategyPlan {
   double step_s = 0;     // overlapped with prefetch, serial without
 };
 
+// An island run (parallel.islands = N, DiLoCo's outer step; shard/outer.hpp): each island of nodes / N nodes runs
+// the strategy hsdp-plan recommends for it (its own plan of the island), and every H steps the ranks that hold the
+// same shard exchange it across islands: per fragment, fp32 all_reduce(c_f, 4) or all_gather(M(c_f), 1) on a group of
+// one rank per island (across nodes), c_f the fragment's elements of the rank's shard. Per step, amortised:
+//   step = the island's step + (the exchanges of the F fragments) / H;  bytes = the island's + exchange bytes / H
+// State per rank: the island's + 12 bytes per element of its shard (outer parameters, momentum, error feedback).
+struct IslandPlan {
+  int islands = 0;
+  shard::OuterOptions outer;
+  StrategyPlan inner;               // the island's recommended row, planned on its nodes
+  std::int64_t model_state = 0;     // inner's + the outer state
+  std::uint64_t exchange_bytes_rank = 0;  // one rank's, for all F fragments (once per H steps)
+  double exchange_s = 0;            // the F exchanges, once per H steps
+  double step_s = 0;                // amortised
+  comm::LinkBytes all_ranks;        // per step, amortised, job-wide
+  double comm_inter_s = 0;          // per step, amortised: the island's inter-node time + exchange / H
+  bool offered = false;             // said after the recommendation: at least kZeroPPMinimumGain faster than the pick
+};
+
 struct Plan {
   std::vector<StrategyPlan> strategies;
+  std::vector<IslandPlan> islands;  // nodes > 1: one island per node, and the deck's parallel.islands
+  std::string islands_offer;        // what the offered island row gains and costs ("" when none is offered)
   int recommended = 0;                 // index into strategies
   int fastest = 0;                     // the row with the shortest predicted step, fitting or not
   std::string reason;                  // why the pick; and why not each faster row (the fastest, the fastest that fits)

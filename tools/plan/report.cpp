@@ -31,6 +31,11 @@ std::string millis(double seconds) {
   return fixed(ms, ms < 1 ? 3 : ms < 100 ? 2 : 1);
 }
 
+// Milliseconds below 10 s, else seconds, with the unit.
+std::string duration(double seconds) {
+  return seconds < 10 ? millis(seconds) + " ms" : sig3(seconds) + " s";
+}
+
 std::string pad(const std::string& text, std::size_t width, bool left = false) {
   if (text.size() >= width) return text;
   const std::string fill(width - text.size(), ' ');
@@ -154,8 +159,33 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
               : "step = compute + comm: prefetch is off, nothing overlaps")
       << "\nstate: hsdp no_shard 16P (20P with a non-fp32 param dtype), zero1 8P + 16P/n, sharded 16P/n;\n"
          "ZeRO paper 16P, 4P + 12P/n, 2P + 14P/n, 16P/n (n = shard group: world, or ranks per node for hybrid)\n";
+  if (!plan.islands.empty()) {
+    const shard::OuterOptions& q = in.outer;
+    out << "\nislands (parallel.islands: each island trains apart, the strategy hsdp-plan picks for its nodes, and "
+           "every\nouter.inner_steps = "
+        << q.inner_steps << " steps the islands exchange their pseudo-gradients in "
+        << (q.bits == 32 ? std::string("fp32") : q.bits == 16 ? std::string("bf16") : "int" + std::to_string(q.bits))
+        << (q.fragments > 1 ? ", in " + std::to_string(q.fragments) + " fragments" : std::string())
+        << ";\nper step amortised: step = the island's + exchange / H; state with the outer state, 12 B per element "
+           "of the shard)\n";
+    out << pad("islands", 9, true) << pad("inside", 20, true) << pad("state", 11) << pad("exchange", 11)
+        << pad("inter job", 11) << pad("step", 10) << pad("tokens/s", 11) << pad("vs pick", 9) << "\n";
+    const double pick_s = plan.strategies[static_cast<std::size_t>(plan.recommended)].step_s;
+    for (const IslandPlan& r : plan.islands) {
+      out << pad((r.offered ? "+ " : "  ") + std::to_string(r.islands), 9, true)
+          << pad(r.inner.variant.name + " x" + std::to_string(c.nodes / r.islands), 20, true)
+          << pad(human_bytes(static_cast<double>(r.model_state)), 11) << pad(duration(r.exchange_s), 11)
+          << pad(human_bytes(static_cast<double>(r.all_ranks.inter)), 11) << pad(millis(r.step_s), 10)
+          << pad(count(static_cast<double>(plan.global_tokens) / r.step_s), 11)
+          << pad(fixed(pick_s / r.step_s, 2) + "x", 9) << "\n";
+    }
+    out << "(exchange: the F fragments' exchanges, once per H steps; inter job: bytes per step across nodes, all "
+           "ranks; vs pick: tokens/s against the recommendation's; + offered below)\n";
+  }
   out << "\nrecommendation: " << plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name << " -- "
-      << plan.reason << "\ndeck keys: " << joined(plan.deck_keys) << "\nrule:\n";
+      << plan.reason << "\ndeck keys: " << joined(plan.deck_keys) << "\n";
+  if (!plan.islands_offer.empty()) out << "islands: " << plan.islands_offer << "\n";
+  out << "rule:\n";
   std::istringstream rule(kRecommendationRule());
   for (std::string line; std::getline(rule, line);) out << "  " << line << "\n";
   return out.str();
@@ -195,6 +225,24 @@ std::string json_report(const PlanInputs& in, const Plan& plan) {
       j.add("reason", plan.reason).add("deck_keys", joined(plan.deck_keys));
       j.add("fastest", plan.strategies[static_cast<std::size_t>(plan.fastest)].variant.name);
     }
+    out << j.str() << "\n";
+  }
+  for (const IslandPlan& r : plan.islands) {
+    JsonLine j;
+    j.add("model", in.model.name).add("params", static_cast<std::uint64_t>(in.model.params()));
+    j.add("strategy", "islands").add("islands", r.islands).add("inner_strategy", r.inner.variant.name);
+    j.add("inner_steps", r.outer.inner_steps).add("outer_bits", r.outer.bits);
+    j.add("outer_fragments", r.outer.fragments);
+    j.add("nodes", c.nodes).add("ranks_per_node", c.ranks_per_node).add("shard_size", r.inner.shard_size);
+    j.add("model_state_bytes", r.model_state).add("fits", to_string(r.inner.fit));
+    j.add("device", in.cuda ? "cuda" : "cpu");
+    j.add("bytes_intra", r.all_ranks.intra).add("bytes_inter", r.all_ranks.inter);
+    j.add("exchange_bytes_rank", r.exchange_bytes_rank).add("exchange_ms", r.exchange_s * 1e3);
+    j.add("compute_ms", r.inner.time.compute_s * 1e3).add("comm_inter_ms", r.comm_inter_s * 1e3);
+    j.add("island_step_ms", r.inner.step_s * 1e3);
+    j.add("step_ms", r.step_s * 1e3).add("tokens_per_s", static_cast<double>(plan.global_tokens) / r.step_s);
+    j.add("recommended", false).add("offered", r.offered);
+    if (r.offered) j.add("offer", plan.islands_offer);
     out << j.str() << "\n";
   }
   return out.str();

@@ -52,6 +52,7 @@ void validate(const OuterOptions& options, int num_units);
 // The fragment of every unit: F runs of consecutive units, the cut after the unit where the running element count
 // first reaches f/F of the total (each fragment gets at least one unit).
 std::vector<int> unit_fragments(const model::ModelLayout& layout, int fragments);
+std::vector<int> unit_fragments(std::span<const std::size_t> unit_numel, int fragments);
 
 // The fragment exchanged after step `step` (1-based), or -1 for none.
 int fragment_due(const OuterOptions& options, std::int64_t step);
