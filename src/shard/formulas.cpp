@@ -34,6 +34,13 @@ std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int sh
   return total;
 }
 
+std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size) {
+  std::int64_t bytes = 0;
+  const auto n = static_cast<std::size_t>(shard_size);
+  for (const std::size_t numel : units.numel) bytes += static_cast<std::int64_t>(12 * ((numel + n - 1) / n));
+  return bytes;
+}
+
 std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strategy, int shard_size,
                                DType param_dtype, DType compute_dtype) {
   return model_state_bytes(UnitSizes::of(layout), strategy, shard_size, param_dtype, compute_dtype);

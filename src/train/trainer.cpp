@@ -241,8 +241,11 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
   const int world = mesh.topology().world_size;
   const bool gpu = o.device_type == device::DeviceType::cuda;
   const DType compute = shard::model_compute_dtype(gpu, o.engine.param_dtype);
+  // With islands, each rank also keeps the outer state of its shard (no_shard: of the whole model).
   const auto state = [&](shard::Sharding s, int shard_size) {
-    return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute));
+    return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute)) +
+           (o.islands > 1 ? static_cast<double>(shard::outer_state_bytes(shard::UnitSizes::of(layout), shard_size))
+                          : 0.0);
   };
   const auto activations = [&](std::int64_t micro_batch, bool checkpointing) {
     const model::ActivationShape shape = model::activation_shape(o.model);

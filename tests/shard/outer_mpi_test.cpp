@@ -16,6 +16,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/quant/blockwise.hpp"
+#include "hsdp/shard/formulas.hpp"
 #include "hsdp/shard/outer.hpp"
 #include "tiny_gpt.hpp"
 
@@ -159,6 +160,12 @@ void check_outer_steps(const OuterOptions& options) {
     const std::vector<UnitShard> inner = island_views(layout, mesh, storage);
     MemoryAccountant memory;
     OuterOptimizer outer(options, mesh.outer(), layout, inner, memory);
+    // Its state: 12 bytes per element of this rank's ranges, within the formula's bound (12 S per unit).
+    std::size_t held = 0;
+    for (const UnitShard& v : inner) held += v.count;
+    EXPECT_EQ(memory.current(MemCategory::optimizer), 12 * held);
+    EXPECT_LE(static_cast<std::int64_t>(12 * held),
+              outer_state_bytes(UnitSizes::of(layout), mesh.island().size()));
     for (const UnitShard& v : inner) {
       for (std::size_t k = 0; k < v.count; ++k) v.params[k] = start_value(v.unit, v.begin + k);
     }

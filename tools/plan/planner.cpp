@@ -402,7 +402,8 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
     count[static_cast<std::size_t>(fragment_of[u])] += s;
     total += s;
   }
-  row.model_state = row.inner.model_state + static_cast<std::int64_t>(12 * total);
+  row.model_state = row.inner.model_state +
+                    shard::outer_state_bytes({in.model.unit_numel, in.model.tied_head}, row.inner.shard_size);
   // The outer group: one rank per island, each on another node.
   shard::GroupView outer;
   outer.rank = 0;
