@@ -18,7 +18,10 @@
 #
 # Rates are Mbit/s per host link, each way (0: not capped). Strategies (default all): no_shard, full_shard,
 # full_shard_bf16, hybrid_shard, hybrid_shard_zero2, full_shard_zeropp (bf16, qwZ + hpZ of 2 + qgZ),
-# hybrid_shard_qgz (bf16, qgZ). The model: the deck's (the quickstart's: 0.81M parameters) with micro_batch 8 x 64
+# hybrid_shard_qgz (bf16, qgZ); and islands_h<H>_b<BITS>[_f<F>]: one island per host (parallel.islands=2),
+# hybrid_shard inside, DiLoCo's outer step every H steps in BITS-bit pseudo-gradients (32, 16, 8, 4), F fragments,
+# hsdp-plan's island row predicting it. An island point runs max(--steps, H + 1) steps and its step is the mean of
+# steps 2..N (an interval of H steps with its outer exchange), not the median. The model: the deck's (the quickstart's: 0.81M parameters) with micro_batch 8 x 64
 # tokens per rank, so a step computes for tens of milliseconds on this machine, against up to a few seconds of
 # communication at 30 Mbit/s. measured_step_ms is the median of steps 2..N (step 1 warms up). --calibration-iters:
 # hsdp-commbench's iterations for the small messages (1 and 64 KiB: the latency) and for 256 KiB to 4 MiB (the
@@ -80,6 +83,9 @@ keys_of() { # STRATEGY -> its deck keys; the hsdp-plan row after a tab
     hybrid_shard_zero2) printf '%s\t%s\n' "--parallel.sharding=hybrid_shard_zero2" hybrid_shard_zero2 ;;
     full_shard_zeropp) printf '%s\t%s\n' "--parallel.sharding=full_shard --precision.param=bf16 --precision.reduce=bf16 --zeropp.quantized_weights=true --zeropp.hpz_partition_size=2 --zeropp.quantized_gradients=true" "full_shard+qwZ+hpZ+qgZ" ;;
     hybrid_shard_qgz) printf '%s\t%s\n' "--parallel.sharding=hybrid_shard --precision.param=bf16 --precision.reduce=bf16 --zeropp.quantized_gradients=true" "hybrid_shard+qgZ" ;;
+    islands_h*)
+      [[ $1 =~ ^islands_h([1-9][0-9]*)_b(32|16|8|4)(_f([1-9][0-9]*))?$ ]] || return 1
+      printf '%s\t%s\n' "--parallel.islands=2 --parallel.sharding=hybrid_shard --outer.inner_steps=${BASH_REMATCH[1]} --outer.bits=${BASH_REMATCH[2]} --outer.fragments=${BASH_REMATCH[4]:-1}" islands ;;
     *) return 1 ;;
   esac
 }
@@ -136,8 +142,11 @@ for rate in ${rates//,/ }; do
   grep '^{' "comm_$rate.out" >"comm_$rate.json"  # the JSON lines, without the transport's notes
   for s in ${strategies//,/ }; do
     IFS=$'\t' read -r keys row < <(keys_of "$s")
+    point_steps=$steps
+    if [[ $s =~ ^islands_h([0-9]+) ]] && ((BASH_REMATCH[1] + 1 > steps)); then point_steps=$((BASH_REMATCH[1] + 1)); fi
     # shellcheck disable=SC2086 # the strategy's keys, one word each
-    "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-train" "${common[@]}" $keys --log.dir="run_${rate}_$s" \
+    "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-train" "${common[@]}" $keys --train.steps="$point_steps" \
+      --log.dir="run_${rate}_$s" \
       >"run_${rate}_$s.out" 2>&1 || { cat "run_${rate}_$s.out" >&2; echo "bandwidth.sh: $s at $rate Mbit/s failed" >&2; exit 1; }
     # shellcheck disable=SC2086
     "$build/bin/hsdp-plan" --config "$deck" --nodes 2 --ranks-per-node 2 --json --train.micro_batch="$micro_batch" \
@@ -149,7 +158,8 @@ steps = [json.loads(l) for l in open(metrics)][1:]  # step 1 warms up
 rows = [json.loads(l) for l in open(plan)]
 p = next(r for r in rows if r["strategy"] == row)
 recommended = next((r["strategy"] for r in rows if r.get("recommended")), None)
-measured = statistics.median(m["step_ms"] for m in steps)
+# An island point's steps include its outer exchange(s): their mean is its pace.
+measured = (statistics.mean if row == "islands" else statistics.median)(m["step_ms"] for m in steps)
 out = {"bench": "bandwidth", "strategy": strategy, "rate_mbit": rate, "measured_step_ms": round(measured, 2),
        "predicted_step_ms": round(p["step_ms"], 2), "error": round(p["step_ms"] / measured - 1, 3),
        "tokens_per_s": round(steps[-1]["tokens"] / (measured / 1e3), 1), "bytes_inter": steps[-1]["bytes_inter"],

@@ -446,6 +446,7 @@ int run(int argc, char** argv) {
   if (f.hpz < 0) hsdp::throw_config("--hpz-partition-size must be >= 0");
   in.hpz_partition_size = f.hpz > 0 ? f.hpz : d.engine.zeropp.hpz_partition_size;
   in.islands = d.islands;
+  in.deck_sharding = d.engine.strategy;
   in.outer = d.outer;
 
   const hsdp::plan::Plan plan = hsdp::plan::make_plan(in);

@@ -444,6 +444,16 @@ IslandPlan plan_island(const PlanInputs& in, const Plan& synchronous, int island
   island.cluster.nodes = in.cluster.nodes / islands;
   island.plan_islands = false;
   const Plan inner = make_plan(island);
+  if (islands == in.islands) {
+    for (const StrategyPlan& deck : inner.strategies) {
+      const shard::ZeroPPOptions& z = deck.variant.zeropp;
+      if (deck.variant.sharding == in.deck_sharding && z.quantized_weights == in.deck_zeropp.quantized_weights &&
+          z.quantized_gradients == in.deck_zeropp.quantized_gradients &&
+          (z.hpz_partition_size > 0) == (in.deck_zeropp.hpz_partition_size > 0)) {
+        return island_row(in, synchronous, islands, deck);
+      }
+    }
+  }
   IslandPlan best = island_row(in, synchronous, islands, inner.strategies[static_cast<std::size_t>(inner.recommended)]);
   for (const StrategyPlan& candidate : inner.strategies) {
     if (candidate.fit == Fit::no) continue;

@@ -53,8 +53,10 @@ struct PlanInputs {
   bool activation_checkpointing = false;  // train.activation_checkpointing: every row is planned with it
   bool cuda = false;  // device.type=cuda: only what hsdp-train accepts there (no_shard, no checkpointing) is chosen
   // The deck's parallel.islands and [outer]: island rows are planned for it (when it divides the nodes) and for one
-  // island per node, with the deck's outer step (H, bits, fragments).
+  // island per node, with the deck's outer step (H, bits, fragments). The deck's own island count is planned with
+  // the deck's parallel.sharding and ZeRO++ inside (what hsdp-train will run), the others with the island's fastest.
   int islands = 1;
+  shard::Sharding deck_sharding = shard::Sharding::no_shard;
   shard::OuterOptions outer;
   bool plan_islands = true;  // false inside an island's own plan
 };
