@@ -3,7 +3,7 @@
 #  1. separate: with outer.inner_steps beyond the run, each island trains exactly as a job of its own on its part of
 #     the data (data.part=i/2 on 2 ranks): every step's loss bit for bit, and the final parameters and AdamW moments
 #     (the datasets' checksums) equal;
-#  2. sync: after an outer step every island holds the same parameters (island 0's /model equals /islands/1/model
+#  2. sync (fp32 pseudo-gradients): after an outer step every island holds the same parameters (island 0's /model equals /islands/1/model
 #     dataset by dataset), between outer steps they differ;
 #  3. resume: stopped mid-interval (hybrid_shard, int4 pseudo-gradients with error feedback, 2 fragments) and resumed,
 #     the losses, the val losses and the final checkpoint's tensors equal the uninterrupted run's;
@@ -60,7 +60,7 @@ echo "island 0 and 1: parameters, AdamW m and v equal the jobs' of their own (da
 
 echo "== 2. after an outer step the islands agree"
 launch 4 "${common[@]}" --topology.ranks_per_node=2 --parallel.sharding=full_shard --parallel.islands=2 \
-  --outer.inner_steps=4 --checkpoint.every=1 --checkpoint.keep=0 --log.dir="$run/sync" \
+  --outer.inner_steps=4 --outer.bits=32 --checkpoint.every=1 --checkpoint.keep=0 --log.dir="$run/sync" \
   --checkpoint.dir="$run/sync_ckpt" >/dev/null
 same() { diff <(checksums "$1" /model) <(checksums "$1" /islands/1/model) >/dev/null; }
 same "$run/sync_ckpt/step_4.h5" || fail "after the outer step of step 4 the islands differ"
@@ -106,7 +106,7 @@ grep -q "it continues island 0's model and AdamW state; the outer parameters and
 # fp32 sums (each island's mean gradient over 4 rows on one rank instead of two ranks' means over 2), 1e-5 as in
 # train_reshard_4_to_2_1_3_ranks; the outer steps of steps 8 and 12 included.
 launch 2 "${common[@]}" --topology.ranks_per_node=1 --parallel.sharding=full_shard --parallel.islands=2 \
-  --outer.inner_steps=4 --train.micro_batch=4 --checkpoint.resume="$run/sync_ckpt/step_5.h5" --log.dir="$run/small" \
+  --outer.inner_steps=4 --outer.bits=32 --train.micro_batch=4 --checkpoint.resume="$run/sync_ckpt/step_5.h5" --log.dir="$run/small" \
   --checkpoint.dir="$run/small_ckpt" >/dev/null
 python3 - "$run/sync/metrics.jsonl" "$run/small/metrics.jsonl" <<'PY'
 import json, sys

@@ -39,7 +39,7 @@ struct OuterOptions {
   std::int64_t inner_steps = 32;  // H
   float lr = 0.7f;
   float momentum = 0.9f;
-  int bits = 32;  // the pseudo-gradient's wire format: 32, 16, 8 or 4
+  int bits = 4;  // the pseudo-gradient's wire format: 32, 16, 8 or 4
   int fragments = 1;
   bool error_feedback = true;  // bits < 32: carry each island's rounding error into its next exchange
   std::size_t block = 256;     // bits 8 and 4: elements per fp32 scale (even)
