@@ -162,7 +162,9 @@ recommended = next((r["strategy"] for r in rows if r.get("recommended")), None)
 measured = (statistics.mean if row == "islands" else statistics.median)(m["step_ms"] for m in steps)
 out = {"bench": "bandwidth", "strategy": strategy, "rate_mbit": rate, "measured_step_ms": round(measured, 2),
        "predicted_step_ms": round(p["step_ms"], 2), "error": round(p["step_ms"] / measured - 1, 3),
-       "tokens_per_s": round(steps[-1]["tokens"] / (measured / 1e3), 1), "bytes_inter": steps[-1]["bytes_inter"],
+       "tokens_per_s": round(steps[-1]["tokens"] / (measured / 1e3), 1),
+       # An island point's inter-node bytes are its outer exchanges': their mean per step.
+       "bytes_inter": round(statistics.mean(m["bytes_inter"] for m in steps)) if row == "islands" else steps[-1]["bytes_inter"],
        "comm_ms": round(statistics.median(m["comm_ms"] for m in steps), 2),
        "exposed_comm_ms": round(statistics.median(m["exposed_comm_ms"] for m in steps), 2),
        "predicted_comm_inter_ms": round(p["comm_inter_ms"], 2), "predicted_compute_ms": round(p["compute_ms"], 2),
