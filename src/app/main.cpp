@@ -1,6 +1,11 @@
 // hsdp-train: parse the deck, build the mesh, train. Every rank runs this.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
+#include <string>
+#include <string_view>
+#include <vector>
 #include <iostream>
 #include <optional>
 #include <thread>
@@ -11,6 +16,7 @@
 #include "hsdp/comm/mpi.hpp"
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/core/fault.hpp"
+#include "hsdp/core/files.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/core/stall.hpp"
 #include "hsdp/quant/blockwise.hpp"
@@ -25,6 +31,55 @@ using hsdp::app::ConfigDeck;
 
 // Watched start-up: with a deck that cannot be read, stalls are bounded by comm.startup_timeout_s's default.
 constexpr double kStartupDefaultLimitS = 600;
+
+// This build of hsdp-train: its version and when this file was compiled (a stale binary on one node differs).
+std::string build_id() {
+  return std::string(HSDP_VERSION) + " built " + __DATE__ + " " + __TIME__;
+}
+
+// Every rank must run the same build on the same deck: ranks launched with another deck (an edited copy on one node,
+// a stale job script, MPMD by mistake) would train apart on their own shards, or hang at the first collective their
+// model shapes do not share. Refused on every rank with one line naming the ranks and hosts that differ from rank 0
+// (exit 2). Collective over MPI_COMM_WORLD; MPI_Allgather only (no rank can skip it).
+void check_same_run(const std::string& deck_text) {
+  constexpr int kHostChars = 64;
+  struct Mine {
+    std::uint64_t deck = 0, build = 0;
+    char host[kHostChars] = {};
+  } mine;
+  mine.deck = hsdp::fingerprint(deck_text);
+  mine.build = hsdp::fingerprint(build_id());
+  const std::string host = hsdp::host_name();
+  std::copy_n(host.begin(), std::min<std::size_t>(host.size(), kHostChars - 1), mine.host);
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<Mine> all(static_cast<std::size_t>(size));
+  MPI_Allgather(&mine, sizeof(Mine), MPI_BYTE, all.data(), sizeof(Mine), MPI_BYTE, MPI_COMM_WORLD);
+  const auto list = [&](auto differs) {
+    std::string ranks;
+    int count = 0;
+    for (int r = 1; r < size; ++r) {
+      const Mine& theirs = all[static_cast<std::size_t>(r)];
+      if (!differs(theirs)) continue;
+      if (++count <= 8) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + theirs.host + ")";
+    }
+    if (count > 8) ranks += " and " + std::to_string(count - 8) + " more";
+    return ranks;
+  };
+  const std::string host0 = std::string(" (") + all[0].host + ")";
+  if (const std::string ranks = list([&](const Mine& m) { return m.build != all[0].build; }); !ranks.empty()) {
+    throw hsdp::AgreedError(hsdp::ErrorKind::config,
+                            "rank(s) " + ranks + " run another build of hsdp-train than rank 0" + host0 +
+                                " (hsdp " + build_id() + " on this rank): install one build where every node "
+                                "reads it, and launch that");
+  }
+  if (const std::string ranks = list([&](const Mine& m) { return m.deck != all[0].deck; }); !ranks.empty()) {
+    throw hsdp::AgreedError(hsdp::ErrorKind::config,
+                            "rank(s) " + ranks + " were given another deck than rank 0" + host0 +
+                                " (another --config file or other --section.key values): every rank must train "
+                                "the same run; compare `hsdp-train <your arguments> --print-config` on those hosts");
+  }
+}
 
 int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopSignals& signals) {
   const int rank = log.rank();
@@ -66,6 +121,10 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
   if (cli.print_config) {
     log.info(deck.to_ini());
     return hsdp::kExitOk;
+  }
+  {
+    const hsdp::StallGuard op("comparing the deck and build of every rank");
+    check_same_run(deck.to_ini(false));
   }
 
   hsdp::comm::CommOptions comm_options;

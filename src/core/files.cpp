@@ -35,4 +35,10 @@ void require_regular_output(const std::string& path, std::string_view what) {
   }
 }
 
+std::uint64_t fingerprint(std::string_view bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (const char c : bytes) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
 }  // namespace hsdp

@@ -16,6 +16,7 @@
 #include "hsdp/core/buffer.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/fault.hpp"
+#include "hsdp/core/files.hpp"
 #include "hsdp/core/json.hpp"
 #include "hsdp/core/memory.hpp"
 #include "hsdp/core/stall.hpp"
@@ -44,6 +45,7 @@ namespace {
 // wrong entropy rate would make every "x the entropy rate" figure of the run wrong).
 double read_entropy_rate(const std::string& path) {
   if (path.empty()) return -1;
+  require_regular_input(path, "data.entropy_json");  // a FIFO would block the open until the start-up watchdog
   std::ifstream file(path);
   if (!file) throw_data("data.entropy_json: cannot open '" + path + "'");
   std::stringstream text;

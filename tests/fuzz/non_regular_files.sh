@@ -2,7 +2,8 @@
 # Tools given a path that is not a regular file end at once with exit 2 and one line naming it, instead of blocking
 # forever (a FIFO as input) or replacing it (a device node or a FIFO as output, written through a temporary file
 # and a rename):
-#   inputs:  hsdp-data encode/info, hsdp-ckpt inspect/verify/import --format llmc on a FIFO
+#   inputs:  hsdp-data encode/info, hsdp-ckpt inspect/verify/import --format llmc, hsdp-train's data.entropy_json
+#            on a FIFO
 #   outputs: hsdp-data encode, hsdp-ckpt export --format safetensors|llmc, consolidate, import onto a FIFO and onto
 #            a character device made here like /dev/full (mknod 1 7; skipped where mknod is not permitted)
 #   non_regular_files.sh BIN_DIR FIXTURES WORK
@@ -55,6 +56,11 @@ expect "hsdp-ckpt inspect FIFO" "'$fifo' is a FIFO" "$bin/hsdp-ckpt" inspect "$f
 expect "hsdp-ckpt verify FIFO" "'$fifo' is a FIFO" "$bin/hsdp-ckpt" verify "$fifo"
 expect "hsdp-ckpt import --format llmc FIFO" "'$fifo' is a FIFO" "$bin/hsdp-ckpt" import --format llmc "$fifo" \
   --output "$work/imported.h5"
+# hsdp-train's optional entropy file (issue 36: it blocked start-up until comm.startup_timeout_s).
+expect "hsdp-train --data.entropy_json=FIFO" "'$fifo' is a FIFO" "$bin/hsdp-train" \
+  --config "$(dirname "$0")/../../input/quickstart.ini" --data.train="$fixtures/data/train.bin" \
+  --data.val="$fixtures/data/val.bin" --data.entropy_json="$fifo" --train.steps=1 --train.eval_every=0 --checkpoint.dir= \
+  --log.dir="$work/log"
 
 for target in "${devices[@]}"; do
   kind="a FIFO"

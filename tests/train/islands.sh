@@ -137,7 +137,8 @@ refuse "outer.fragments=3 must divide outer.inner_steps=4" --topology.ranks_per_
   --outer.inner_steps=4 --outer.fragments=3
 refuse "data.part='2/2'" --data.part=2/2
 cp "$run/stopped_ckpt/step_12.h5" "$run/damaged.h5"
-python3 - "$run/damaged.h5" $("$ckpt" inspect "$run/damaged.h5" | awk '/^\/islands\/1\/outer\/momentum\//{g=1; next} g && /at byte/ {print $NF; exit}') <<'PY'
+at=$("$ckpt" inspect "$run/damaged.h5" | awk '/^\/islands\/1\/outer\/momentum\//{g=1; next} g && /at byte/ && !done {print $NF; done = 1}')
+python3 - "$run/damaged.h5" "$at" <<'PY'
 import sys
 path, at = sys.argv[1], int(sys.argv[2])
 with open(path, "r+b") as f:
@@ -150,6 +151,8 @@ set +e
 out=$("$ckpt" verify "$run/damaged.h5" 2>&1)
 rc=$?
 set -e
-[ $rc = 2 ] && grep -q "/islands/1/outer/momentum/" <<<"$out" || fail "a flipped outer momentum byte passed verify ($rc): $out"
+if [ $rc != 2 ] || ! grep -q "/islands/1/outer/momentum/" <<<"$out"; then
+  fail "a flipped outer momentum byte passed verify ($rc): $out"
+fi
 echo "refusals: exit 2, one line each; a flipped byte of island 1's outer momentum fails verify"
 echo "PASS"

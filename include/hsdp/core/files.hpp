@@ -1,5 +1,6 @@
 #pragma once
-// Checks on the paths tools read and write, before anything opens them.
+// Checks on the paths tools read and write, before anything opens them; a fingerprint to compare texts across ranks.
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,5 +15,9 @@ void require_regular_input(const std::string& path, std::string_view what, Error
 // A path to write (through a temporary file renamed over it) must be new or a regular file: else a config Error
 // naming it (the rename would replace a device node such as /dev/full, a FIFO or a socket with a regular file).
 void require_regular_output(const std::string& path, std::string_view what);
+
+// FNV-1a over 64 bits: a fingerprint of a text, to compare what ranks were given (hsdp-train's deck and build);
+// not a checksum against damage (ckpt/checksum.hpp is).
+std::uint64_t fingerprint(std::string_view bytes);
 
 }  // namespace hsdp
