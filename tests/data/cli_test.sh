@@ -35,6 +35,14 @@ expect 2 "'--vocab' is invalid" "$bin" synth --out-dir "$dir/s" --vocab many
 expect 2 '--vocab\^--order' "$bin" synth --out-dir "$dir/s" --vocab 4096 --order 2
 expect 2 '--train-tokens must be > 0' "$bin" synth --out-dir "$dir/s" --train-tokens -5
 
+# A text above 2^31 - 1 bytes (sparse: it takes no space) is refused before it is read (issue 36: it was read whole,
+# 9 GiB of memory with its tokens, or std::bad_alloc where memory is short).
+if truncate -s 3G "$dir/huge.txt" 2>/dev/null; then
+  expect 2 "has 3221225472 bytes, more than the 2147483647 tokens a token file holds" \
+    "$bin" encode --input "$dir/huge.txt" --output "$dir/huge.bin"
+  [[ -e $dir/huge.bin ]] && fail "encode of the 3 GiB text wrote $dir/huge.bin"
+  rm -f "$dir/huge.txt"
+fi
 expect 0 'entropy rate' "$bin" synth --out-dir "$dir/s" --vocab 32 --order 2 --train-tokens 20000 --val-tokens 3000
 [[ -f $dir/s/train.bin && -f $dir/s/val.bin ]] || fail "synth did not write train.bin and val.bin"
 grep -q '"entropy_nats_per_token":' "$dir/s/source.json" || fail "source.json lacks the entropy"
