@@ -119,8 +119,6 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& world_topology,
   if (islands_ > 1) {
     island_ = world.split(island_index_, world_topology.world_rank, "island");
     outer_ = world.split(island_->rank(), island_index_, "outer");
-  } else {
-    outer_ = world.split(world_topology.world_rank, 0, "outer");
   }
   MpiCommunicator& base = island();  // the splits below are the island's
   const int me = topology.world_rank;
@@ -148,6 +146,11 @@ ProcessMesh::ProcessMesh(MpiCommunicator& world, const Topology& world_topology,
   for (Group* g : {&engine_world_, &node_, &cross_node_, &node_gather_, &shard_, &replicate_, &hpz_}) carry(*g, options);
 }
 
+MpiCommunicator& ProcessMesh::outer() {
+  if (!outer_) throw_internal("the process mesh has no outer group: it was built with one island");
+  return *outer_;
+}
+
 void ProcessMesh::carry(Group& group, const MeshOptions& options) {
   if (group.mpi && options.carry) group.carrier = options.carry(*group.mpi);
 }
@@ -163,7 +166,7 @@ ByteCounters ProcessMesh::total_counters() const {
   for (const Group* g : {&node_, &node_gather_, &cross_node_, &shard_, &replicate_, &hpz_}) {
     if (g->mpi) total += g->carried().counters();
   }
-  if (islands_ > 1) total += outer_->counters();
+  if (outer_) total += outer_->counters();
   return total;
 }
 
@@ -171,7 +174,7 @@ void ProcessMesh::reset_counters() {
   for (const Group* g : {&node_, &node_gather_, &cross_node_, &shard_, &replicate_, &hpz_}) {
     if (g->mpi) g->carried().reset_counters();
   }
-  outer_->reset_counters();
+  if (outer_) outer_->reset_counters();
 }
 
 std::string ProcessMesh::describe() {

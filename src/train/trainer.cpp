@@ -187,21 +187,26 @@ std::string batch_job_id() {
   return "";
 }
 
-// Bytes by link class this step: summed over every rank (what the job moved) and the busiest rank's. On world,
-// whose counters are not the mesh's: it does not count itself.
+// Bytes by link class this step: summed over every rank (what the job moved) and the busiest rank's; and the bytes
+// of the outer exchange (islands), summed over every rank (a rank's shard, and so its message, can be shorter than
+// another's). On world, whose counters are not the mesh's: it does not count itself.
 struct JobBytes {
   comm::LinkBytes all_ranks, max_rank;
+  std::uint64_t outer_all_ranks = 0;
 };
-JobBytes job_bytes(comm::Communicator& world, const comm::LinkBytes& mine) {
-  const double send[2] = {static_cast<double>(mine.intra), static_cast<double>(mine.inter)};
-  std::vector<double> every(2 * static_cast<std::size_t>(world.size()));
-  world.all_gather(send, every.data(), 2, DType::f64);
+JobBytes job_bytes(comm::Communicator& world, const comm::LinkBytes& mine, std::uint64_t outer_mine) {
+  constexpr std::size_t kValues = 3;
+  const double send[kValues] = {static_cast<double>(mine.intra), static_cast<double>(mine.inter),
+                                static_cast<double>(outer_mine)};
+  std::vector<double> every(kValues * static_cast<std::size_t>(world.size()));
+  world.all_gather(send, every.data(), kValues, DType::f64);
   JobBytes job;
-  for (std::size_t r = 0; r < every.size(); r += 2) {
+  for (std::size_t r = 0; r < every.size(); r += kValues) {
     const comm::LinkBytes theirs{static_cast<std::uint64_t>(every[r]), static_cast<std::uint64_t>(every[r + 1])};
     job.all_ranks += theirs;
     job.max_rank.intra = std::max(job.max_rank.intra, theirs.intra);
     job.max_rank.inter = std::max(job.max_rank.inter, theirs.inter);
+    job.outer_all_ranks += static_cast<std::uint64_t>(every[r + 2]);
   }
   return job;
 }
@@ -638,7 +643,9 @@ class Run {
     if (mesh_.islands() > 1) {  // the islands' losses, and their mean
       island_losses.resize(static_cast<std::size_t>(mesh_.islands()));
       mesh_.outer().all_gather(std::span<const double>(&loss, 1), std::span<double>(island_losses));
-      loss = global_mean(mesh_.outer(), loss);
+      loss = 0;  // their mean, summed in island order: the same on every rank
+      for (const double l : island_losses) loss += l;
+      loss /= static_cast<double>(island_losses.size());
     }
     const double lr = optim::learning_rate(o_.schedule, step);
     optim::ClipResult clip;
@@ -679,13 +686,13 @@ class Run {
     m.tokens_per_s = static_cast<double>(tokens_per_step_) / (m.step_ms / 1e3);
     comm::LinkBytes mine = mesh_.total_counters().total();
     mine += backend.own_bytes();
-    const JobBytes job = job_bytes(world_, mine);
+    const JobBytes job = job_bytes(world_, mine, outer.bytes);
     m.bytes = job.all_ranks;
     m.bytes_max_rank = job.max_rank;
     if (outer_) {
       m.island_losses = std::move(island_losses);
       m.outer_fragment = outer.fragment;
-      m.outer_bytes = outer.bytes * static_cast<std::uint64_t>(world_.size());  // every rank sends the same
+      m.outer_bytes = job.outer_all_ranks;
       m.outer_exposed_ms = outer.ms;
       if (outer.fragment >= 0) {
         summary_.outer_exchanges += 1;

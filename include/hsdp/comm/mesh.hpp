@@ -81,9 +81,10 @@ class ProcessMesh {
   const Topology& world_topology() const { return world_topology_; }
   int islands() const { return islands_; }
   int island_index() const { return island_index_; }
-  // The island's ranks (the world with one island), and the outer group (this rank alone with one island).
+  // The island's ranks (the world with one island), and the outer group (only with islands > 1: an internal Error
+  // otherwise).
   MpiCommunicator& island() { return island_ ? *island_ : world_; }
-  MpiCommunicator& outer() { return *outer_; }
+  MpiCommunicator& outer();
   ShardScope shard_scope() const { return shard_scope_; }
 
   // Sum of the counters of every communicator of the mesh except world (world is the caller's and may carry
