@@ -98,13 +98,14 @@ FullCheckpoint empty_checkpoint(const model::GptConfig& config) {
   return full;
 }
 
-std::size_t verify_state_sets(const std::string& path) {
+std::size_t verify_island_sets(const std::string& path, int islands) {
   FullCheckpoint full = empty_checkpoint(checkpoint_model_config(path));
   const model::ModelLayout layout(full.config);
   const std::vector<UnitShard> shards = full.whole_units();
   std::size_t verified = 0;
-  const TrainState state = load_checkpoint(MPI_COMM_SELF, path, layout, shards);
-  for (StateSet set : all_state_sets(state.islands)) {
+  const std::vector<StateSet> sets = all_state_sets(islands);
+  for (std::size_t i = 1; i < sets.size(); ++i) {  // the run's set, the first, is read_full_checkpoint's
+    StateSet set = sets[i];
     set.shards = shards;
     load_checkpoint(MPI_COMM_SELF, path, layout, [&](const TrainState&) { return std::vector<StateSet>{set}; });
     verified += 3 * layout.params().size();

@@ -389,8 +389,7 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
   IslandPlan row;
   row.islands = islands;
   row.outer = in.outer;
-  PlanInputs island = in;
-  island.cluster.nodes = in.cluster.nodes / islands;
+  const int nodes_per_island = in.cluster.nodes / islands;
   row.inner = inner_row;
   // This rank's shard of every unit, by fragment.
   const std::vector<int> fragment_of = shard::unit_fragments(in.model.unit_numel, in.outer.fragments);
@@ -408,7 +407,7 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
   shard::GroupView outer;
   outer.rank = 0;
   outer.node_of_rank.clear();
-  for (int i = 0; i < islands; ++i) outer.node_of_rank.push_back(i * island.cluster.nodes);
+  for (int i = 0; i < islands; ++i) outer.node_of_rank.push_back(i * nodes_per_island);
   for (const std::size_t c : count) {
     const std::uint64_t bytes = shard::outer_exchange_bytes(in.outer, c, islands);
     row.exchange_bytes_rank += bytes;
