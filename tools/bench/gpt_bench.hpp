@@ -1,9 +1,10 @@
 #pragma once
-// What hsdp-bench-train-cpu and hsdp-bench-train-gpu share: the FLOPs a training step of a GPT does, and the
-// model-shape options of their command lines.
+// What hsdp-bench-train-cpu and hsdp-bench-train-gpu share: the FLOPs a training step of a GPT does, the
+// model-shape options of their command lines, and the fields that say the shape in their JSON lines.
 #include <boost/program_options.hpp>
 #include <cstdint>
 
+#include "hsdp/core/json.hpp"
 #include "hsdp/model/config.hpp"
 
 namespace hsdp::bench {
@@ -33,6 +34,19 @@ inline void add_model_options(boost::program_options::options_description& desc,
       ("padded_vocab_size", po::value(&model.padded_vocab_size)->default_value(model.padded_vocab_size),
        "stored rows of wte Vp");
   // clang-format on
+}
+
+// n_layer, n_embd, n_head, vocab_size, padded_vocab_size, params (as stored), batch, seq_len.
+inline JsonLine& add_model_fields(JsonLine& json, const model::GptConfig& model, std::uint64_t params, int batch,
+                                  int seq_len) {
+  return json.add("n_layer", model.n_layer)
+      .add("n_embd", model.n_embd)
+      .add("n_head", model.n_head)
+      .add("vocab_size", model.vocab_size)
+      .add("padded_vocab_size", model.padded_vocab_size)
+      .add("params", params)
+      .add("batch", batch)
+      .add("seq_len", seq_len);
 }
 
 }  // namespace hsdp::bench

@@ -250,15 +250,8 @@ int run(const Options& o) {
   const double ratio_mean = achieved_mean / sgemm_median;
 
   hsdp::JsonLine json;
-  json.add("bench", "train_cpu")
-      .add("n_layer", o.model.n_layer)
-      .add("n_embd", o.model.n_embd)
-      .add("n_head", o.model.n_head)
-      .add("vocab_size", o.model.vocab_size)
-      .add("padded_vocab_size", o.model.padded_vocab_size)
-      .add("params", static_cast<std::uint64_t>(layout.total_numel()))
-      .add("batch", o.batch)
-      .add("seq_len", o.seq_len)
+  json.add("bench", "train_cpu");
+  hsdp::bench::add_model_fields(json, o.model, layout.total_numel(), o.batch, o.seq_len)
       .add("threads", o.threads)
       .add("checkpointing", o.checkpointing)
       .add("fused_update", o.fused_update)
