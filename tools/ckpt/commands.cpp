@@ -135,7 +135,7 @@ int run_verify(const std::vector<std::string>& args) {
     throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "' holds " + std::to_string(info.datasets.size()) +
                                            " datasets; its model has " + std::to_string(expected));
   }
-  ckpt::verify_island_sets(path, islands);
+  if (islands > 1) ckpt::verify_island_sets(path, islands);
   std::cout << "OK " << path << ": step " << full.state.step << ", " << expected << " datasets ("
             << layout.logical_numel() << " parameters, Adam m and v"
             << (islands > 1 ? " of each of " + std::to_string(islands) + " islands, and their outer state" : "")
