@@ -277,6 +277,12 @@ const std::vector<OptionSpec>& option_table() {
               "fragment f exchanged at the steps s with s mod H = f*H/F (F divides H): 1/F of the bytes each time",
               1, 1 << 20)
           .into([](V v, O o) { o.outer.fragments = v.int32(); }),
+      integer("outer.overlap", "0",
+              "tau > 0 (Streaming DiLoCo's overlap): a fragment's exchange runs during the next tau inner steps and is "
+              "applied after them, keeping what the island learnt meanwhile; 0 = the step waits for it; at most "
+              "outer.inner_steps / outer.fragments",
+              0, 1 << 30)
+          .into([](V v, O o) { o.outer.overlap = v.int32(); }),
 
       // [topology]
       integer("topology.ranks_per_node", "0",

@@ -47,7 +47,7 @@ CheckpointInfo inspect_checkpoint(const std::string& path) {
   // The datasets the model of /meta has (never a walk over the file's links, which a damaged file can turn into
   // heap corruption inside HDF5: tests/fuzz).
   const model::ModelLayout layout(info.config);
-  for (const std::string& name : plan::dataset_paths(layout, info.state.islands)) {
+  for (const std::string& name : plan::dataset_paths(layout, info.state.islands, info.state.outer_in_flight >= 0)) {
     if (!h5::link_exists(file.get(), name)) continue;
     if (const std::string link = h5::link_not_hard(file.get(), name); !link.empty()) {
       throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "': " + link +
@@ -98,17 +98,17 @@ FullCheckpoint empty_checkpoint(const model::GptConfig& config) {
   return full;
 }
 
-std::size_t verify_island_sets(const std::string& path, int islands) {
+std::size_t verify_island_sets(const std::string& path, const TrainState& state) {
   FullCheckpoint full = empty_checkpoint(checkpoint_model_config(path));
   const model::ModelLayout layout(full.config);
   const std::vector<UnitShard> shards = full.whole_units();
   std::size_t verified = 0;
-  const std::vector<StateSet> sets = all_state_sets(islands);
+  const std::vector<StateSet> sets = all_state_sets(state);
   for (std::size_t i = 1; i < sets.size(); ++i) {  // the run's set, the first, is read_full_checkpoint's
     StateSet set = sets[i];
     set.shards = shards;
     load_checkpoint(MPI_COMM_SELF, path, layout, [&](const TrainState&) { return std::vector<StateSet>{set}; });
-    verified += 3 * layout.params().size();
+    verified += set.count() * layout.params().size();
   }
   return verified;
 }

@@ -69,6 +69,10 @@ std::vector<char> pack(const TrainState& s) {
   append(packed, s.mesh);
   // Islands came later: a file of one island packs (and checksums) as files did before them.
   if (s.islands > 1) append(packed, &s.islands, sizeof s.islands);
+  if (s.outer_in_flight >= 0) {  // only with islands
+    append(packed, &s.outer_in_flight, sizeof s.outer_in_flight);
+    append(packed, &s.outer_apply_step, sizeof s.outer_apply_step);
+  }
   return packed;
 }
 
@@ -108,6 +112,10 @@ void check_ranges(const TrainState& s, const std::string& path) {
     bad("/meta nodes " + std::to_string(s.nodes) + " is not in [1, world_size " + std::to_string(s.world_size) + "]");
   }
   if (s.islands < 1) bad("/meta islands " + std::to_string(s.islands) + " is below 1");
+  if (s.outer_in_flight >= 0 && (s.islands < 2 || s.outer_apply_step <= s.step)) {
+    bad("/meta outer_in_flight " + std::to_string(s.outer_in_flight) + " needs islands > 1 and an outer_apply_step " +
+        "after step " + std::to_string(s.step));
+  }
   if (s.segments < 1) bad("/meta segments " + std::to_string(s.segments) + " is below 1");
   if (!(s.train_seconds >= 0) || !std::isfinite(s.train_seconds)) bad("/meta train_seconds is not a finite number >= 0");
   if (!(s.scaler.scale > 0) || !std::isfinite(s.scaler.scale)) bad("/scaler scale is not a finite number > 0");
@@ -129,6 +137,10 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::write_attribute(m.get(), "train_seconds", s.train_seconds);
   h5::write_attribute(m.get(), "segments", s.segments);
   if (s.islands > 1) h5::write_attribute(m.get(), "islands", std::int64_t{s.islands});
+  if (s.outer_in_flight >= 0) {
+    h5::write_attribute(m.get(), "outer_in_flight", std::int64_t{s.outer_in_flight});
+    h5::write_attribute(m.get(), "outer_apply_step", s.outer_apply_step);
+  }
   h5::write_attribute(m.get(), "hsdp_version", std::string(HSDP_VERSION));
   h5::write_attribute(m.get(), "checksum_algorithm", std::string(kChecksumAlgorithm));
   h5::write_attribute(m.get(), "n_layer", std::int64_t{config.n_layer});
@@ -179,6 +191,11 @@ TrainState read_values(hid_t file, const std::string& path) {
     if (h5::has_attribute(m.get(), "segments")) s.segments = h5::read_int_attribute(m.get(), "segments", where);
     if (h5::has_attribute(m.get(), "islands")) {
       s.islands = to_int(h5::read_int_attribute(m.get(), "islands", where), where + " islands");
+    }
+    if (h5::has_attribute(m.get(), "outer_in_flight")) {
+      s.outer_in_flight =
+          to_int(h5::read_int_attribute(m.get(), "outer_in_flight", where), where + " outer_in_flight");
+      s.outer_apply_step = h5::read_int_attribute(m.get(), "outer_apply_step", where);
     }
   }
   {
@@ -260,6 +277,10 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   take(packed, at, s.strategy);
   take(packed, at, s.mesh);
   if (at < packed.size()) take(packed, at, &s.islands, sizeof s.islands);
+  if (at < packed.size()) {
+    take(packed, at, &s.outer_in_flight, sizeof s.outer_in_flight);
+    take(packed, at, &s.outer_apply_step, sizeof s.outer_apply_step);
+  }
   return s;
 }
 

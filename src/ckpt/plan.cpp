@@ -48,10 +48,16 @@ std::string dataset_path(const StateSet& set, Tensor tensor, const std::string& 
   return set.group + "/" + set.tensors[static_cast<std::size_t>(tensor)] + "/" + param_name;
 }
 
-std::vector<std::string> dataset_paths(const model::ModelLayout& layout, int islands) {
+std::size_t first_dataset(std::span<const StateSet> sets, std::size_t index, std::size_t param_count) {
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < index; ++s) first += sets[s].count() * param_count;
+  return first;
+}
+
+std::vector<std::string> dataset_paths(const model::ModelLayout& layout, int islands, bool in_flight) {
   std::vector<std::string> paths;
-  for (const StateSet& set : all_state_sets(islands)) {
-    for (const Tensor t : kTensors) {
+  for (const StateSet& set : all_state_sets(islands, in_flight)) {
+    for (const Tensor t : tensors_of(set)) {
       for (const model::ParamInfo& p : layout.params()) paths.push_back(dataset_path(set, t, p.name));
     }
   }
@@ -70,7 +76,8 @@ float* tensor_data(const UnitShard& shard, Tensor tensor) {
   return nullptr;
 }
 
-void validate_shards(const model::ModelLayout& layout, std::span<const UnitShard> shards) {
+void validate_shards(const model::ModelLayout& layout, const StateSet& set) {
+  const std::span<const UnitShard> shards = set.shards;
   for (std::size_t i = 0; i < shards.size(); ++i) {
     const UnitShard& s = shards[i];
     const std::string which = "checkpoint shard " + std::to_string(i) + " (unit " + std::to_string(s.unit) + ")";
@@ -80,8 +87,10 @@ void validate_shards(const model::ModelLayout& layout, std::span<const UnitShard
       throw_internal(which + ": range [" + std::to_string(s.begin) + ", " + std::to_string(s.begin + s.count) +
                      ") reaches past the unit's " + std::to_string(numel) + " elements");
     }
-    if (s.count > 0 && (s.params == nullptr || s.exp_avg == nullptr || s.exp_avg_sq == nullptr)) {
-      throw_internal(which + " has no parameter or optimizer buffer");
+    for (const Tensor t : tensors_of(set)) {
+      if (s.count > 0 && tensor_data(s, t) == nullptr) {
+        throw_internal(which + " lacks a buffer of " + set.tensors[static_cast<std::size_t>(t)]);
+      }
     }
   }
 }
@@ -215,13 +224,27 @@ StateSet outer_state(int island, std::span<const UnitShard> shards, bool writer)
           .writer = writer};
 }
 
-std::vector<StateSet> all_state_sets(int islands) {
+StateSet outer_flight_state(int island, std::span<const UnitShard> shards, bool writer) {
+  return {.group = island_group(island) + "/outer",
+          .tensors = {"in_flight_shift", "", ""},
+          .shards = shards,
+          .writer = writer};
+}
+
+std::vector<StateSet> all_state_sets(int islands, bool in_flight) {
   std::vector<StateSet> sets;
   for (int i = 0; i < islands; ++i) sets.push_back(island_state(i, {}, false));
   if (islands > 1) {
     for (int i = 0; i < islands; ++i) sets.push_back(outer_state(i, {}, false));
+    if (in_flight) {
+      for (int i = 0; i < islands; ++i) sets.push_back(outer_flight_state(i, {}, false));
+    }
   }
   return sets;
+}
+
+std::vector<StateSet> all_state_sets(const TrainState& state) {
+  return all_state_sets(state.islands, state.outer_in_flight >= 0);
 }
 
 }  // namespace hsdp::ckpt

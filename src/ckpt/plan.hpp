@@ -19,6 +19,12 @@ namespace hsdp::ckpt::plan {
 
 enum class Tensor { params = 0, exp_avg = 1, exp_avg_sq = 2 };
 inline constexpr Tensor kTensors[] = {Tensor::params, Tensor::exp_avg, Tensor::exp_avg_sq};
+// The tensors of a state set: its first set.count().
+inline std::span<const Tensor> tensors_of(const StateSet& set) {
+  return std::span<const Tensor>(kTensors).first(set.count());
+}
+// Datasets of `sets` before set number `index` (each set: its tensors times the model's parameters).
+std::size_t first_dataset(std::span<const StateSet> sets, std::size_t index, std::size_t param_count);
 
 // "/model/<name>", "/optim/exp_avg/<name>", "/optim/exp_avg_sq/<name>"
 std::string dataset_path(Tensor tensor, const std::string& param_name);
@@ -26,7 +32,7 @@ std::string dataset_path(Tensor tensor, const std::string& param_name);
 std::string dataset_path(const StateSet& set, Tensor tensor, const std::string& param_name);
 // Every dataset of a checkpoint of `layout`: tensor-major (model, exp_avg, exp_avg_sq), then parameter order; with
 // islands > 1, then every further state set's (all_state_sets) in the same order.
-std::vector<std::string> dataset_paths(const model::ModelLayout& layout, int islands = 1);
+std::vector<std::string> dataset_paths(const model::ModelLayout& layout, int islands = 1, bool in_flight = false);
 float* tensor_data(const UnitShard& shard, Tensor tensor);
 
 // A range of a unit's flat buffer held by some rank (shard: index into that rank's shard list).
@@ -49,8 +55,8 @@ struct Piece {
   std::size_t shard_offset = 0;
 };
 
-// Throws an internal Error when a shard names no unit, reaches past its unit, or has no buffers.
-void validate_shards(const model::ModelLayout& layout, std::span<const UnitShard> shards);
+// Throws an internal Error when a shard names no unit, reaches past its unit, or lacks a buffer of the set's tensors.
+void validate_shards(const model::ModelLayout& layout, const StateSet& set);
 
 // Every rank's ranges (only those of ranks with `contribute`), in (rank, shard) order. Collective.
 std::vector<RankRange> allgather_ranges(MPI_Comm comm, std::span<const UnitShard> shards, bool contribute);

@@ -80,7 +80,7 @@ void check_shapes(hid_t file, const std::string& path, const model::ModelLayout&
     }
   }
   for (const StateSet& set : sets) {
-    for (const plan::Tensor t : plan::kTensors) {
+    for (const plan::Tensor t : plan::tensors_of(set)) {
     for (const model::ParamInfo& p : layout.params()) {
       const std::string name = plan::dataset_path(set, t, p.name);
       if (!h5::link_exists(file, name)) {
@@ -103,13 +103,15 @@ void check_shapes(hid_t file, const std::string& path, const model::ModelLayout&
 }
 
 // Zeroes the rows of wte beyond vocab_size (and anything else stored but not saved) inside this rank's shards.
-void zero_unsaved(const model::ModelLayout& layout, std::span<const UnitShard> shards) {
-  for (const UnitShard& s : shards) {
+void zero_unsaved(const model::ModelLayout& layout, const StateSet& set) {
+  for (const UnitShard& s : set.shards) {
     for (const model::ParamInfo* p : layout.unit_params(s.unit)) {
       const std::size_t lo = std::max(s.begin, p->offset + p->logical_numel());
       const std::size_t hi = std::min(s.begin + s.count, p->offset + p->numel);
       if (lo >= hi) continue;
-      for (const plan::Tensor t : plan::kTensors) std::fill_n(plan::tensor_data(s, t) + (lo - s.begin), hi - lo, 0.0f);
+      for (const plan::Tensor t : plan::tensors_of(set)) {
+        std::fill_n(plan::tensor_data(s, t) + (lo - s.begin), hi - lo, 0.0f);
+      }
     }
   }
 }
@@ -129,7 +131,7 @@ void plan_reads(MPI_Comm world, hid_t file, const std::string& path, const model
                 const StateSet& set, const plan::Ownership& own, Reads& r) {
   const std::span<const UnitShard> shards = set.shards;
   agreed(world, [&] {
-    for (const plan::Tensor t : plan::kTensors) {
+    for (const plan::Tensor t : plan::tensors_of(set)) {
       for (const model::ParamInfo& info : layout.params()) {
         const std::string name = plan::dataset_path(set, t, info.name);
         r.handles.push_back(h5::dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), "opening " + name));
@@ -139,7 +141,7 @@ void plan_reads(MPI_Comm world, hid_t file, const std::string& path, const model
     }
   });
   const std::vector<std::vector<plan::Piece>> mine = plan::shard_pieces(layout, shards);
-  for (const plan::Tensor t : plan::kTensors) {
+  for (const plan::Tensor t : plan::tensors_of(set)) {
     for (std::size_t p = 0; p < layout.params().size(); ++p) {
       const model::ParamInfo& info = layout.params()[p];
       transfer::DatasetPieces d;
@@ -159,14 +161,15 @@ void plan_reads(MPI_Comm world, hid_t file, const std::string& path, const model
   }
 }
 
-// The checksums of set number `index`'s datasets over the data read, into `sums`: each rank adds the elements it
-// owns (its shards minus lower ranks' copies) and the gaps it read (all-reduced by the caller).
-void loaded_checksums(const model::ModelLayout& layout, std::span<const UnitShard> shards,
-                      const plan::Ownership& own, const Reads& reads, std::size_t index,
-                      std::vector<std::uint64_t>& sums) {
+// The checksums of the datasets of `set`, the first of them dataset number `first`, over the data read, into `sums`:
+// each rank adds the elements it owns (its shards minus lower ranks' copies) and the gaps it read (all-reduced by
+// the caller).
+void loaded_checksums(const model::ModelLayout& layout, const StateSet& set, const plan::Ownership& own,
+                      const Reads& reads, std::size_t first, std::vector<std::uint64_t>& sums) {
+  const std::span<const UnitShard> shards = set.shards;
   const std::size_t param_count = layout.params().size();
-  for (const plan::Tensor t : plan::kTensors) {
-    const std::size_t base = (index * 3 + static_cast<std::size_t>(t)) * param_count;
+  for (const plan::Tensor t : plan::tensors_of(set)) {
+    const std::size_t base = first + static_cast<std::size_t>(t) * param_count;
     for (std::size_t p = 0; p < param_count; ++p) {
       for (const plan::Piece& piece : own.owned[p]) {
         const float* data = plan::tensor_data(shards[piece.shard], t) + piece.shard_offset;
@@ -203,7 +206,7 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
   agreed(world, [&] {
     state = meta::read_state(file.get(), path);
     sets = choose(state);
-    for (const StateSet& set : sets) plan::validate_shards(layout, set.shards);
+    for (const StateSet& set : sets) plan::validate_shards(layout, set);
     check_shapes(file.get(), path, layout, sets);
   });
 
@@ -235,12 +238,14 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
     // Its collectives (the file views) come before anything that can throw.
     agreed(world, [&] { transfer::read_single_call(file.get(), datasets, stats); });
   }
-  for (const StateSet& set : sets) zero_unsaved(layout, set.shards);
+  for (const StateSet& set : sets) zero_unsaved(layout, set);
   fault_point("resume", rank);
 
   op.emplace("verifying the checksums of " + path);
   std::vector<std::uint64_t> sums(datasets.size(), 0);
-  for (std::size_t s = 0; s < sets.size(); ++s) loaded_checksums(layout, sets[s].shards, owners[s], reads, s, sums);
+  for (std::size_t s = 0; s < sets.size(); ++s) {
+    loaded_checksums(layout, sets[s], owners[s], reads, plan::first_dataset(sets, s, layout.params().size()), sums);
+  }
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, world);
   reads.handles.clear();
   file.close_checked("closing checkpoint '" + path + "'");

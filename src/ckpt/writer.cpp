@@ -46,13 +46,14 @@ using SetPieces = std::vector<std::vector<std::vector<plan::Piece>>>;
 std::vector<std::uint64_t> dataset_checksums(MPI_Comm world, const model::ModelLayout& layout,
                                              std::span<const StateSet> sets, const SetPieces& pieces) {
   const std::size_t count = layout.params().size();
-  std::vector<std::uint64_t> sums(sets.size() * 3 * count, 0);
+  std::vector<std::uint64_t> sums(plan::first_dataset(sets, sets.size(), count), 0);
   for (std::size_t s = 0; s < sets.size(); ++s) {
-    for (const plan::Tensor t : plan::kTensors) {
+    const std::size_t first = plan::first_dataset(sets, s, count);
+    for (const plan::Tensor t : plan::tensors_of(sets[s])) {
       for (std::size_t p = 0; p < count; ++p) {
         for (const plan::Piece& piece : pieces[s][p]) {
           const float* data = plan::tensor_data(sets[s].shards[piece.shard], t) + piece.shard_offset;
-          sums[(s * 3 + static_cast<std::size_t>(t)) * count + p] += checksum_range({data, piece.count}, piece.first);
+          sums[first + static_cast<std::size_t>(t) * count + p] += checksum_range({data, piece.count}, piece.first);
         }
       }
     }
@@ -90,10 +91,11 @@ Datasets create_datasets(hid_t file, const std::string& tmp, const model::ModelL
   h5::check_status(H5Pset_create_intermediate_group(lcpl.get(), 1), "intermediate groups");
   const std::size_t param_count = layout.params().size();
   Datasets out;
-  out.handles.reserve(sets.size() * 3 * param_count);
-  out.pieces.reserve(sets.size() * 3 * param_count);
+  out.handles.reserve(checksums.size());
+  out.pieces.reserve(checksums.size());
   for (std::size_t s = 0; s < sets.size(); ++s) {
-    for (const plan::Tensor t : plan::kTensors) {
+    const std::size_t first = plan::first_dataset(sets, s, param_count);
+    for (const plan::Tensor t : plan::tensors_of(sets[s])) {
       for (std::size_t p = 0; p < param_count; ++p) {
         const model::ParamInfo& info = layout.params()[p];
         transfer::DatasetPieces d;
@@ -105,7 +107,7 @@ Datasets create_datasets(hid_t file, const std::string& tmp, const model::ModelL
             H5Dcreate2(file, d.path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
             "creating " + d.path + " in '" + tmp + "'"));
         h5::write_attribute(out.handles.back().get(), "checksum",
-                            checksums[(s * 3 + static_cast<std::size_t>(t)) * param_count + p]);
+                            checksums[first + static_cast<std::size_t>(t) * param_count + p]);
         d.dataset = out.handles.back().get();
         for (const plan::Piece& piece : pieces[s][p]) {
           d.pieces.push_back(
@@ -245,7 +247,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   result.path = path;
 
   agreed(world, [&] {
-    for (const StateSet& set : sets) plan::validate_shards(layout, set.shards);
+    for (const StateSet& set : sets) plan::validate_shards(layout, set);
   });
   const TrainState state = meta::broadcast(world, state_in);
   const std::size_t param_count = layout.params().size();
@@ -262,7 +264,9 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
 
   const std::string dir = parent_dir(path);
   const std::string tmp = path + ".tmp";
-  const std::uint64_t tensors = sets.size() * 3 * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
+  const std::size_t dataset_count = plan::first_dataset(sets, sets.size(), param_count);
+  const std::uint64_t tensors =
+      dataset_count / param_count * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
   agreed(world, [&] {
     if (rank != 0) return;
     std::error_code ec;
@@ -290,7 +294,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   try {
     // Every block the file will take, its metadata's generously (each dataset's header and checksum are well under
     // 16 KiB), then what its layout takes beyond that, if anything.
-    const std::uint64_t reserve = tensors + (1 << 20) + sets.size() * 3 * layout.params().size() * (16 << 10);
+    const std::uint64_t reserve = tensors + (1 << 20) + dataset_count * (16 << 10);
     int reserved = 0;
     agreed(world, [&] {
       if (rank == 0) reserved = reserve_blocks(path, tmp, reserve) ? 1 : 0;

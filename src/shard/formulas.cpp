@@ -34,10 +34,11 @@ std::int64_t model_state_bytes(const UnitSizes& units, Sharding strategy, int sh
   return total;
 }
 
-std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size) {
+std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size, bool overlap) {
   std::int64_t bytes = 0;
   const auto n = static_cast<std::size_t>(shard_size);
-  for (const std::size_t numel : units.numel) bytes += static_cast<std::int64_t>(12 * ((numel + n - 1) / n));
+  const std::size_t per_element = overlap ? 16 : 12;
+  for (const std::size_t numel : units.numel) bytes += static_cast<std::int64_t>(per_element * ((numel + n - 1) / n));
   return bytes;
 }
 

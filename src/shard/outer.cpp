@@ -57,6 +57,11 @@ void validate(const OuterOptions& o, int num_units) {
   }
   if (!(o.lr > 0)) throw_config("outer.lr must be positive");
   if (!(o.momentum >= 0 && o.momentum < 1)) throw_config("outer.momentum must be in [0, 1)");
+  if (o.overlap < 0 || o.overlap > o.inner_steps / o.fragments) {
+    throw_config("outer.overlap=" + std::to_string(o.overlap) + " must be between 0 and outer.inner_steps / " +
+                 "outer.fragments = " + std::to_string(o.inner_steps / o.fragments) +
+                 " (one exchange in flight at a time, applied before the next starts)");
+  }
   if (quantized(o)) quant::validate(spec_of(o));
 }
 
@@ -100,7 +105,7 @@ std::uint64_t outer_exchange_bytes(const OuterOptions& o, std::size_t count, int
 
 OuterOptimizer::OuterOptimizer(const OuterOptions& options, comm::Communicator& outer, const model::ModelLayout& layout,
                                std::span<const UnitShard> views, MemoryAccountant& memory)
-    : options_(options), outer_(outer) {
+    : options_(options), outer_(outer), memory_(memory) {
   validate(options_, layout.num_units());
   const std::vector<int> fragment = unit_fragments(layout, options_.fragments);
   std::size_t total = 0;
@@ -111,6 +116,11 @@ OuterOptimizer::OuterOptimizer(const OuterOptions& options, comm::Communicator& 
   params_.reset(total, &memory, MemCategory::optimizer);
   momentum_.reset(total, &memory, MemCategory::optimizer);
   error_.reset(total, &memory, MemCategory::optimizer);
+  if (options_.overlap > 0) ensure_shift();
+}
+
+void OuterOptimizer::ensure_shift() {
+  if (shift_.size() != params_.size()) shift_.reset(params_.size(), &memory_, MemCategory::optimizer);
 }
 
 void OuterOptimizer::reset(std::span<const UnitShard> inner) {
@@ -119,6 +129,8 @@ void OuterOptimizer::reset(std::span<const UnitShard> inner) {
   }
   std::fill_n(momentum_.data(), momentum_.size(), 0.0f);
   std::fill_n(error_.data(), error_.size(), 0.0f);
+  flight_ = {};
+  settled_ = false;
 }
 
 std::vector<UnitShard> OuterOptimizer::state_views() {
@@ -130,80 +142,98 @@ std::vector<UnitShard> OuterOptimizer::state_views() {
   return views;
 }
 
-void OuterOptimizer::exchange(std::span<float> delta, std::span<float> error) {
-  const std::size_t n = delta.size();
+std::vector<UnitShard> OuterOptimizer::shift_views() {
+  ensure_shift();
+  std::vector<UnitShard> views;
+  for (const Range& r : ranges_)
+    views.push_back({r.unit, r.begin, r.count, shift_.data() + r.offset, nullptr, nullptr});
+  return views;
+}
+
+void OuterOptimizer::resume_flight(const OuterFlight& flight) {
+  flight_ = flight;
+  settled_ = flight.fragment >= 0;
+  if (settled_) ensure_shift();
+}
+
+std::vector<std::size_t> OuterOptimizer::ranges_of(int fragment) const {
+  std::vector<std::size_t> mine;
+  for (std::size_t i = 0; i < ranges_.size(); ++i) {
+    if (ranges_[i].fragment == fragment) mine.push_back(i);
+  }
+  return mine;
+}
+
+void OuterOptimizer::start_exchange(std::span<const std::size_t> mine) {
+  const std::size_t n = delta_.size();
   const bool feedback = options_.error_feedback && options_.bits < 32;
+  std::vector<float> error;
   if (feedback) {
-    for (std::size_t k = 0; k < n; ++k) delta[k] += error[k];
+    error.resize(n);
+    std::size_t at = 0;
+    for (const std::size_t i : mine) {
+      std::copy_n(error_.data() + ranges_[i].offset, ranges_[i].count, error.data() + at);
+      at += ranges_[i].count;
+    }
+    for (std::size_t k = 0; k < n; ++k) delta_[k] += error[k];
   }
   if (options_.bits == 32) {
-    outer_.all_reduce(delta.data(), delta.data(), n, DType::f32, comm::ReduceOp::avg);
+    pending_ = outer_.all_reduce_async(delta_.data(), delta_.data(), n, DType::f32, comm::ReduceOp::avg);
     return;
   }
   const std::size_t bytes = message_bytes(n, options_);
-  const auto islands = static_cast<std::size_t>(outer_.size());
   message_.assign(bytes, 0);
-  received_.resize(bytes * islands);
+  received_.resize(bytes * static_cast<std::size_t>(outer_.size()));
   std::vector<float> wire(n);  // this island's message as the others read it
   if (options_.bits == 16) {
     auto* values = reinterpret_cast<bf16_t*>(message_.data());
     for (std::size_t k = 0; k < n; ++k) {
-      values[k] = float_to_bf16(delta[k]);
+      values[k] = float_to_bf16(delta_[k]);
       wire[k] = bf16_to_float(values[k]);
     }
   } else {
-    const quant::QuantizedSpan mine = message_span(message_.data(), n, options_);
-    quant::quantize(std::span<const float>(delta.data(), n), mine);
-    quant::dequantize(mine, std::span<float>(wire));
+    const quant::QuantizedSpan message = message_span(message_.data(), n, options_);
+    quant::quantize(std::span<const float>(delta_), message);
+    quant::dequantize(message, std::span<float>(wire));
   }
   if (feedback) {
-    for (std::size_t k = 0; k < n; ++k) error[k] = delta[k] - wire[k];
+    std::size_t at = 0;
+    for (const std::size_t i : mine) {
+      float* e = error_.data() + ranges_[i].offset;
+      for (std::size_t k = 0; k < ranges_[i].count; ++k) e[k] = delta_[at + k] - wire[at + k];
+      at += ranges_[i].count;
+    }
   }
-  outer_.all_gather(message_.data(), received_.data(), bytes, DType::u8);
+  pending_ = outer_.all_gather_async(message_.data(), received_.data(), bytes, DType::u8);
+}
+
+void OuterOptimizer::finish_exchange() {
+  pending_.wait();
+  if (options_.bits == 32) return;  // the all-reduce's average, the same bits on every rank
   // The mean of the N messages, summed in island order: the same bits on every rank.
-  std::fill(delta.begin(), delta.end(), 0.0f);
+  const std::size_t n = delta_.size();
+  const std::size_t bytes = message_bytes(n, options_);
+  const auto islands = static_cast<std::size_t>(outer_.size());
+  std::vector<float> wire(n);
+  std::fill(delta_.begin(), delta_.end(), 0.0f);
   for (std::size_t i = 0; i < islands; ++i) {
     std::uint8_t* theirs = received_.data() + i * bytes;
     if (options_.bits == 16) {
       const auto* values = reinterpret_cast<const bf16_t*>(theirs);
-      for (std::size_t k = 0; k < n; ++k) delta[k] += bf16_to_float(values[k]);
+      for (std::size_t k = 0; k < n; ++k) delta_[k] += bf16_to_float(values[k]);
     } else {
       quant::dequantize(message_span(theirs, n, options_), std::span<float>(wire));
-      for (std::size_t k = 0; k < n; ++k) delta[k] += wire[k];
+      for (std::size_t k = 0; k < n; ++k) delta_[k] += wire[k];
     }
   }
   const auto count = static_cast<float>(islands);
-  for (std::size_t k = 0; k < n; ++k) delta[k] /= count;
+  for (std::size_t k = 0; k < n; ++k) delta_[k] /= count;
 }
 
-OuterReport OuterOptimizer::after_step(std::int64_t step, std::span<const UnitShard> inner) {
-  OuterReport report;
-  report.fragment = fragment_due(options_, step);
-  if (report.fragment < 0) return report;
-  Stopwatch clock;
-  // The fragment's pseudo-gradient and error, gathered from its ranges into one message.
-  std::vector<std::size_t> mine;
-  for (std::size_t i = 0; i < ranges_.size(); ++i) {
-    if (ranges_[i].fragment == report.fragment) {
-      mine.push_back(i);
-      report.count += ranges_[i].count;
-    }
-  }
-  delta_.resize(report.count);
-  std::vector<float> error(report.count);
-  std::size_t at = 0;
-  for (const std::size_t i : mine) {
-    const Range& r = ranges_[i];
-    const float* outer = params_.data() + r.offset;
-    for (std::size_t k = 0; k < r.count; ++k) delta_[at + k] = outer[k] - inner[i].params[k];
-    std::copy_n(error_.data() + r.offset, r.count, error.data() + at);
-    at += r.count;
-  }
-  exchange(delta_, error);
-  // Nesterov on the outer parameters; the masters follow.
+void OuterOptimizer::outer_step(std::span<const std::size_t> mine) {
   const float lr = options_.lr;
   const float mu = options_.momentum;
-  at = 0;
+  std::size_t at = 0;
   for (const std::size_t i : mine) {
     const Range& r = ranges_[i];
     float* outer = params_.data() + r.offset;
@@ -212,12 +242,73 @@ OuterReport OuterOptimizer::after_step(std::int64_t step, std::span<const UnitSh
       const float g = delta_[at + k];
       m[k] = mu * m[k] + g;
       outer[k] -= lr * (g + mu * m[k]);
-      inner[i].params[k] = outer[k];
     }
-    std::copy_n(error.data() + at, r.count, error_.data() + r.offset);
     at += r.count;
   }
-  report.bytes = outer_exchange_bytes(options_, report.count, outer_.size());
+}
+
+void OuterOptimizer::settle() {
+  if (flight_.fragment < 0 || settled_) return;
+  finish_exchange();
+  const std::vector<std::size_t> mine = ranges_of(flight_.fragment);
+  outer_step(mine);
+  // The shift from the masters the island sent (shift_ holds them until now).
+  for (const std::size_t i : mine) {
+    const float* outer = params_.data() + ranges_[i].offset;
+    float* shift = shift_.data() + ranges_[i].offset;
+    for (std::size_t k = 0; k < ranges_[i].count; ++k) shift[k] = outer[k] - shift[k];
+  }
+  settled_ = true;
+}
+
+OuterReport OuterOptimizer::after_step(std::int64_t step, std::span<const UnitShard> inner) {
+  OuterReport report;
+  const int due = fragment_due(options_, step);
+  Stopwatch clock;
+  if (flight_.fragment >= 0) {
+    if (step < flight_.apply_step && due < 0) {
+      pending_.done();  // moves a ring on; an MPI collective moves on inside any MPI call
+      return report;
+    }
+    settle();
+    for (const std::size_t i : ranges_of(flight_.fragment)) {
+      const float* shift = shift_.data() + ranges_[i].offset;
+      for (std::size_t k = 0; k < ranges_[i].count; ++k) inner[i].params[k] += shift[k];
+    }
+    report.applied = flight_.fragment;
+    flight_ = {};
+    settled_ = false;
+  }
+  report.fragment = due;
+  if (due >= 0) {
+    // The fragment's pseudo-gradient, gathered from its ranges into one message.
+    const std::vector<std::size_t> mine = ranges_of(due);
+    for (const std::size_t i : mine) report.count += ranges_[i].count;
+    delta_.resize(report.count);
+    std::size_t at = 0;
+    for (const std::size_t i : mine) {
+      const Range& r = ranges_[i];
+      const float* outer = params_.data() + r.offset;
+      for (std::size_t k = 0; k < r.count; ++k) delta_[at + k] = outer[k] - inner[i].params[k];
+      at += r.count;
+    }
+    start_exchange(mine);
+    report.bytes = outer_exchange_bytes(options_, report.count, outer_.size());
+    if (options_.overlap > 0) {
+      for (const std::size_t i : mine) {
+        std::copy_n(inner[i].params, ranges_[i].count, shift_.data() + ranges_[i].offset);
+      }
+      flight_ = {due, step + options_.overlap};
+    } else {
+      // Blocking: the outer step; the masters become the outer parameters.
+      finish_exchange();
+      outer_step(mine);
+      for (const std::size_t i : mine) {
+        std::copy_n(params_.data() + ranges_[i].offset, ranges_[i].count, inner[i].params);
+      }
+      report.applied = due;
+    }
+  }
   report.ms = clock.milliseconds();
   return report;
 }

@@ -128,35 +128,44 @@ Checkpointer::Checkpointer(const TrainOptions& options, comm::ProcessMesh& mesh,
                            const model::ModelLayout& layout, shard::OuterOptimizer* outer, const Logger& log)
     : options_(options), mesh_(mesh), backend_(backend), layout_(layout), outer_(outer), log_(log) {}
 
-std::vector<ckpt::StateSet> Checkpointer::save_sets(std::span<const ckpt::UnitShard> inner,
-                                                    std::span<const ckpt::UnitShard> outer) {
+Checkpointer::Views Checkpointer::views(bool in_flight) {
+  Views v;
+  v.inner = backend_.checkpoint_shards();
+  if (outer_) v.outer = outer_->state_views();
+  if (outer_ && in_flight) v.shift = outer_->shift_views();
+  return v;
+}
+
+std::vector<ckpt::StateSet> Checkpointer::save_sets(const Views& v, bool in_flight) {
   const bool writer = backend_.is_checkpoint_writer();
-  if (mesh_.islands() == 1) return {ckpt::model_state(inner, writer)};
+  if (mesh_.islands() == 1) return {ckpt::model_state(v.inner, writer)};
   std::vector<ckpt::StateSet> sets;
-  for (int i = 0; i < mesh_.islands(); ++i) {
-    const bool mine = i == mesh_.island_index();
-    sets.push_back(ckpt::island_state(i, mine ? inner : std::span<const ckpt::UnitShard>(), mine && writer));
-  }
-  for (int i = 0; i < mesh_.islands(); ++i) {
-    const bool mine = i == mesh_.island_index();
-    sets.push_back(ckpt::outer_state(i, mine ? outer : std::span<const ckpt::UnitShard>(), mine && writer));
+  const auto mine = [&](int i, const std::vector<ckpt::UnitShard>& views) {
+    return i == mesh_.island_index() ? std::span<const ckpt::UnitShard>(views) : std::span<const ckpt::UnitShard>();
+  };
+  const auto writes = [&](int i) { return writer && i == mesh_.island_index(); };
+  for (int i = 0; i < mesh_.islands(); ++i) sets.push_back(ckpt::island_state(i, mine(i, v.inner), writes(i)));
+  for (int i = 0; i < mesh_.islands(); ++i) sets.push_back(ckpt::outer_state(i, mine(i, v.outer), writes(i)));
+  if (in_flight) {
+    for (int i = 0; i < mesh_.islands(); ++i) sets.push_back(ckpt::outer_flight_state(i, mine(i, v.shift), writes(i)));
   }
   return sets;
 }
 
-std::vector<ckpt::StateSet> Checkpointer::load_sets(int saved, std::span<const ckpt::UnitShard> inner,
-                                                    std::span<const ckpt::UnitShard> outer) {
+std::vector<ckpt::StateSet> Checkpointer::load_sets(const ckpt::TrainState& saved, const Views& v) {
   const int now = mesh_.islands();
-  const int source = mesh_.island_index() % saved;
+  const int source = mesh_.island_index() % saved.islands;
   // Only the islands some island of this run continues are read (and verified).
-  const int read = std::min(saved, now);
+  const int read = std::min(saved.islands, now);
+  const auto mine = [&](int i, const std::vector<ckpt::UnitShard>& views) {
+    return i == source ? std::span<const ckpt::UnitShard>(views) : std::span<const ckpt::UnitShard>();
+  };
   std::vector<ckpt::StateSet> sets;
-  for (int i = 0; i < read; ++i) {
-    sets.push_back(ckpt::island_state(i, i == source ? inner : std::span<const ckpt::UnitShard>(), false));
-  }
-  if (saved > 1 && now > 1) {
-    for (int i = 0; i < read; ++i) {
-      sets.push_back(ckpt::outer_state(i, i == source ? outer : std::span<const ckpt::UnitShard>(), false));
+  for (int i = 0; i < read; ++i) sets.push_back(ckpt::island_state(i, mine(i, v.inner), false));
+  if (saved.islands > 1 && now > 1) {
+    for (int i = 0; i < read; ++i) sets.push_back(ckpt::outer_state(i, mine(i, v.outer), false));
+    if (saved.outer_in_flight >= 0) {
+      for (int i = 0; i < read; ++i) sets.push_back(ckpt::outer_flight_state(i, mine(i, v.shift), false));
     }
   }
   return sets;
@@ -168,11 +177,12 @@ bool Checkpointer::due(std::int64_t step) const {
 
 ckpt::TrainState Checkpointer::load(const std::string& path) {
   Stopwatch watch;
-  const auto shard_list = backend_.checkpoint_shards();
-  const std::vector<ckpt::UnitShard> outer_list = outer_ ? outer_->state_views() : std::vector<ckpt::UnitShard>();
-  ckpt::TrainState state = ckpt::load_checkpoint(
-      mesh_.mpi_world().raw(), path, layout_,
-      [&](const ckpt::TrainState& s) { return load_sets(s.islands, shard_list, outer_list); });
+  Views v;
+  ckpt::TrainState state =
+      ckpt::load_checkpoint(mesh_.mpi_world().raw(), path, layout_, [&](const ckpt::TrainState& s) {
+        v = views(s.islands > 1 && mesh_.islands() > 1 && s.outer_in_flight >= 0);
+        return load_sets(s, v);
+      });
   backend_.checkpoint_loaded();
   log_.info("resumed from ", path, " (step ", state.step, ", saved by ", state.world_size, " rank(s) with ",
             state.strategy, state.islands > 1 ? " in " + std::to_string(state.islands) + " islands" : std::string(),
@@ -189,7 +199,15 @@ ckpt::TrainState Checkpointer::load(const std::string& path) {
                   ? "; what island " + std::to_string(now) + " trained since its last outer step is dropped"
                   : "; what islands " + std::to_string(now) + " to " + std::to_string(state.islands - 1) +
                         " trained since their last outer step is dropped");
-  } else if (state.islands == 1 && outer_) {
+  }
+  if (state.islands > 1 && outer_) {
+    // The exchange in flight at the save is in flight again, applied after the step the checkpoint names.
+    outer_->resume_flight({state.outer_in_flight, state.outer_apply_step});
+  } else if (state.outer_in_flight >= 0) {
+    log_.info("resume: the outer exchange of fragment ", state.outer_in_flight, " in flight at step ", state.step,
+              " is dropped (one island has no outer step)");
+  }
+  if (state.islands == 1 && outer_) {
     // A run of one island (or a model imported) continued by islands: they start from its model.
     outer_->reset(backend_.checkpoint_shards());
     log_.info("resume: the checkpoint is of one island: each of the ", now,
@@ -339,17 +357,23 @@ bool Checkpointer::save(ckpt::TrainState state) {
        << (topo.emulated ? std::string(" (emulated, ") + comm::to_string(topo.placement) + ")" : "");
   state.mesh = mesh.str();
   state.islands = mesh_.islands();
+  if (outer_) {
+    // An exchange in flight is completed and its shift computed (no bit of the run changes: shard/outer.hpp).
+    outer_->settle();
+    state.outer_in_flight = outer_->in_flight().fragment;
+    state.outer_apply_step = outer_->in_flight().apply_step;
+  }
   ckpt::SaveOptions save_options;
   save_options.keep = options_.checkpoint_keep;
   save_options.keep_every = options_.checkpoint_keep_every;
   save_options.logger = &log_;
-  const auto shard_list = backend_.checkpoint_shards();
   Stopwatch watch;
   ckpt::SaveResult result;
   try {
     check_free_space(state.step);
-    const std::vector<ckpt::UnitShard> outer_list = outer_ ? outer_->state_views() : std::vector<ckpt::UnitShard>();
-    const std::vector<ckpt::StateSet> sets = save_sets(shard_list, outer_list);
+    const bool in_flight = state.outer_in_flight >= 0;
+    const Views v = views(in_flight);  // the sets hold spans of it
+    const std::vector<ckpt::StateSet> sets = save_sets(v, in_flight);
     result = ckpt::save_checkpoint(mesh_.mpi_world().raw(), options_.checkpoint_dir, layout_, sets, state,
                                    save_options);
   } catch (const AgreedError& e) {

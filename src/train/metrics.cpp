@@ -48,7 +48,7 @@ std::string to_json(const StepMetrics& m, const MemoryAccountant& memory) {
     std::string losses;
     for (const double l : m.island_losses) losses += (losses.empty() ? "" : ",") + JsonLine::number(l);
     j.add_raw("island_losses", "[" + losses + "]");
-    j.add("outer_fragment", m.outer_fragment).add("outer_bytes", m.outer_bytes);
+    j.add("outer_fragment", m.outer_fragment).add("outer_applied", m.outer_applied).add("outer_bytes", m.outer_bytes);
     j.add("outer_exposed_ms", m.outer_exposed_ms);
   }
   j.add_raw("memory", memory_json(memory));

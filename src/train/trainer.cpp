@@ -251,7 +251,8 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
   // With islands, each rank also keeps the outer state of its shard (no_shard: of the whole model).
   const auto state = [&](shard::Sharding s, int shard_size) {
     return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute)) +
-           (o.islands > 1 ? static_cast<double>(shard::outer_state_bytes(shard::UnitSizes::of(layout), shard_size))
+           (o.islands > 1 ? static_cast<double>(shard::outer_state_bytes(shard::UnitSizes::of(layout), shard_size,
+                                                                            o.outer.overlap > 0))
                           : 0.0);
   };
   const auto activations = [&](std::int64_t micro_batch, bool checkpointing) {
@@ -400,7 +401,9 @@ class Run {
                 ": lr ", q.lr, ", Nesterov momentum ", q.momentum, ", pseudo-gradients in ",
                 q.bits == 32 ? std::string("fp32") : q.bits == 16 ? std::string("bf16")
                                                                    : "int" + std::to_string(q.bits),
-                q.bits < 32 ? (q.error_feedback ? " with error feedback" : " without error feedback") : "");
+                q.bits < 32 ? (q.error_feedback ? " with error feedback" : " without error feedback") : "",
+                q.overlap > 0 ? ", each exchange overlapped with the next " + std::to_string(q.overlap) + " inner steps"
+                              : std::string());
     }
     // After every input was checked (a bad input ends with its one line of error only).
     if (const std::string better = device::recommended_blas_coretype(); !better.empty()) {
@@ -458,6 +461,9 @@ class Run {
       report(m, last);
       if (checkpoint_or_stop(m.step)) break;
     }
+    // An outer exchange still in flight completes here (its checkpoint, if one was written, holds its shift), so
+    // that no collective is open at shutdown.
+    if (outer_) outer_->settle();
   }
 
   // Every rank arrives before MPI_Finalize, under the collective watchdog, which names a rank that does not.
@@ -499,7 +505,8 @@ class Run {
     if (outer_) {
       const shard::OuterOptions& q = o_.outer;
       j.add("islands", mesh_.islands()).add("inner_steps", q.inner_steps).add("outer_bits", q.bits);
-      j.add("outer_fragments", q.fragments).add("outer_exchanges", summary_.outer_exchanges);
+      j.add("outer_fragments", q.fragments).add("outer_overlap", q.overlap);
+      j.add("outer_exchanges", summary_.outer_exchanges);
       j.add("outer_bytes", summary_.outer_bytes).add("outer_exposed_ms", summary_.outer_exposed_ms);
     }
     j.add("strategy", shard::to_string(o_.engine.strategy));
@@ -666,9 +673,9 @@ class Run {
       backend.optimizer_step(o_.adamw, update);
     }
     shard::OuterReport outer;
-    if (outer_ && shard::fragment_due(o_.outer, step + 1) >= 0) {
+    if (outer_) {
       outer = outer_->after_step(step + 1, backend.checkpoint_shards());
-      backend.checkpoint_loaded();  // the masters are the outer parameters now
+      if (outer.applied >= 0) backend.checkpoint_loaded();  // the masters were rewritten
     }
 
     StepMetrics m;
@@ -692,12 +699,13 @@ class Run {
     if (outer_) {
       m.island_losses = std::move(island_losses);
       m.outer_fragment = outer.fragment;
+      m.outer_applied = outer.applied;
       m.outer_bytes = job.outer_all_ranks;
       m.outer_exposed_ms = outer.ms;
+      summary_.outer_exposed_ms += outer.ms;
       if (outer.fragment >= 0) {
         summary_.outer_exchanges += 1;
         summary_.outer_bytes += m.outer_bytes;
-        summary_.outer_exposed_ms += outer.ms;
       }
     }
     tokens_seen_ += tokens_per_step_;

@@ -164,8 +164,7 @@ void check_outer_steps(const OuterOptions& options) {
     std::size_t held = 0;
     for (const UnitShard& v : inner) held += v.count;
     EXPECT_EQ(memory.current(MemCategory::optimizer), 12 * held);
-    EXPECT_LE(static_cast<std::int64_t>(12 * held),
-              outer_state_bytes(UnitSizes::of(layout), mesh.island().size()));
+    EXPECT_LE(static_cast<std::int64_t>(12 * held), outer_state_bytes(UnitSizes::of(layout), mesh.island().size()));
     for (const UnitShard& v : inner) {
       for (std::size_t k = 0; k < v.count; ++k) v.params[k] = start_value(v.unit, v.begin + k);
     }
@@ -280,6 +279,128 @@ TEST(OuterStep, Bf16Int8Int4_AreWithinTheWireFormatsBound_WithAndWithoutErrorFee
 TEST(OuterStep, LrOneWithoutMomentum_MakesEveryIslandTheMeanOfTheIslands) {
   if (island_counts().empty()) GTEST_SKIP() << "one node: no islands";
   check_outer_steps({.inner_steps = 4, .lr = 1.0f, .momentum = 0.0f, .bits = 32});
+}
+
+// outer.overlap = tau: the exchange started after step H is applied after step H + tau, and then the outer state is
+// the blocking exchange's bit for bit (the same mean of the same pseudo-gradients) and the masters are the new outer
+// parameters plus what the island learnt in flight, inner(H + tau) + (outer_new - inner(H)), as that float
+// expression. Settling early (what a checkpoint does) and continuing in a fresh optimizer from the state and shift
+// it saved (what a resume does) gives the same bits.
+void check_overlap(OuterOptions options) {
+  const model::ModelLayout layout(tiny_config());
+  const int tau = options.overlap;
+  OuterOptions blocking = options;
+  blocking.overlap = 0;
+  for (const int islands : island_counts()) {
+    SCOPED_TRACE(std::to_string(islands) + " islands, bits " + std::to_string(options.bits));
+    comm::ProcessMesh mesh(context().world, context().topology, island_options(islands));
+    std::vector<float> storage_a, storage_b, storage_c;
+    const std::vector<UnitShard> a = island_views(layout, mesh, storage_a);  // blocking
+    const std::vector<UnitShard> b = island_views(layout, mesh, storage_b);  // overlapped
+    const std::vector<UnitShard> c = island_views(layout, mesh, storage_c);  // overlapped, settled early, resumed
+    MemoryAccountant memory_a, memory_b, memory_c, memory_d;
+    OuterOptimizer opt_a(blocking, mesh.outer(), layout, a, memory_a);
+    OuterOptimizer opt_b(options, mesh.outer(), layout, b, memory_b);
+    OuterOptimizer opt_c(options, mesh.outer(), layout, c, memory_c);
+    // The shift: 4 bytes per element more, within the formula's bound.
+    std::size_t held = 0;
+    for (const UnitShard& v : a) held += v.count;
+    EXPECT_EQ(memory_b.current(MemCategory::optimizer), 16 * held);
+    EXPECT_LE(static_cast<std::int64_t>(16 * held),
+              outer_state_bytes(UnitSizes::of(layout), mesh.island().size(), true));
+    const int island = mesh.island_index();
+    for (const auto* views : {&a, &b, &c}) {
+      for (const UnitShard& v : *views) {
+        for (std::size_t k = 0; k < v.count; ++k) {
+          v.params[k] = start_value(v.unit, v.begin + k) + drift(island, v.unit, v.begin + k, 1);
+        }
+      }
+    }
+    // The outer parameters: the start, the same in every island.
+    for (auto* opt : {&opt_a, &opt_b, &opt_c}) {
+      opt->reset(a);
+      for (const UnitShard& v : opt->state_views()) {
+        for (std::size_t k = 0; k < v.count; ++k) v.params[k] = start_value(v.unit, v.begin + k);
+      }
+    }
+    const std::int64_t h = options.inner_steps;
+    const std::vector<float> sent = concat(b, &UnitShard::params);
+    EXPECT_EQ(opt_a.after_step(h, a).applied, 0);
+    const OuterReport started = opt_b.after_step(h, b);
+    EXPECT_EQ(started.fragment, 0);
+    EXPECT_EQ(started.applied, -1);
+    EXPECT_EQ(opt_b.in_flight().fragment, 0);
+    EXPECT_EQ(opt_b.in_flight().apply_step, h + tau);
+    EXPECT_EQ(concat(b, &UnitShard::params), sent) << "the masters changed when the exchange started";
+    EXPECT_EQ(opt_c.after_step(h, c).applied, -1);
+    // C: settled now, its state and shift carried into a fresh optimizer D (a checkpoint and its resume).
+    opt_c.settle();
+    OuterOptimizer opt_d(options, mesh.outer(), layout, c, memory_d);
+    const auto copy = [](const std::vector<UnitShard>& from, const std::vector<UnitShard>& to) {
+      for (std::size_t i = 0; i < from.size(); ++i) {
+        for (float* UnitShard::*field : {&UnitShard::params, &UnitShard::exp_avg, &UnitShard::exp_avg_sq}) {
+          if (from[i].*field != nullptr) std::copy_n(from[i].*field, from[i].count, to[i].*field);
+        }
+      }
+    };
+    copy(opt_c.state_views(), opt_d.state_views());
+    copy(opt_c.shift_views(), opt_d.shift_views());
+    opt_d.resume_flight(opt_c.in_flight());
+    // The steps in flight: every island moves on its own.
+    for (int s = 1; s <= tau; ++s) {
+      for (const auto* views : {&b, &c}) {
+        for (const UnitShard& v : *views) {
+          for (std::size_t k = 0; k < v.count; ++k) v.params[k] += drift(island, v.unit, v.begin + k, 1 + s);
+        }
+      }
+      const std::vector<float> now = concat(b, &UnitShard::params);
+      const OuterReport rb = opt_b.after_step(h + s, b);
+      const OuterReport rd = opt_d.after_step(h + s, c);
+      if (s < tau) {
+        EXPECT_EQ(rb.applied, -1) << "step " << h + s;
+        EXPECT_EQ(concat(b, &UnitShard::params), now);
+        continue;
+      }
+      EXPECT_EQ(rb.applied, 0);
+      EXPECT_EQ(rd.applied, 0);
+      EXPECT_EQ(opt_b.in_flight().fragment, -1);
+      // The outer state equals the blocking exchange's, bit for bit.
+      for (float* UnitShard::*field : {&UnitShard::params, &UnitShard::exp_avg, &UnitShard::exp_avg_sq}) {
+        EXPECT_EQ(concat(opt_b.state_views(), field), concat(opt_a.state_views(), field));
+        EXPECT_EQ(concat(opt_d.state_views(), field), concat(opt_a.state_views(), field));
+      }
+      const std::vector<float> outer_new = concat(opt_a.state_views(), &UnitShard::params);
+      const std::vector<float> got = concat(b, &UnitShard::params);
+      int bad = 0;
+      for (std::size_t k = 0; k < got.size() && bad < 5; ++k) {
+        const float want = now[k] + (outer_new[k] - sent[k]);
+        if (got[k] != want) {
+          ++bad;
+          ADD_FAILURE() << "element " << k << ": " << got[k] << " != " << now[k] << " + (" << outer_new[k] << " - "
+                        << sent[k] << ")";
+        }
+      }
+      EXPECT_EQ(concat(c, &UnitShard::params), got) << "settled early and resumed, the masters differ";
+    }
+  }
+}
+
+TEST(OuterStep, Overlap_AppliesTheBlockingStepPlusWhatTheIslandLearntInFlight_AndSettlingEarlyChangesNoBit) {
+  if (island_counts().empty()) GTEST_SKIP() << "one node: no islands";
+  check_overlap({.inner_steps = 4, .lr = 0.7f, .momentum = 0.9f, .bits = 32, .overlap = 2});
+  check_overlap({.inner_steps = 4, .lr = 0.7f, .momentum = 0.9f, .bits = 4, .block = 64, .overlap = 3});
+}
+
+TEST(OuterStep, OverlapBeyondOneFragmentsPeriod_IsAConfigErrorNamingTheLimit) {
+  const OuterOptions o{.inner_steps = 8, .fragments = 2, .overlap = 5};
+  try {
+    validate(o, 4);
+    FAIL() << "outer.overlap=5 with H=8, F=2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_THAT(e.what(), HasSubstr("outer.overlap=5 must be between 0 and outer.inner_steps / outer.fragments = 4"));
+  }
+  EXPECT_NO_THROW(validate({.inner_steps = 8, .fragments = 2, .overlap = 4}, 4));
 }
 
 }  // namespace

@@ -10,7 +10,11 @@
 #  4. reshard: that checkpoint resumed by 4 islands of one rank, by one island, and by 2 islands of one rank each
 #     (the last within fp32 reassociation of the uninterrupted run: 1e-5 relative), each saying what it did;
 #  5. refusals, exit 2 with one line: island counts that do not divide the nodes, data.part with islands, fragments
-#     that do not divide H; a damaged outer-state dataset fails `hsdp-ckpt verify`.
+#     that do not divide H, an overlap beyond H/F; a damaged outer-state dataset fails `hsdp-ckpt verify`;
+#  6. overlap (outer.overlap=2, 2 fragments, H=4): the metrics say which fragment started and which was applied
+#     at every step, the run differs from the blocking one from the first step an application moved, and stopped
+#     with an exchange in flight and resumed, every loss and tensor equals the uninterrupted run's (the checkpoints
+#     hold the in-flight shifts; verify reads them).
 set -euo pipefail
 bin=$1 deck=$2 data=$3 run=$4
 mpiexec=$5
@@ -154,5 +158,43 @@ set -e
 if [ $rc != 2 ] || ! grep -q "/islands/1/outer/momentum/" <<<"$out"; then
   fail "a flipped outer momentum byte passed verify ($rc): $out"
 fi
+refuse "outer.overlap=3 must be between 0 and outer.inner_steps / outer.fragments = 2" \
+  --topology.ranks_per_node=2 --parallel.islands=2 --outer.inner_steps=4 --outer.fragments=2 --outer.overlap=3
 echo "refusals: exit 2, one line each; a flipped byte of island 1's outer momentum fails verify"
+
+echo "== 6. overlap: applied two steps after it started, resumed in flight bit for bit"
+overlap_args=("${resume_args[@]}" --outer.overlap=2)
+launch 4 "${common[@]}" "${overlap_args[@]}" --log.dir="$run/o_straight" --checkpoint.dir="$run/o_straight_ckpt" >/dev/null
+launch 4 "${common[@]}" "${overlap_args[@]}" --log.dir="$run/o_stopped" --checkpoint.dir="$run/o_stopped_ckpt" \
+  --train.stop_at_step=7 >/dev/null
+listing=$("$ckpt" inspect "$run/o_stopped_ckpt/step_7.h5")
+grep -q "^/islands/1/outer/in_flight_shift/" <<<"$listing" \
+  || fail "the checkpoint of step 7 (fragment 1 in flight) holds no in-flight shift"
+out=$("$ckpt" verify "$run/o_stopped_ckpt/step_7.h5")
+grep -q "with the exchange in flight" <<<"$out" || fail "verify did not read the shifts: $out"
+launch 4 "${common[@]}" "${overlap_args[@]}" --log.dir="$run/o_stopped" --checkpoint.dir="$run/o_stopped_ckpt" >/dev/null
+python3 - "$run/straight/metrics.jsonl" "$run/o_straight/metrics.jsonl" "$run/o_stopped/metrics.jsonl" <<'PY'
+import json, sys
+blocking, straight, resumed = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+# Fragment 1 starts at steps 2, 6, 10 and fragment 0 at 4, 8, 12, each applied two steps later.
+assert [l["outer_fragment"] for l in straight] == [-1, 1, -1, 0] * 3, [l["outer_fragment"] for l in straight]
+assert [l["outer_applied"] for l in straight] == [-1, -1, -1, 1, -1, 0, -1, 1, -1, 0, -1, 1], \
+    [l["outer_applied"] for l in straight]
+assert [l["outer_applied"] for l in blocking] == [l["outer_fragment"] for l in blocking]
+# Up to step 2 the blocking run is the same run; from step 3 on it applied fragment 1 two steps earlier.
+key = lambda l: (l["loss"], l["island_losses"])
+assert [key(l) for l in straight[:2]] == [key(l) for l in blocking[:2]], "overlap changed steps 1-2"
+assert key(straight[2]) != key(blocking[2]), "step 3 equals the blocking run's: the overlap did nothing"
+fields = ("loss", "island_losses", "val_loss", "outer_fragment", "outer_applied")
+for a, b in zip(straight, resumed):
+    if [a.get(f) for f in fields] != [b.get(f) for f in fields]:
+        sys.exit(f"step {a['step']}: resumed {[b.get(f) for f in fields]} != {[a.get(f) for f in fields]}")
+assert len(straight) == len(resumed) == 12
+print("overlap: fragments started at 2,4,6,.. applied 2 steps later; steps 1-2 = blocking, 3 differs; resume exact")
+PY
+diff <("$ckpt" inspect "$run/o_straight_ckpt/step_12.h5" | grep checksum) \
+     <("$ckpt" inspect "$run/o_stopped_ckpt/step_12.h5" | grep checksum) >/dev/null \
+  || fail "the resumed overlapped run's final checkpoint differs from the uninterrupted run's"
+"$ckpt" verify "$run/o_stopped_ckpt/step_12.h5" >/dev/null
+echo "stopped at step 7 with fragment 1 in flight, resumed: every loss and tensor (in-flight shifts too) bit for bit"
 echo "PASS"

@@ -18,11 +18,12 @@
 #
 # Rates are Mbit/s per host link, each way (0: not capped). Strategies (default all): no_shard, full_shard,
 # full_shard_bf16, hybrid_shard, hybrid_shard_zero2, full_shard_zeropp (bf16, qwZ + hpZ of 2 + qgZ),
-# hybrid_shard_qgz (bf16, qgZ); and islands_h<H>_b<BITS>[_f<F>]: one island per host (parallel.islands=2),
+# hybrid_shard_qgz (bf16, qgZ); and islands_h<H>_b<BITS>[_f<F>][_o<TAU>]: one island per host (parallel.islands=2),
 # hybrid_shard inside, DiLoCo's outer step every H steps in BITS-bit pseudo-gradients (32, 16, 8, 4), F fragments,
-# hsdp-plan's island row predicting it. An island point runs max(--steps, H + 1) steps and its step is the mean of
-# steps 2..N (an interval of H steps with its outer exchange), not the median. The model: the deck's (the quickstart's: 0.81M parameters) with micro_batch 8 x 64
-# tokens per rank, so a step computes for tens of milliseconds on this machine, against up to a few seconds of
+# each exchange overlapped with TAU inner steps (outer.overlap), hsdp-plan's island row predicting it. An island
+# point runs max(--steps, H + TAU + 1) steps and its step is the mean of the last H (an interval with one exchange
+# started and one applied), not the median. The model: the deck's (the quickstart's: 0.81M parameters) with
+# micro_batch 8 x 64 tokens per rank, so a step computes for tens of milliseconds on this machine, against up to a few seconds of
 # communication at 30 Mbit/s. measured_step_ms is the median of steps 2..N (step 1 warms up). --calibration-iters:
 # hsdp-commbench's iterations for the small messages (1 and 64 KiB: the latency) and for 256 KiB to 4 MiB (the
 # bandwidth by size). --tcp-eager: Open MPI's TCP transport sends messages up to BYTES eagerly (btl_tcp_eager_limit,
@@ -84,8 +85,8 @@ keys_of() { # STRATEGY -> its deck keys; the hsdp-plan row after a tab
     full_shard_zeropp) printf '%s\t%s\n' "--parallel.sharding=full_shard --precision.param=bf16 --precision.reduce=bf16 --zeropp.quantized_weights=true --zeropp.hpz_partition_size=2 --zeropp.quantized_gradients=true" "full_shard+qwZ+hpZ+qgZ" ;;
     hybrid_shard_qgz) printf '%s\t%s\n' "--parallel.sharding=hybrid_shard --precision.param=bf16 --precision.reduce=bf16 --zeropp.quantized_gradients=true" "hybrid_shard+qgZ" ;;
     islands_h*)
-      [[ $1 =~ ^islands_h([1-9][0-9]*)_b(32|16|8|4)(_f([1-9][0-9]*))?$ ]] || return 1
-      printf '%s\t%s\n' "--parallel.islands=2 --parallel.sharding=hybrid_shard --outer.inner_steps=${BASH_REMATCH[1]} --outer.bits=${BASH_REMATCH[2]} --outer.fragments=${BASH_REMATCH[4]:-1}" islands ;;
+      [[ $1 =~ ^islands_h([1-9][0-9]*)_b(32|16|8|4)(_f([1-9][0-9]*))?(_o([0-9]+))?$ ]] || return 1
+      printf '%s\t%s\n' "--parallel.islands=2 --parallel.sharding=hybrid_shard --outer.inner_steps=${BASH_REMATCH[1]} --outer.bits=${BASH_REMATCH[2]} --outer.fragments=${BASH_REMATCH[4]:-1} --outer.overlap=${BASH_REMATCH[6]:-0}" islands ;;
     *) return 1 ;;
   esac
 }
@@ -143,7 +144,11 @@ for rate in ${rates//,/ }; do
   for s in ${strategies//,/ }; do
     IFS=$'\t' read -r keys row < <(keys_of "$s")
     point_steps=$steps
-    if [[ $s =~ ^islands_h([0-9]+) ]] && ((BASH_REMATCH[1] + 1 > steps)); then point_steps=$((BASH_REMATCH[1] + 1)); fi
+    if [[ $s =~ ^islands_h([0-9]+).*_o([0-9]+)$ ]] || [[ $s =~ ^islands_h([0-9]+) ]]; then
+      # H + tau + 1 steps: their last H hold one exchange started and one applied (tau = 0: steps 2..H+1).
+      needed=$((BASH_REMATCH[1] + ${BASH_REMATCH[2]:-0} + 1))
+      ((needed > steps)) && point_steps=$needed
+    fi
     # shellcheck disable=SC2086 # the strategy's keys, one word each
     "$cluster" mpirun -np 4 "${as_root[@]}" "$build/bin/hsdp-train" "${common[@]}" $keys --train.steps="$point_steps" \
       --log.dir="run_${rate}_$s" \
@@ -155,6 +160,8 @@ for rate in ${rates//,/ }; do
 import json, statistics, sys
 strategy, rate, row, metrics, plan = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 steps = [json.loads(l) for l in open(metrics)][1:]  # step 1 warms up
+if row == "islands":  # the last H steps: one exchange started and one applied
+    steps = steps[-int(strategy.split("_")[1][1:]):]
 rows = [json.loads(l) for l in open(plan)]
 p = next(r for r in rows if r["strategy"] == row)
 recommended = next((r["strategy"] for r in rows if r.get("recommended")), None)

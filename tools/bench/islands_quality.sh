@@ -5,13 +5,14 @@
 #   tools/bench/islands_quality.sh [--out DIR] [--spec SPEC]... [--sync input/study_islands_sync.ini] [--reuse]
 #
 # Runs the studies with hsdp-sweep (--local; 4 ranks as 4 emulated nodes of one rank): the synchronous one into
-# DIR/sync, each island spec (default input/study_islands.ini and input/study_islands_ef.ini; --spec replaces them)
-# into DIR/islands_<k>; with --reuse it takes their results as DIR holds them. Then it writes DIR/quality.jsonl (one line per point: islands, inner_steps, bits, fragments,
-# error_feedback, final val loss and its ratio to the synchronous run's, tokens/s), DIR/quality.md (the table) and
-# DIR/quality.png (val loss against tokens: the synchronous run and every island point of 2 islands, one fragment,
-# int4; DIR/quality.gp and .dat to restyle it). The default specs: 2 and 4 islands, H 8, 32, 128, bf16 and int4,
-# 1 and 4 fragments, then int4 without error feedback at H 32; 384 steps of the quickstart deck (about 15 minutes on
-# 2 cores).
+# DIR/sync, each island spec (default input/study_islands.ini, input/study_islands_ef.ini and
+# input/study_islands_overlap.ini; --spec replaces them) into DIR/islands_<k>; with --reuse it takes their results as
+# DIR holds them. Then it writes DIR/quality.jsonl (one line per point: islands, inner_steps, bits, fragments,
+# overlap, error_feedback, final val loss and its ratio to the synchronous run's, tokens/s), DIR/quality.md (the
+# table) and DIR/quality.png (val loss against tokens: the synchronous run and every island point of 2 islands, one
+# fragment, int4, no overlap; DIR/quality.gp and .dat to restyle it). The default specs: 2 and 4 islands, H 8, 32,
+# 128, bf16 and int4, 1 and 4 fragments, then int4 without error feedback at H 32, then 2 islands at H 32 with the
+# exchange overlapped by 1 and 8 steps; 384 steps of the quickstart deck (about 18 minutes on 2 cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=$root/runs/islands_quality
@@ -29,7 +30,8 @@ while (($#)); do
     *) echo "islands_quality.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
-((${#specs[@]})) || specs=("$root/input/study_islands.ini" "$root/input/study_islands_ef.ini")
+((${#specs[@]})) ||
+  specs=("$root/input/study_islands.ini" "$root/input/study_islands_ef.ini" "$root/input/study_islands_overlap.ini")
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$root"
 # The data the decks read, made as tools/quickstart.sh makes it where it is missing.
@@ -63,7 +65,7 @@ def points(study):
         lines = [json.loads(l) for l in open(m)] if os.path.exists(m) else []
         yield {"point": "/".join(d.rsplit("/", 2)[-2:]), "islands": int(get("parallel", "islands", "1")),
                "inner_steps": int(get("outer", "inner_steps", "32")), "bits": int(get("outer", "bits", "4")),
-               "fragments": int(get("outer", "fragments", "1")),
+               "fragments": int(get("outer", "fragments", "1")), "overlap": int(get("outer", "overlap", "0")),
                "error_feedback": get("outer", "error_feedback", "true") == "true", "lines": lines}
 
 sync = next(points("sync"))
@@ -77,7 +79,7 @@ rows = []
 for p in points("islands_*"):
     curve = val_curve(p)
     ok = bool(p["lines"]) and p["lines"][-1]["step"] == sync["lines"][-1]["step"] and curve
-    row = {k: p[k] for k in ("point", "islands", "inner_steps", "bits", "fragments", "error_feedback")}
+    row = {k: p[k] for k in ("point", "islands", "inner_steps", "bits", "fragments", "overlap", "error_feedback")}
     if ok:
         steps = p["lines"][1:]
         row.update(val_loss=round(curve[-1][1], 5), vs_sync=round(curve[-1][1] / ref - 1, 4),
@@ -92,15 +94,16 @@ with open(f"{out}/quality.jsonl", "w") as f:
         f.write(json.dumps(r) + "\n")
 with open(f"{out}/quality.md", "w") as f:
     f.write(f"synchronous run: val loss {ref:.4f} after {base[-1][0]} tokens\n\n")
-    f.write("| islands | H | bits | fragments | error feedback | val loss | vs synchronous |\n|---|---|---|---|---|---|---|\n")
+    f.write("| islands | H | bits | fragments | overlap | error feedback | val loss | vs synchronous |\n"
+            "|---|---|---|---|---|---|---|---|\n")
     for r in rows:
         val = "failed" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         vs = "-" if r["vs_sync"] is None else f"{r['vs_sync']:+.1%}"
-        f.write(f"| {r['islands']} | {r['inner_steps']} | {r['bits']} | {r['fragments']} | "
+        f.write(f"| {r['islands']} | {r['inner_steps']} | {r['bits']} | {r['fragments']} | {r['overlap']} | "
                 f"{'yes' if r['error_feedback'] else 'no'} | {val} | {vs} |\n")
 # The curves: the synchronous run and 2 islands, one fragment, int4, every H.
 chosen = [p for p in points("islands_*") if p["islands"] == 2 and p["fragments"] == 1 and p["bits"] == 4
-          and p["error_feedback"]]
+          and p["error_feedback"] and p["overlap"] == 0]
 with open(f"{out}/quality.dat", "w") as f:
     for name, curve in [("synchronous", base)] + [(f"2 islands, H = {p['inner_steps']}", val_curve(p)) for p in chosen]:
         f.write(f"# {name}\n" + "".join(f"{t}\t{v}\n" for t, v in curve) + "\n\n")

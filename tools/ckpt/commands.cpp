@@ -130,15 +130,18 @@ int run_verify(const std::vector<std::string>& args) {
   const ckpt::CheckpointInfo info = ckpt::inspect_checkpoint(path);
   const model::ModelLayout layout(full.config);
   const int islands = full.state.islands;
-  const std::size_t expected = ckpt::all_state_sets(islands).size() * 3 * layout.params().size();
+  std::size_t expected = 0;
+  for (const ckpt::StateSet& set : ckpt::all_state_sets(full.state)) expected += set.count() * layout.params().size();
   if (info.datasets.size() != expected) {
     throw Error(ErrorKind::checkpoint, "checkpoint '" + path + "' holds " + std::to_string(info.datasets.size()) +
                                            " datasets; its model has " + std::to_string(expected));
   }
-  if (islands > 1) ckpt::verify_island_sets(path, islands);
+  if (islands > 1) ckpt::verify_island_sets(path, full.state);
   std::cout << "OK " << path << ": step " << full.state.step << ", " << expected << " datasets ("
             << layout.logical_numel() << " parameters, Adam m and v"
-            << (islands > 1 ? " of each of " + std::to_string(islands) + " islands, and their outer state" : "")
+            << (islands > 1 ? " of each of " + std::to_string(islands) + " islands, and their outer state" +
+                                  (full.state.outer_in_flight >= 0 ? " with the exchange in flight" : "")
+                            : "")
             << ") complete, all checksums match\n";
   return kExitOk;
 }

@@ -402,12 +402,14 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
     total += s;
   }
   row.model_state = row.inner.model_state +
-                    shard::outer_state_bytes({in.model.unit_numel, in.model.tied_head}, row.inner.shard_size);
+                    shard::outer_state_bytes({in.model.unit_numel, in.model.tied_head}, row.inner.shard_size,
+                                             in.outer.overlap > 0);
   // The outer group: one rank per island, each on another node.
   shard::GroupView outer;
   outer.rank = 0;
   outer.node_of_rank.clear();
   for (int i = 0; i < islands; ++i) outer.node_of_rank.push_back(i * nodes_per_island);
+  double exposed_s = 0;
   for (const std::size_t c : count) {
     const std::uint64_t bytes = shard::outer_exchange_bytes(in.outer, c, islands);
     row.exchange_bytes_rank += bytes;
@@ -419,11 +421,14 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
                               1,
                               0,
                               Phase::cross_node_reduce};
-    row.exchange_s += collective_seconds(call, in.cluster);
+    const double seconds = collective_seconds(call, in.cluster);
+    row.exchange_s += seconds;
+    // outer.overlap: the exchange runs behind that many inner steps; what they do not cover is exposed.
+    exposed_s += std::max(0.0, seconds - in.outer.overlap * row.inner.step_s);
   }
   const double h = static_cast<double>(in.outer.inner_steps);
-  row.step_s = row.inner.step_s + row.exchange_s / h;
-  row.comm_inter_s = row.inner.time.comm_inter_s + row.exchange_s / h;
+  row.step_s = row.inner.step_s + exposed_s / h;
+  row.comm_inter_s = row.inner.time.comm_inter_s + exposed_s / h;
   // The island's job-wide bytes are per island: every island sends them.
   row.all_ranks.intra = row.inner.all_ranks.intra * static_cast<std::uint64_t>(islands);
   row.all_ranks.inter = row.inner.all_ranks.inter * static_cast<std::uint64_t>(islands) +

@@ -57,26 +57,41 @@ struct TrainState {
   double train_seconds = 0;   // wall time of every segment of the run up to this checkpoint (0 if not recorded)
   std::int64_t segments = 1;  // runs (a fresh start and each resume) that led to it
   int islands = 1;            // parallel.islands of the run that wrote it (> 1: the state sets below)
+  // outer.overlap: the fragment whose exchange was in flight at this step (-1: none) and the step after which it is
+  // applied; its shift (shard/outer.hpp) is every island's set "<group>/outer/in_flight_shift".
+  int outer_in_flight = -1;
+  std::int64_t outer_apply_step = 0;
 };
 
 // One copy of the model state in a file: three datasets per parameter, `<group>/<tensors[k]>/<name>`, k = 0, 1, 2
 // read from and written to each shard's params, exp_avg and exp_avg_sq. The run's state is the set {"", model,
 // optim/exp_avg, optim/exp_avg_sq}; a run of N islands (parallel.islands) adds island i's under "/islands/<i>" for
 // i >= 1 (island 0's is the run's), and the outer step's state (shard/outer.hpp) of island i under
-// "<island i's group>/outer": params (the outer parameters), momentum, error_feedback.
+// "<island i's group>/outer": params (the outer parameters), momentum, error_feedback; with an outer exchange in
+// flight (outer.overlap), one more set of one tensor, "<island i's group>/outer/in_flight_shift". A set of fewer than
+// three tensors names the first ones and leaves the rest empty; its shards' buffers past them are not touched.
 struct StateSet {
   std::string group;
   std::array<std::string, 3> tensors = {"model", "optim/exp_avg", "optim/exp_avg_sq"};
   std::span<const UnitShard> shards;  // this rank's ranges of this set (none: it moves nothing of it)
   bool writer = false;                // save: this rank writes its shards (one replica of every range)
+  // The tensors it holds: the names before the first empty one.
+  std::size_t count() const {
+    std::size_t n = 0;
+    while (n < tensors.size() && !tensors[n].empty()) ++n;
+    return n;
+  }
 };
 // The run's state set, and island i's sets (i = 0 is the run's).
 StateSet model_state(std::span<const UnitShard> shards, bool writer);
 std::string island_group(int island);
 StateSet island_state(int island, std::span<const UnitShard> shards, bool writer);
 StateSet outer_state(int island, std::span<const UnitShard> shards, bool writer);
-// Every state set a checkpoint of `islands` islands holds (without shards): the run's, islands 1.., the outer states.
-std::vector<StateSet> all_state_sets(int islands);
+StateSet outer_flight_state(int island, std::span<const UnitShard> shards, bool writer);
+// Every state set a checkpoint of `islands` islands holds (without shards): the run's, islands 1.., the outer states,
+// and with an exchange in flight the in-flight shifts.
+std::vector<StateSet> all_state_sets(int islands, bool in_flight = false);
+std::vector<StateSet> all_state_sets(const TrainState& state);
 
 // How the tensor data travel to the file. Both are collective and produce the same file.
 enum class IoMode {

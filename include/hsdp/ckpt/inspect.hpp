@@ -50,10 +50,10 @@ struct FullCheckpoint {
   std::vector<UnitShard> whole_units();
 };
 FullCheckpoint read_full_checkpoint(const std::string& path);
-// Reads the state sets of a checkpoint of `islands` islands beyond the run's (read_full_checkpoint reads that one):
-// every further island's and every outer state, one at a time on MPI_COMM_SELF, verifying shapes and checksums;
-// returns the datasets verified.
-std::size_t verify_island_sets(const std::string& path, int islands);
+// Reads the state sets of a checkpoint of islands beyond the run's (read_full_checkpoint reads that one): every
+// further island's, every outer state and the in-flight shifts, one at a time on MPI_COMM_SELF, verifying shapes
+// and checksums; returns the datasets verified.
+std::size_t verify_island_sets(const std::string& path, const TrainState& state);
 // Buffers for `config` (zeroed), e.g. to import a model.
 FullCheckpoint empty_checkpoint(const model::GptConfig& config);
 

@@ -99,8 +99,8 @@ std::int64_t model_state_bytes(const model::ModelLayout& layout, Sharding strate
                                DType param_dtype, DType compute_dtype = DType::f32);
 // parallel.islands > 1: the outer step's state per rank (shard/outer.hpp), outer parameters, momentum and error
 // feedback of the rank's shard: 12 S summed over the units (S = N without sharding), at most (the last rank of a
-// shard group holds less than S of a unit that does not divide).
-std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size);
+// shard group holds less than S of a unit that does not divide); with outer.overlap the in-flight shift, 16 S.
+std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size, bool overlap = false);
 
 
 // Bytes a step holds beyond model state and activations: an estimate of hsdp's allocations, meant to be on the

@@ -20,8 +20,18 @@
 // size; fragment f is exchanged after every step s (1-based) with s mod H == f H / F (F divides H). F = 1: after
 // every H-th step.
 //
+// Overlap (outer.overlap = tau > 0, Streaming DiLoCo's delayed application): the fragment's exchange starts after
+// step s and runs while the islands train steps s+1 .. s+tau; after step s+tau it completes and
+//   outer, m   the Nesterov step above on the islands' mean
+//   shift      = outer_new - inner_i(s)          the new outer parameters against the masters the island sent
+//   inner_i    = inner_i(s + tau) + shift        the new outer parameters plus what the island learnt meanwhile
+// (tau = 0 is the blocking exchange above, inner_i = outer). The shift is a function of the mean, the outer state and
+// the snapshot, none of which change in flight, so computing it early (a checkpoint does: settle) changes no bit;
+// a checkpoint holds it, with the fragment and the step it applies after. tau is at most H / F: one fragment in
+// flight at a time, applied no later than the next exchange starts.
+//
 // Each rank keeps the outer state of the ranges it holds (its shard views): outer parameters, momentum and error
-// feedback, 12 bytes per element (shard/formulas.hpp: outer_state_bytes).
+// feedback, 12 bytes per element, and with overlap the shift, 16 (shard/formulas.hpp: outer_state_bytes).
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -43,10 +53,11 @@ struct OuterOptions {
   int fragments = 1;
   bool error_feedback = true;  // bits < 32: carry each island's rounding error into its next exchange
   std::size_t block = 256;     // bits 8 and 4: elements per fp32 scale (even)
+  int overlap = 0;             // tau: inner steps the exchange runs behind (0: the step waits for it); <= H / F
 };
 
 // Config errors naming the key: bits not in {32, 16, 8, 4}, F not dividing H or exceeding the model's units, an odd
-// or zero block, lr <= 0, momentum outside [0, 1).
+// or zero block, lr <= 0, momentum outside [0, 1), overlap outside [0, H / F].
 void validate(const OuterOptions& options, int num_units);
 
 // The fragment of every unit: F runs of consecutive units, the cut after the unit where the running element count
@@ -62,10 +73,17 @@ int fragment_due(const OuterOptions& options, std::int64_t step);
 std::uint64_t outer_exchange_bytes(const OuterOptions& options, std::size_t count, int islands);
 
 struct OuterReport {
-  int fragment = -1;        // the fragment exchanged after this step; -1: none
-  std::size_t count = 0;    // its elements on this rank
-  std::uint64_t bytes = 0;  // what this rank sent for it (outer_exchange_bytes)
-  double ms = 0;            // the exchange's wall time, all of it exposed (the step waits for it)
+  int fragment = -1;        // the fragment whose exchange started after this step; -1: none
+  int applied = -1;         // the fragment whose outer step was applied after this step (the masters rewritten)
+  std::size_t count = 0;    // the started fragment's elements on this rank
+  std::uint64_t bytes = 0;  // what this rank sends for it (outer_exchange_bytes)
+  double ms = 0;            // the wall time the step spent on exchanges: starting one, waiting for one, applying it
+};
+
+// An exchange in flight (outer.overlap): its fragment (-1: none) and the step after which it is applied.
+struct OuterFlight {
+  int fragment = -1;
+  std::int64_t apply_step = 0;
 };
 
 class OuterOptimizer {
@@ -75,15 +93,25 @@ class OuterOptimizer {
   OuterOptimizer(const OuterOptions& options, comm::Communicator& outer, const model::ModelLayout& layout,
                  std::span<const UnitShard> views, MemoryAccountant& memory);
 
-  // The outer parameters become the masters of `inner` (views of the same ranges); momentum and error are zeroed.
+  // The outer parameters become the masters of `inner` (views of the same ranges); momentum and error are zeroed,
+  // nothing is in flight.
   void reset(std::span<const UnitShard> inner);
-  // After the inner optimizer step of `step` (1-based): the due fragment's exchange and outer step, the masters of
-  // `inner` rewritten to the new outer parameters (the caller makes the backend follow). Collective over outer
-  // when a fragment is due.
+  // After the inner optimizer step of `step` (1-based), every step: the exchange in flight applied when its step
+  // has come (or a new one is due), the due fragment's exchange started (and with overlap 0 applied). The masters of
+  // `inner` are rewritten when report.applied >= 0 (the caller makes the backend follow). Collective over outer when
+  // a fragment is due or applied.
   OuterReport after_step(std::int64_t step, std::span<const UnitShard> inner);
+  // Completes the exchange in flight and computes its outer step and shift (no bit changes: see above); before a
+  // checkpoint. Collective over outer when an exchange is pending.
+  void settle();
+  OuterFlight in_flight() const { return flight_; }
+  // After a checkpoint's shifts were read into shift_views(): that exchange is in flight again, settled.
+  void resume_flight(const OuterFlight& flight);
   // The outer state as checkpoint views of the same ranges: params = outer parameters, exp_avg = momentum,
   // exp_avg_sq = error feedback (zero when unused).
   std::vector<UnitShard> state_views();
+  // The shifts (params; settled) as checkpoint views of the same ranges, with no optimizer buffers.
+  std::vector<UnitShard> shift_views();
   const OuterOptions& options() const { return options_; }
 
  private:
@@ -94,15 +122,27 @@ class OuterOptimizer {
     std::size_t offset = 0;  // into the state buffers
     int fragment = 0;
   };
-  // g for the fragment's `count` elements in `delta` (overwritten with the mean), e updated in `error`.
-  void exchange(std::span<float> delta, std::span<float> error);
+  // Starts the exchange of delta_ (the fragment's pseudo-gradient, error added and updated in error_ through the
+  // fragment's ranges `mine`) into pending_.
+  void start_exchange(std::span<const std::size_t> mine);
+  // Waits for it; delta_ becomes the islands' mean.
+  void finish_exchange();
+  // Nesterov with the mean in delta_ on the outer parameters and momentum of the fragment's ranges `mine`.
+  void outer_step(std::span<const std::size_t> mine);
+  // The fragment's ranges (indices into ranges_).
+  std::vector<std::size_t> ranges_of(int fragment) const;
+  void ensure_shift();
 
   OuterOptions options_;
   comm::Communicator& outer_;
+  MemoryAccountant& memory_;
   std::vector<Range> ranges_;
-  Buffer<float> params_, momentum_, error_;
+  Buffer<float> params_, momentum_, error_, shift_;
   std::vector<float> delta_;
   std::vector<std::uint8_t> message_, received_;
+  comm::CommHandle pending_;
+  OuterFlight flight_;
+  bool settled_ = false;
 };
 
 }  // namespace hsdp::shard

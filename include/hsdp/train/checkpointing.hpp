@@ -45,12 +45,17 @@ class Checkpointer {
 
  private:
   ckpt::TrainState load(const std::string& path);
-  // The state sets this rank saves: the run's, or every island's and its outer state (each rank names them all,
-  // moving only its own island's).
-  std::vector<ckpt::StateSet> save_sets(std::span<const ckpt::UnitShard> inner, std::span<const ckpt::UnitShard> outer);
-  // What this rank loads of a checkpoint with `saved` islands: island j continues island j mod saved.
-  std::vector<ckpt::StateSet> load_sets(int saved, std::span<const ckpt::UnitShard> inner,
-                                        std::span<const ckpt::UnitShard> outer);
+  // The views of this rank's state a checkpoint moves: the inner shards, the outer state and (with an exchange in
+  // flight) the shifts.
+  struct Views {
+    std::vector<ckpt::UnitShard> inner, outer, shift;
+  };
+  Views views(bool in_flight);
+  // The state sets this rank saves: the run's, or every island's, its outer state and, with an exchange in flight,
+  // its shift (each rank names them all, moving only its own island's).
+  std::vector<ckpt::StateSet> save_sets(const Views& v, bool in_flight);
+  // What this rank loads of a checkpoint: island j continues island j mod the islands saved.
+  std::vector<ckpt::StateSet> load_sets(const ckpt::TrainState& saved, const Views& v);
   std::optional<ckpt::TrainState> resume_newest_loadable(std::optional<std::string>& from);
   void keep_runs_apart(const std::optional<std::string>& from);
   std::uint64_t bytes_needed() const;

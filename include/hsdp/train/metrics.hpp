@@ -27,10 +27,12 @@ struct StepMetrics {
   int world_size = 0;    // the ranks of the segment that ran the step (a resumed run may change them)
   std::string strategy;  // and its parallel.sharding
   // parallel.islands > 1: each island's mean loss (in island order; `loss` is their mean), and the outer step's
-  // exchange after this step: its fragment (-1: none), the bytes every rank together sent for it, the time the
-  // step waited for it (all of it: the exchange is blocking).
+  // exchanges after this step: the fragment whose exchange started (-1: none), the fragment whose outer step was
+  // applied (the same without outer.overlap), the bytes every rank together sent for the started one, the time the
+  // step spent on both (starting, waiting, applying: what the overlap did not hide).
   std::vector<double> island_losses;
   int outer_fragment = -1;
+  int outer_applied = -1;
   std::uint64_t outer_bytes = 0;
   double outer_exposed_ms = 0;
 };
