@@ -5,7 +5,8 @@
 #   cluster_test.sh CHECK BINDIR WORKDIR
 # Checks:
 #   transports   every strategy and ZeRO++ on 2 hosts x 2 ranks, and an island per host (hybrid_shard+qgZ inside,
-#                an outer step every 2 steps in int4 across the hosts), under Open MPI's default transports (ob1/tcp)
+#                an outer step every 2 steps in int4 across the hosts; full_shard inside, fp32 outer steps, each
+#                overlapped with the next step), under Open MPI's default transports (ob1/tcp)
 #                and under UCX over TCP, against the emulated 2x2 run on one host: losses, islands' losses and
 #                gradient norms bit-identical, byte counters equal.
 #   link_cut     the link of one host cut mid-step and never restored: the job ends with exit 4 within
@@ -54,7 +55,7 @@ import json, sys
 a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
 label = sys.argv[3]
 keys = ["loss", "grad_norm", "bytes_intra", "bytes_inter", "bytes_intra_max_rank", "bytes_inter_max_rank"]
-keys += [k for k in ("island_losses", "outer_fragment", "outer_bytes") if k in a[0]]
+keys += [k for k in ("island_losses", "outer_fragment", "outer_applied", "outer_bytes") if k in a[0]]
 assert len(a) == len(b) and a, f"{label}: {len(a)} steps against {len(b)}"
 bad = [(r["step"], k, r[k], s[k]) for r, s in zip(a, b) for k in keys if r[k] != s[k]]
 for step, k, x, y in bad[:5]:
@@ -76,6 +77,7 @@ check_transports() {
     "full_shard --precision.param=bf16 --precision.reduce=bf16 --zeropp.quantized_weights=true --zeropp.hpz_partition_size=2 --zeropp.quantized_gradients=true --zeropp.grad_bits=4"
     "hybrid_shard --zeropp.quantized_weights=true --zeropp.quantized_gradients=true"
     "hybrid_shard --zeropp.quantized_gradients=true --parallel.islands=2 --outer.inner_steps=2 --outer.bits=4"
+    "full_shard --parallel.islands=2 --outer.inner_steps=2 --outer.bits=32 --outer.overlap=1"
   )
   local ucx=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx -x "UCX_TLS=tcp,self,sm"
              -x UCX_NET_DEVICES=eth0)

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -387,6 +388,33 @@ TEST(Islands, StepIsTheIslandsPlusTheExchangeOverH_AndSlowLinksOfferIt) {
   ASSERT_EQ(fast.islands.size(), 1u);
   EXPECT_FALSE(fast.islands.front().offered);
   EXPECT_TRUE(fast.islands_offer.empty());
+}
+
+// outer.overlap = tau: the exchange runs behind tau inner steps; the step carries what they do not cover,
+// max(0, exchange - tau x island step) / H, and the outer state the shift (16 bytes per element). The island row is
+// the fastest island strategy, which hiding the exchange can change (a bigger exchange, hidden, for a faster step).
+TEST(Islands, Overlap_HidesTheExchangeBehindTauInnerSteps_AndAddsTheShiftToTheOuterState) {
+  PlanInputs in = inputs(gpt_model(tiny_config(4), "tiny"), 2, 2);
+  in.outer.inner_steps = 16;
+  in.cluster.compute_tflops = 0.005;
+  in.cluster.inter = {0.003, 100, {}};
+  const IslandPlan blocking = make_plan(in).islands.front();
+  double previous = blocking.step_s;
+  for (const int tau : {1, 4, 16}) {
+    in.outer.overlap = tau;
+    const IslandPlan r = make_plan(in).islands.front();
+    const double exposed = std::max(0.0, r.exchange_s - tau * r.inner.step_s);
+    EXPECT_DOUBLE_EQ(r.step_s, r.inner.step_s + exposed / 16) << "tau " << tau;
+    EXPECT_LE(r.step_s, previous) << "tau " << tau << " is slower than a shorter overlap";
+    previous = r.step_s;
+    std::size_t shard = 0;
+    for (const std::size_t n : in.model.unit_numel) {
+      shard += (n + static_cast<std::size_t>(r.inner.shard_size) - 1) / static_cast<std::size_t>(r.inner.shard_size);
+    }
+    EXPECT_EQ(r.model_state, r.inner.model_state + static_cast<std::int64_t>(16 * shard));
+  }
+  EXPECT_LT(previous, blocking.step_s) << "tau = H hides nothing";
+  EXPECT_NE(make_plan(in).islands_offer.find("--outer.overlap=16"), std::string::npos) << make_plan(in).islands_offer;
 }
 
 TEST(Islands, OneNode_HasNoIslandRows_AndTheDecksIslandCountIsPlannedWhereItDividesTheNodes) {

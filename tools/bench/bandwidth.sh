@@ -7,7 +7,7 @@
 #
 #   {"bench":"bandwidth","strategy":"full_shard","rate_mbit":30,"measured_step_ms":...,"predicted_step_ms":...,
 #    "error":predicted/measured-1,"tokens_per_s":...,"bytes_inter":...,"comm_ms":...,"exposed_comm_ms":...,
-#    "plan_recommends":...}
+#    "plan_recommends":...}   (island points also "outer_exposed_ms": the outer exchange's mean time per step)
 #
 #   tools/bench/bandwidth.sh [--rates 0,300,100,30] [--strategies LIST] [--steps 8] [--micro-batch 8]
 #                            [--calibration-iters 32,8] [--tcp-eager BYTES] [--deck input/quickstart.ini]
@@ -176,6 +176,8 @@ out = {"bench": "bandwidth", "strategy": strategy, "rate_mbit": rate, "measured_
        "exposed_comm_ms": round(statistics.median(m["exposed_comm_ms"] for m in steps), 2),
        "predicted_comm_inter_ms": round(p["comm_inter_ms"], 2), "predicted_compute_ms": round(p["compute_ms"], 2),
        "plan_recommends": recommended}
+if row == "islands":  # the outer exchange's time in the steps (all of it blocking, what the overlap left with it)
+    out["outer_exposed_ms"] = round(statistics.mean(m["outer_exposed_ms"] for m in steps), 2)
 print(json.dumps(out))
 PY
   done

@@ -493,6 +493,7 @@ Plan make_plan(const PlanInputs& in) {
           << best->islands << " --parallel.sharding=" << shard::to_string(best->inner.variant.sharding)
           << " --outer.inner_steps=" << best->outer.inner_steps << " --outer.bits=" << best->outer.bits;
     if (best->outer.fragments > 1) offer << " --outer.fragments=" << best->outer.fragments;
+    if (best->outer.overlap > 0) offer << " --outer.overlap=" << best->outer.overlap;
     plan.islands_offer = offer.str();
   }
   return plan;
