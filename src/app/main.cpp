@@ -213,9 +213,10 @@ int main(int argc, char** argv) {
   } catch (const hsdp::AgreedError& e) {
     // Every rank has this error; rank 0 says it once.
     if (log.is_root()) {
-      // "training diverged at step ..." says what it is; the other kinds name themselves ("config error: ...").
-      const std::string kind =
-          e.kind() == hsdp::ErrorKind::diverged ? "" : std::string(hsdp::to_string(e.kind())) + " error: ";
+      // "training diverged at step ..." and "replica check at step ..." say what they are; the other kinds name
+      // themselves ("config error: ...").
+      const bool says_itself = e.kind() == hsdp::ErrorKind::diverged || e.kind() == hsdp::ErrorKind::replica;
+      const std::string kind = says_itself ? "" : std::string(hsdp::to_string(e.kind())) + " error: ";
       std::cerr << "hsdp-train: " << kind << e.what() << "\n";
     }
     return e.exit_code();

@@ -355,7 +355,10 @@ std::string help_text(const std::string& program) {
       << "              I/O did not finish within comm.timeout_s / checkpoint.timeout_s);\n"
       << "            5 training diverged (a non-finite loss or gradient norm; no checkpoint of that step is "
          "written);\n"
-      << "            6 stopped on SIGUSR1 or SIGTERM with no checkpoint.dir: nothing to resume, do not requeue\n\n"
+      << "            6 stopped on SIGUSR1 or SIGTERM with no checkpoint.dir: nothing to resume, do not requeue;\n"
+      << "            7 replicas of the same state differ (check.replicas_every: a bit flip, a stale binary on a\n"
+      << "              node, a faulty collective): no checkpoint of that state is written, `latest` stays the last\n"
+      << "              good one; find the named host's fault, then resume\n\n"
       << train::kProgressLineLegend << "\n\n"
       << "deck keys (default in brackets):\n";
   for (const auto& section : section_order()) {

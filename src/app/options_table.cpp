@@ -42,7 +42,7 @@ OptionSpec path(std::string key, std::string def, std::string help) {
 
 const std::vector<std::string>& section_order() {
   static const std::vector<std::string> order = {"model", "data",   "train",  "parallel", "precision",
-                                                 "zeropp",   "outer",    "checkpoint", "topology", "comm", "device", "log"};
+                                                 "zeropp",   "outer",    "checkpoint", "check", "topology", "comm", "device", "log"};
   return order;
 }
 
@@ -199,6 +199,15 @@ const std::vector<OptionSpec>& option_table() {
            "auto = resume from checkpoint.dir/latest if it exists; none = start fresh; or the path of a checkpoint "
            "(any world size and strategy)")
           .into([](V v, O o) { o.resume = v.text(); }),
+
+      // [check] train/replicas.hpp
+      integer("check.replicas_every", "100",
+              "every N steps, before step 1 and before every checkpoint, ranks that hold the same state (no_shard's "
+              "world, hybrid_shard's replicas across nodes, the islands' outer state) compare checksums of every "
+              "unit's master weights and AdamW state; a difference ends the run with exit 7 naming the unit, ranks "
+              "and hosts, before a checkpoint of it is written. 0 = off",
+              0)
+          .into([](V v, O o) { o.replicas_every = v.integer(); }),
 
       // [parallel]
       choice("parallel.sharding", "no_shard",

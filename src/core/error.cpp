@@ -9,6 +9,7 @@ std::string_view to_string(ErrorKind kind) {
     case ErrorKind::checkpoint: return "checkpoint";
     case ErrorKind::comm: return "comm";
     case ErrorKind::diverged: return "diverged";
+    case ErrorKind::replica: return "replica";
     case ErrorKind::internal: return "internal";
   }
   return "internal";
@@ -21,6 +22,7 @@ int exit_code_for(ErrorKind kind) {
     case ErrorKind::checkpoint: return kExitBadInput;
     case ErrorKind::comm: return kExitComm;
     case ErrorKind::diverged: return kExitDiverged;
+    case ErrorKind::replica: return kExitReplica;
     case ErrorKind::internal: return kExitInternal;
   }
   return kExitInternal;

@@ -30,6 +30,12 @@ std::string action_for(std::string_view spec, std::string_view point, int world_
 
 }  // namespace
 
+std::string fault_action(std::string_view point, int world_rank) {
+  const char* spec = std::getenv("HSDP_FAULT");
+  if (spec == nullptr || *spec == '\0') return "";
+  return action_for(spec, point, world_rank);
+}
+
 void fault_point(std::string_view point, int world_rank) {
   const char* spec = std::getenv("HSDP_FAULT");
   if (spec == nullptr || *spec == '\0') return;

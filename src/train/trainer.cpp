@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -35,6 +36,7 @@
 #include "hsdp/train/checkpointing.hpp"
 #include "hsdp/train/cuda_backend.hpp"
 #include "hsdp/train/metrics.hpp"
+#include "hsdp/train/replicas.hpp"
 #include "hsdp/train/signals.hpp"
 
 namespace hsdp::train {
@@ -355,6 +357,7 @@ class Run {
       outer_->reset(backend_->checkpoint_shards());
     }
     hosts_ = host_names(world_.raw(), mesh_.world_topology());
+    if (o_.replicas_every > 0) replicas_ = std::make_unique<ReplicaChecker>(world_, *layout_, host_name());
   }
 
   // The checkpoint checkpoint.resume names, if any: the model, the data order, the loss scale, the step.
@@ -448,6 +451,12 @@ class Run {
                 first_step_, ", ", first_step_ > 0 ? "the checkpoint it resumed" : "a fresh start", "); ", exit_line());
     }
     run_clock_.restart();
+    if (first_step_ < end_step_) {  // the state the run starts from
+      if (const std::string fault = fault_action("update=" + std::to_string(first_step_), rank_); !fault.empty()) {
+        inject_flip(fault, first_step_);
+      }
+      check_replicas(first_step_);
+    }
     for (std::int64_t step = first_step_; step < end_step_; ++step) {
       StepMetrics m = train_step(step);
       const bool last = m.step == o_.steps;
@@ -509,6 +518,8 @@ class Run {
       j.add("outer_exchanges", summary_.outer_exchanges);
       j.add("outer_bytes", summary_.outer_bytes).add("outer_exposed_ms", summary_.outer_exposed_ms);
     }
+    j.add("replicas_every", o_.replicas_every).add("replica_checks", summary_.replica_checks);
+    j.add("replica_check_ms", summary_.replica_check_ms);
     j.add("strategy", shard::to_string(o_.engine.strategy));
     j.add("param_dtype", to_string(o_.engine.param_dtype)).add("reduce_dtype", to_string(o_.engine.reduce_dtype));
     j.add("params", static_cast<std::uint64_t>(layout_->total_numel()));
@@ -672,6 +683,9 @@ class Run {
       const optim::AdamWStep update{static_cast<float>(lr), optimizer_steps_, clip.coefficient / loss_scale};
       backend.optimizer_step(o_.adamw, update);
     }
+    if (const std::string fault = fault_action("update=" + std::to_string(step + 1), rank_); !fault.empty()) {
+      inject_flip(fault, step + 1);
+    }
     shard::OuterReport outer;
     if (outer_) {
       outer = outer_->after_step(step + 1, backend.checkpoint_shards());
@@ -744,8 +758,10 @@ class Run {
   bool checkpoint_or_stop(std::int64_t step) {
     const bool stop = stop_agreed(world_, signals_);
     const bool end_of_run = step == end_step_ || stop;
+    const bool save = checkpoints_->enabled() && (end_of_run || checkpoints_->due(step));
+    if (save || (o_.replicas_every > 0 && step % o_.replicas_every == 0)) check_replicas(step);
     bool saved = false;
-    if (checkpoints_->enabled() && (end_of_run || checkpoints_->due(step))) {
+    if (save) {
       saved = checkpoints_->save({.step = step,
                                   .tokens = tokens_seen_,
                                   .sampler = sampler_->state(),
@@ -769,6 +785,59 @@ class Run {
                   : "no checkpoint.dir, so NOT checkpointed",
               " at step ", step, "; ", exit_line());
     return true;
+  }
+
+  // HSDP_FAULT's flip=<state> (core/fault.hpp): mantissa bit 16 of the first element this rank holds.
+  void inject_flip(const std::string& action, std::int64_t step) {
+    const std::string what = action.rfind("flip=", 0) == 0 ? action.substr(5) : "";
+    const bool outer = what == "outer";
+    if (what != "params" && what != "exp_avg" && what != "exp_avg_sq" && !(outer && outer_)) {
+      throw_internal("HSDP_FAULT: '" + action + "' at update=" + std::to_string(step) +
+                     ": the action there is flip=params, exp_avg, exp_avg_sq or (with islands) outer");
+    }
+    const std::vector<shard::UnitShard> views = outer ? outer_->state_views() : backend_->checkpoint_shards();
+    const auto held = std::find_if(views.begin(), views.end(), [](const shard::UnitShard& v) { return v.count > 0; });
+    if (held == views.end()) return;
+    float* x = what == "exp_avg" ? held->exp_avg : what == "exp_avg_sq" ? held->exp_avg_sq : held->params;
+    std::uint32_t bits = 0;
+    std::memcpy(&bits, x, sizeof bits);
+    bits ^= 1u << 16;
+    std::memcpy(x, &bits, sizeof bits);
+    if (!outer) backend_->checkpoint_loaded();
+    std::fprintf(stderr, "HSDP_FAULT: rank %d flipped bit 16 of its first %s element (unit %s, element %zu) "
+                 "after step %lld\n", rank_, what.c_str(), layout_->unit(held->unit).name.c_str(), held->begin,
+                 static_cast<long long>(step));
+  }
+
+  // check.replicas_every: every group of ranks that holds the same state compares checksums (train/replicas.hpp);
+  // a difference ends the run (exit 7) before a checkpoint of that state is written. Collective.
+  void check_replicas(std::int64_t step) {
+    if (!replicas_ || replicas_checked_step_ == step) return;
+    Stopwatch clock;
+    const std::string verdict =
+        replicas_->check(mesh_.island_index(), backend_->checkpoint_shards(),
+                         outer_ ? outer_->state_views() : std::vector<shard::UnitShard>());
+    summary_.replica_checks += 1;
+    summary_.replica_check_ms += clock.milliseconds();
+    if (replicas_checked_step_ < 0) {
+      log_.info("replica check every ", o_.replicas_every, " steps and before every checkpoint: ",
+                replicas_->groups() == 0
+                    ? std::string("this job holds no state twice (") + shard::to_string(o_.engine.strategy) +
+                          (mesh_.islands() > 1 ? " inside islands" : "") + "), so it compares nothing"
+                    : std::to_string(replicas_->groups()) + " groups of ranks holding the same range compared",
+                " (check.replicas_every)");
+    }
+    replicas_checked_step_ = step;
+    if (verdict.empty()) return;
+    const std::int64_t latest = checkpoints_->latest_step();
+    throw comm::AgreedError(
+        ErrorKind::replica,
+        "replica check at step " + std::to_string(step) + ": " + verdict +
+            ". Replicas of the same state must hold the same bits: a memory fault, a different binary or a faulty "
+            "collective on those ranks. The run stops before it writes a checkpoint of this state (exit 7); " +
+            (latest > 0 ? "the newest checkpoint, step " + std::to_string(latest) + ", stays `latest`: resume from it "
+                          "once the host is found and fixed"
+                        : std::string("there is no earlier checkpoint to resume from")));
   }
 
   // How a run stopped by a signal exits: 3 asks the job script to requeue; 6 (no checkpoint.dir) does not, since a
@@ -800,6 +869,8 @@ class Run {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<shard::OuterOptimizer> outer_;  // parallel.islands > 1
   std::unique_ptr<Checkpointer> checkpoints_;
+  std::unique_ptr<ReplicaChecker> replicas_;  // check.replicas_every > 0
+  std::int64_t replicas_checked_step_ = -1;
   optim::LossScaler scaler_;
   std::vector<std::int32_t> inputs_, targets_;
 

@@ -6,7 +6,7 @@
 
 namespace hsdp {
 
-enum class ErrorKind { config, data, checkpoint, comm, diverged, internal };
+enum class ErrorKind { config, data, checkpoint, comm, diverged, replica, internal };
 
 // Process exit codes, documented in `hsdp-train --help`.
 inline constexpr int kExitOk = 0;
@@ -16,6 +16,7 @@ inline constexpr int kExitRequeue = 3;    // checkpointed on a signal: requeue t
 inline constexpr int kExitComm = 4;       // a collective failed or the watchdog fired
 inline constexpr int kExitDiverged = 5;   // training diverged (a non-finite loss or gradient norm)
 inline constexpr int kExitStopped = 6;    // stopped on a signal with no checkpoint.dir: nothing to resume, no requeue
+inline constexpr int kExitReplica = 7;    // replicas of the same state differ (check.replicas_every): silent corruption
 
 class Error : public std::runtime_error {
  public:

@@ -53,6 +53,7 @@ struct TrainOptions {
 
   std::string checkpoint_dir;  // empty: no checkpoints
   std::int64_t checkpoint_every = 0;
+  std::int64_t replicas_every = 100;  // check.replicas_every (train/replicas.hpp); 0: off
   int checkpoint_keep = 3;
   int checkpoint_keep_every = 0;
   std::string resume = "auto";

@@ -29,6 +29,9 @@ struct TrainSummary {
   std::int64_t outer_exchanges = 0;
   std::uint64_t outer_bytes = 0;
   double outer_exposed_ms = 0;
+  // check.replicas_every, this segment: the checks made and rank 0's time in them.
+  std::int64_t replica_checks = 0;
+  double replica_check_ms = 0;
 };
 
 // Validates the options against the data (collectively: a bad file on one rank ends every rank with one
