@@ -1,6 +1,7 @@
 #include "hsdp/train/trainer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -598,8 +599,53 @@ class Run {
       summary_.entropy_rate = entropy_rate_;
       if (log_.is_root()) metrics_ = std::make_unique<MetricsLog>(o_.log_dir);
     });
+    check_same_data();
     inputs_.resize(tokens_per_micro());
     targets_.resize(tokens_per_micro());
+  }
+
+  // Every rank reads the same data: the same number of tokens and the same first and last 32 Ki tokens (64 KiB) of
+  // data.train and data.val (a copy that differs on some nodes, at the same path, trains each node on other data).
+  // Collective; exit 2 naming the file, the ranks and their hosts.
+  void check_same_data() {
+    constexpr std::size_t kEdge = 32 * 1024;
+    constexpr std::size_t kHostChars = 64;
+    const auto sample = [&](const data::TokenFile* file) -> std::array<std::uint64_t, 2> {
+      if (file == nullptr) return {0, 0};
+      const std::span<const std::uint16_t> t = file->tokens();
+      const auto bytes = [](std::span<const std::uint16_t> s) {
+        return std::string_view(reinterpret_cast<const char*>(s.data()), s.size_bytes());
+      };
+      const std::size_t n = std::min(kEdge, t.size());
+      return {t.size(), fingerprint(bytes(t.first(n))) ^ (fingerprint(bytes(t.last(n))) * 0x9E3779B97F4A7C15ull)};
+    };
+    struct Mine {
+      std::array<std::uint64_t, 2> files[2];
+      char host[kHostChars] = {};
+    } mine;
+    mine.files[0] = sample(train_file_.get());
+    mine.files[1] = sample(val_file_.get());
+    const std::string host = host_name();
+    std::copy_n(host.begin(), std::min(host.size(), kHostChars - 1), mine.host);
+    std::vector<Mine> all(static_cast<std::size_t>(world_.size()));
+    world_.all_gather(&mine, all.data(), sizeof(Mine), DType::u8);
+    for (int f = 0; f < 2; ++f) {
+      std::string ranks;
+      int count = 0;
+      for (std::size_t r = 1; r < all.size(); ++r) {
+        if (all[r].files[f] == all[0].files[f]) continue;
+        if (++count <= 8) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + all[r].host + ")";
+      }
+      if (count == 0) continue;
+      if (count > 8) ranks += " and " + std::to_string(count - 8) + " more";
+      const data::TokenFile& file = f == 0 ? *train_file_ : *val_file_;
+      throw comm::AgreedError(
+          ErrorKind::data,
+          file.what() + " '" + file.path().string() + "' is not the same file on every rank: rank(s) " + ranks +
+              " read other tokens than rank 0 (" + all[0].host + ", " + std::to_string(all[0].files[f][0]) +
+              " tokens) in its size or its first or last 32 Ki tokens: every rank must read the same data (a copy "
+              "that differs on some nodes? compare `hsdp-data info` of it on those hosts)");
+    }
   }
 
   void build_backend() {
