@@ -38,8 +38,8 @@
 #                             file, so the file should be spread over many OSTs
 # A lost host: Open MPI's mpirun notices a host that stopped answering (link cut, machine down) only by TCP
 #   keepalive on its daemons' connections, and only while they are idle (after an MPI_Abort it would wait ~15 min
-#   for TCP). HSDP_LOST_HOST_S (default 30; keep it below comm.timeout_s, default 300) is how long a host may be
-#   silent: the oob_tcp_keepalive_* parameters are set from it. mpirun then ends the job with its exit code 205,
+#   for TCP). HSDP_LOST_HOST_S (default 30) is how long a host may be silent: the oob_tcp_keepalive_* parameters
+#   are set from it (hsdp-train refuses a comm.timeout_s, default 300, less than 10 s above the limit they make). mpirun then ends the job with its exit code 205,
 #   which this script reports as 4 (communication failure).
 # Signals: SIGTERM, SIGINT (Ctrl-C), SIGHUP or SIGUSR1 to this script is passed to mpirun as SIGUSR1, which mpirun
 # forwards to every rank: hsdp-train writes a checkpoint at the next step boundary (into checkpoint.dir) and exits

@@ -2,12 +2,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <string_view>
 #include <vector>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 #include "hsdp/app/options.hpp"
@@ -81,6 +83,36 @@ void check_same_run(const std::string& deck_text) {
   }
 }
 
+// Open MPI's mpirun finds a lost host only by TCP keepalive on its daemons' connections (OMPI_MCA_oob_tcp_keepalive_*:
+// silent for time + intvl x probes seconds), and once it has sent that host anything (the kill after the watchdog's
+// MPI_Abort) it waits for TCP's retransmission limit instead, about 15 minutes. So the launcher's lost-host limit must
+// end the job first: comm.timeout_s at least 10 s above it, or a cut link hangs the job (tools/cluster.sh and
+// jobscripts/mpirun_baremetal.sh set the keepalive from HSDP_LOST_HOST_S). Where the launcher set no keepalive,
+// nothing to compare.
+void check_lost_host_limit(double comm_timeout_s) {
+  const auto get = [](const char* name) -> double {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return -1;
+    char* end = nullptr;
+    const double x = std::strtod(v, &end);
+    return end != v && *end == '\0' && x >= 0 ? x : -1;
+  };
+  const double time = get("OMPI_MCA_oob_tcp_keepalive_time");
+  const double intvl = get("OMPI_MCA_oob_tcp_keepalive_intvl");
+  const double probes = get("OMPI_MCA_oob_tcp_keepalive_probes");
+  if (time < 0 || intvl < 0 || probes < 0) return;
+  const double lost_s = time + intvl * probes;
+  if (comm_timeout_s >= lost_s + 10) return;
+  std::ostringstream text;
+  text << "comm.timeout_s=" << comm_timeout_s << " does not leave the launcher's lost-host limit room: mpirun ends a "
+       << "job whose host went silent after " << lost_s << " s (OMPI_MCA_oob_tcp_keepalive_time " << time
+       << " + intvl " << intvl << " x probes " << probes << "; HSDP_LOST_HOST_S sets them in tools/cluster.sh and "
+       << "jobscripts/mpirun_baremetal.sh), and a watchdog that fires first aborts through a launcher that then waits "
+       << "about 15 minutes for the lost host: set comm.timeout_s to at least " << lost_s + 10
+       << " s, or lower HSDP_LOST_HOST_S";
+  hsdp::throw_config(text.str());
+}
+
 int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopSignals& signals) {
   const int rank = log.rank();
   CommandLine cli;
@@ -142,6 +174,7 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
     const hsdp::StallGuard op("building the process mesh");
     hsdp::comm::agree(MPI_COMM_WORLD, [&] {
       if (options_error) throw *options_error;
+      check_lost_host_limit(options.comm.timeout_s);
     });
     hsdp::comm::agree(MPI_COMM_WORLD, [&] { mesh = hsdp::train::make_mesh(options, world, topology, log); });
   }
