@@ -38,7 +38,7 @@ echo "== hsdp-data synth: a Markov source whose exact entropy rate is the best l
 echo
 echo "== hsdp-train: input/quickstart.ini on 4 ranks (2 emulated nodes x 2), metrics in runs/quickstart/"
 "${mpirun[@]}" "$build/bin/hsdp-train" --config input/quickstart.ini --topology.ranks_per_node=2 \
-  --checkpoint.resume=none --checkpoint.overwrite=true  # the quickstart starts over each time; decks copied from it resume
+  --checkpoint.resume=none --checkpoint.overwrite=true --log.overwrite=true  # it starts over each time; copies resume
 
 echo
 echo "== hsdp-ckpt: the final checkpoint, written collectively by the 4 ranks"

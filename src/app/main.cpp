@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "hsdp/app/options.hpp"
+#include "hsdp/app/deck.hpp"
 #include "hsdp/comm/agree.hpp"
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/comm/mpi.hpp"
@@ -154,6 +154,13 @@ int run(int argc, char** argv, const hsdp::Logger& log, const hsdp::train::StopS
     log.info(deck.to_ini());
     return hsdp::kExitOk;
   }
+  if (cli.check_config) {
+    hsdp::comm::agree(MPI_COMM_WORLD, [&] {
+      if (options_error) throw *options_error;
+    });
+    log.info(deck.to_ini());
+    return hsdp::kExitOk;
+  }
   {
     const hsdp::StallGuard op("comparing the deck and build of every rank");
     check_same_run(deck.to_ini(false));
@@ -250,7 +257,7 @@ int main(int argc, char** argv) {
       // themselves ("config error: ...").
       const bool says_itself = e.kind() == hsdp::ErrorKind::diverged || e.kind() == hsdp::ErrorKind::replica;
       const std::string kind = says_itself ? "" : std::string(hsdp::to_string(e.kind())) + " error: ";
-      std::cerr << "hsdp-train: " << kind << e.what() << "\n";
+      std::cerr << ("hsdp-train: " + kind + e.what() + "\n") << std::flush;  // one write: never split by other output
     }
     return e.exit_code();
   }

@@ -1,9 +1,9 @@
 // Every deck key hsdp-train understands, each spelled here only. Adding a key here makes it parse, validate, print
-// in --help and --print-config, and its `.into` puts its value into TrainOptions (train_options(), options.cpp).
+// in --help and --print-config, and its `.into` puts its value into TrainOptions (train_options(), deck.cpp).
 #include <exception>
 #include <string>
 
-#include "hsdp/app/options.hpp"
+#include "hsdp/app/deck.hpp"
 #include "hsdp/comm/types.hpp"
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/core/error.hpp"
@@ -365,8 +365,14 @@ const std::vector<OptionSpec>& option_table() {
           .into([](V v, O o) { o.engine.streams.seed = static_cast<std::uint64_t>(v.integer()); }),
 
       // [log]
-      path("log.dir", "runs/hsdp", "directory for metrics.jsonl and summary.json (created if missing)")
+      path("log.dir", "runs/hsdp",
+           "directory for metrics.jsonl and summary.json (created if missing); a run that does not resume refuses one "
+           "that holds another run's record")
           .into([](V v, O o) { o.log_dir = v.text(); }),
+      boolean("log.overwrite", "false",
+              "a run that does not continue log.dir's record replaces it instead of refusing (so does a run with "
+              "checkpoint.overwrite=true, which starts over)")
+          .into([](V v, O o) { o.log_overwrite = v.boolean(); }),
       integer("log.every", "10", "print the progress line every N steps (and the first and last step)", 1)
           .into([](V v, O o) { o.log_every = v.integer(); }),
       boolean("log.trace", "false",

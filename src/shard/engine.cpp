@@ -89,21 +89,7 @@ void Engine::configure_zeropp(const ZeroPPOptions& z) {
   Impl& m = *impl_;
   m.secondary.resize(static_cast<std::size_t>(m.n_units));
   if (!z.any()) return;
-  if (!m.st.zeropp) {
-    std::string allowed;
-    for (const Strategy& s : all_strategies()) {
-      if (s.zeropp) allowed += (allowed.empty() ? "" : " or ") + std::string(s.name);
-    }
-    throw_config("zeropp: ZeRO++ works with parallel.sharding=" + allowed + ", not " + m.st.name);
-  }
-  if (z.hpz_partition_size > 0 && m.st.shard_scope != comm::ShardScope::world) {
-    throw_config("zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size) +
-                 ": hpZ keeps the backward gathers inside the node instead of across nodes, but with "
-                 "parallel.sharding=" + std::string(m.st.name) +
-                 " the shard group is the node already, so it would change nothing; use it with full_shard or set it "
-                 "to 0");
-  }
-  quant::validate({z.grad_bits, z.block});
+  validate(m.o.strategy, z);
   const comm::Topology& topo = mesh_.topology();
   if (z.quantized_weights) m.forward_gather = make_quantized_gather();
   if (z.hpz_partition_size > 0) {
@@ -412,6 +398,29 @@ std::vector<UnitShard> Engine::shard_views() {
   }
   queues_->drain();
   return views;
+}
+
+std::vector<Engine::ReplicatedParams> Engine::replicated_params() {
+  Impl& m = *impl_;
+  m.compute_after_reductions();
+  m.replica_staging.clear();
+  m.replica_staging.reserve(static_cast<std::size_t>(m.n_units));  // the copies' addresses stay put
+  std::vector<ReplicatedParams> out;
+  for (std::size_t u = 0; u < m.persistent_params.size(); ++u) {  // none where the strategy keeps none
+    Tracked<std::byte>& p = m.persistent_params[u];
+    if (p.empty()) continue;
+    const std::size_t size = p.mem.size();
+    auto* host = static_cast<std::byte*>(device_->host_address(p.data()));
+    const bool in_place = host != nullptr;
+    if (!in_place) {
+      host = m.replica_staging.emplace_back(size).data();
+      m.q.enqueue(m.compute, Impl::name_of("copy full parameters to host", static_cast<int>(u)), {reads(p.id)},
+                  [this, host, from = p.data(), size] { device_->copy_to_host(host, from, size); });
+    }
+    out.push_back({static_cast<int>(u), host, size, in_place});
+  }
+  queues_->drain();
+  return out;
 }
 
 void Engine::checkpoint_loaded() {

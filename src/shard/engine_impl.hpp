@@ -91,6 +91,8 @@ struct Engine::Impl {
 
   // Host copies of the shards (master, m, v per unit) where the device's memory is not the host's: checkpoints.
   std::vector<Buffer<float>> checkpoint_staging;
+  // Host copies of the persistent full parameters where the device's memory is not the host's: the replica check.
+  std::vector<std::vector<std::byte>> replica_staging;
   // The step's scalars in device memory, each read by the host once (read_scalar).
   enum class Scalar { loss, squared_norm, nonfinite_flag };  // the loss of the last micro-batch; the flag: fp16
   DeviceArray<double> scalars;

@@ -1,5 +1,9 @@
 #include "hsdp/shard/zeropp.hpp"
 
+#include <string>
+
+#include "hsdp/core/error.hpp"
+
 #include "hsdp/stream/device_ops.hpp"
 
 // Derivation of the qgZ bound in zeropp.hpp: quantization with scale s changes an element by at most s/2, and
@@ -10,6 +14,26 @@
 // (1 + 2^-15) instead of (1 + 2^-16).
 
 namespace hsdp::shard {
+
+void validate(Sharding s, const ZeroPPOptions& z) {
+  quant::validate({z.grad_bits, z.block});
+  if (!z.any()) return;
+  const Strategy& st = strategy(s);
+  if (!st.zeropp) {
+    std::string allowed;
+    for (const Strategy& t : all_strategies()) {
+      if (t.zeropp) allowed += (allowed.empty() ? "" : " or ") + std::string(t.name);
+    }
+    throw_config("zeropp: ZeRO++ works with parallel.sharding=" + allowed + ", not " + st.name);
+  }
+  if (z.hpz_partition_size > 0 && st.shard_scope != comm::ShardScope::world) {
+    throw_config("zeropp.hpz_partition_size=" + std::to_string(z.hpz_partition_size) +
+                 ": hpZ keeps the backward gathers inside the node instead of across nodes, but with "
+                 "parallel.sharding=" + std::string(st.name) +
+                 " the shard group is the node already, so it would change nothing; use it with full_shard or set it "
+                 "to 0");
+  }
+}
 
 void qgz_quantize_slices(DeviceOps& device, const float* full, std::size_t s, quant::QuantSpec spec,
                          const std::vector<std::vector<int>>& shard_rank_at, std::uint8_t* out) {

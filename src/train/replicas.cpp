@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "hsdp/ckpt/checksum.hpp"
+#include "hsdp/core/files.hpp"
 
 namespace hsdp::train {
 namespace {
@@ -21,7 +22,8 @@ std::uint64_t sum_of(const float* data, std::size_t count, std::size_t first) {
 const char* tensor_name(std::uint64_t kind, std::size_t t) {
   static constexpr const char* kInner[] = {"master weights", "AdamW m", "AdamW v"};
   static constexpr const char* kOuter[] = {"outer parameters", "outer momentum", "outer error feedback"};
-  return kind == 0 ? kInner[t] : kOuter[t];
+  static constexpr const char* kFull[] = {"full compute parameters", "", ""};
+  return kind == 0 ? kInner[t] : kind == 1 ? kOuter[t] : kFull[t];
 }
 
 std::string rank_list(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
@@ -37,7 +39,8 @@ std::string rank_list(const std::vector<int>& ranks, const std::vector<std::stri
 }  // namespace
 
 std::vector<ReplicaRecord> replica_records(int island, std::span<const shard::UnitShard> inner,
-                                           std::span<const shard::UnitShard> outer) {
+                                           std::span<const shard::UnitShard> outer,
+                                           std::span<const shard::Engine::ReplicatedParams> full) {
   std::vector<ReplicaRecord> records;
   for (const shard::UnitShard& s : inner) {
     if (s.count == 0) continue;
@@ -57,6 +60,11 @@ std::vector<ReplicaRecord> replica_records(int island, std::span<const shard::Un
                        s.begin,
                        s.count,
                        {sum_of(s.params, s.count, s.begin), sum_of(s.exp_avg, s.count, s.begin), 0}});
+  }
+  for (const shard::Engine::ReplicatedParams& f : full) {
+    const std::string_view bytes(reinterpret_cast<const char*>(f.bytes), f.size);
+    records.push_back({2, static_cast<std::uint64_t>(island), static_cast<std::uint64_t>(f.unit), 0, f.size,
+                       {fingerprint(bytes), 0, 0}});
   }
   return records;
 }
@@ -99,8 +107,9 @@ ReplicaVerdict replica_verdict(const std::vector<std::vector<ReplicaRecord>>& re
       if (differs) tensors += (tensors.empty() ? "" : ", ") + std::string(tensor_name(kind, t));
     }
     std::ostringstream out;
-    out << "unit " << layout.unit(static_cast<int>(key[2])).name << " (elements " << key[3] << " to " << key[3] + key[4]
-        << (kind == 0 && islands ? " of island " + std::to_string(key[1]) : std::string()) << "): ";
+    out << "unit " << layout.unit(static_cast<int>(key[2])).name << (kind == 2 ? " (bytes " : " (elements ") << key[3]
+        << " to " << key[3] + key[4]
+        << (kind != 1 && islands ? " of island " + std::to_string(key[1]) : std::string()) << "): ";
     if (majority) {
       out << "the " << tensors << " of " << rank_list(odd, hosts) << " differ from those of " << rank_list(agree, hosts)
           << (agree.size() > 1 ? ", which agree" : "");
@@ -124,8 +133,9 @@ ReplicaChecker::ReplicaChecker(comm::Communicator& world, const model::ModelLayo
 }
 
 std::string ReplicaChecker::check(int island, std::span<const shard::UnitShard> inner,
-                                  std::span<const shard::UnitShard> outer) {
-  const std::vector<ReplicaRecord> mine = replica_records(island, inner, outer);
+                                  std::span<const shard::UnitShard> outer,
+                                  std::span<const shard::Engine::ReplicatedParams> full) {
+  const std::vector<ReplicaRecord> mine = replica_records(island, inner, outer, full);
   const auto n = static_cast<std::size_t>(world_.size());
   // How many records each rank has, then every rank's, padded to the most.
   std::uint64_t count = mine.size();

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -103,6 +104,8 @@ int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, in
              " keeps the run's global batch of ", saved, " tokens per step");
     return k;
   }
+  // checkpoint.accept_changes: the deck's grad_accum, and another global batch (check_resume_changes says it).
+  if (o.checkpoint_accept_changes) return o.grad_accum;
   // What would keep it: another micro_batch on these ranks, or another number of ranks with this micro_batch.
   std::string micro_batches, rank_counts;
   for (std::int64_t m = 1; m * o.seq_len * ranks <= saved && micro_batches.size() < 40; ++m) {
@@ -115,6 +118,7 @@ int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, in
   std::string choices;
   if (!micro_batches.empty()) choices += "set train.micro_batch to one of " + micro_batches + ", or ";
   if (!rank_counts.empty()) choices += "run on one of " + rank_counts + " ranks, or ";
+  choices += "set checkpoint.accept_changes=true to train on with another global batch, or ";
   throw_config("resume: the checkpoint's run took " + std::to_string(saved) + " tokens per step on " +
                std::to_string(s.world_size) + " rank(s); on " + std::to_string(ranks) +
                " ranks micro_batch x seq_len x ranks = " + std::to_string(o.micro_batch) + " x " +
@@ -380,12 +384,38 @@ class Run {
         check_resume_changes(*state, o_, static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * world_.size(),
                              log_);
       }
+      if (log_.is_root()) guard_log_dir(resumed.has_value());
       // eval_only leaves a training run's metrics.jsonl as it is.
       if (log_.is_root() && !o_.eval_only) metrics_->keep_through_step(first_step_);
     });
     tokens_per_step_ = static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * world_.size();
     steps_done_ = first_step_;
     end_step_ = o_.stop_at_step > 0 ? std::min(o_.stop_at_step, o_.steps) : o_.steps;
+  }
+
+  // A run's record (metrics.jsonl, summary.json) is replaced only by the run that continues it (a resume from its
+  // checkpoints), by a run told to start over (log.overwrite=true, or checkpoint.overwrite=true: its checkpoints go
+  // too): another run is refused with one line and the way out (train.eval_only writes eval_step_<N>.json beside it
+  // and touches neither). Rank 0.
+  void guard_log_dir(bool continues) const {
+    if (continues || o_.eval_only || o_.log_overwrite || o_.checkpoint_overwrite) return;
+    namespace fs = std::filesystem;
+    const fs::path dir(o_.log_dir);
+    std::error_code ec;
+    const bool metrics = fs::exists(dir / "metrics.jsonl", ec);
+    const bool summary = fs::exists(dir / "summary.json", ec);
+    if (!metrics && !summary) return;
+    std::string held;
+    if (metrics) {
+      std::ifstream in(dir / "metrics.jsonl");
+      std::int64_t lines = 0;
+      for (std::string line; std::getline(in, line);) ++lines;
+      held = "metrics.jsonl with " + std::to_string(lines) + " step(s)";
+    }
+    if (summary) held += std::string(held.empty() ? "" : " and ") + "summary.json";
+    throw_config("log.dir '" + o_.log_dir + "' holds another run's record (" + held +
+                 ") and this run does not continue it (it resumed from no checkpoint): give this run a log.dir of its "
+                 "own, or set log.overwrite=true to replace the record");
   }
 
   // What runs, on rank 0: the model, the ranks, the strategy, the batch; a BLAS that does not know this CPU.
@@ -551,15 +581,22 @@ class Run {
                    std::to_string(summary_.steps) + " steps (final loss " + std::to_string(summary_.final_loss) + ")");
       }
     }
-    if (first_step_ > 0 && !o_.eval_only) {  // a resumed run: this segment's steps, and where the run is
-      log_.info("done: ", summary_.steps - first_step_, " steps in this run (", first_step_, " -> ", summary_.steps,
-                " of ", o_.steps, ") in ", format_duration(summary_.seconds - summary_.earlier_seconds), ", ",
-                static_cast<long long>(summary_.tokens_per_s), " tokens/s; ", summary_.ended, "; metrics in ",
-                metrics_->dir());
+    const auto steps = [](std::int64_t n) { return std::to_string(n) + (n == 1 ? " step" : " steps"); };
+    // tokens/s counts the steps after the first (it pays for page faults and warm-up).
+    const std::string speed = summary_.tokens_per_s > 0
+                                  ? std::to_string(static_cast<long long>(summary_.tokens_per_s)) + " tokens/s"
+                                  : std::string("no tokens/s (measured from the second step of a segment on)");
+    if (o_.eval_only) {
+      log_.info("done: evaluated the model of step ", first_step_, " in ", format_duration(summary_.seconds -
+                summary_.earlier_seconds), " (train.eval_only: nothing trained); ", summary_.ended, "; result in ",
+                metrics_->dir(), "/", name);
+    } else if (first_step_ > 0) {  // a resumed run: this segment's steps, and where the run is
+      log_.info("done: ", steps(summary_.steps - first_step_), " in this run (", first_step_, " -> ", summary_.steps,
+                " of ", o_.steps, ") in ", format_duration(summary_.seconds - summary_.earlier_seconds), ", ", speed,
+                "; ", summary_.ended, "; metrics in ", metrics_->dir());
     } else {
-      log_.info("done: ", summary_.steps, " steps in ", format_duration(summary_.seconds), ", ",
-                static_cast<long long>(summary_.tokens_per_s), " tokens/s; ", summary_.ended, "; metrics in ",
-                metrics_->dir());
+      log_.info("done: ", steps(summary_.steps), " in ", format_duration(summary_.seconds), ", ", speed, "; ",
+                summary_.ended, "; metrics in ", metrics_->dir());
     }
   }
 
@@ -837,9 +874,22 @@ class Run {
   void inject_flip(const std::string& action, std::int64_t step) {
     const std::string what = action.rfind("flip=", 0) == 0 ? action.substr(5) : "";
     const bool outer = what == "outer";
+    if (what == "full") {  // the persistent full parameters, where they are the host's memory
+      const std::vector<shard::Engine::ReplicatedParams> full = backend_->replicated_params();
+      if (full.empty() || !full.front().in_place || full.front().size < 4) {
+        throw_internal("HSDP_FAULT: flip=full needs persistent full parameters in host memory (zero1 on the CPU)");
+      }
+      std::uint32_t word = 0;
+      std::memcpy(&word, full.front().bytes, sizeof word);
+      word ^= 1u << 16;
+      std::memcpy(full.front().bytes, &word, sizeof word);
+      std::fprintf(stderr, "HSDP_FAULT: rank %d flipped bit 16 of its full compute parameters (unit %s) after step %lld\n",
+                   rank_, layout_->unit(full.front().unit).name.c_str(), static_cast<long long>(step));
+      return;
+    }
     if (what != "params" && what != "exp_avg" && what != "exp_avg_sq" && !(outer && outer_)) {
       throw_internal("HSDP_FAULT: '" + action + "' at update=" + std::to_string(step) +
-                     ": the action there is flip=params, exp_avg, exp_avg_sq or (with islands) outer");
+                     ": the action there is flip=params, exp_avg, exp_avg_sq, full or (with islands) outer");
     }
     const std::vector<shard::UnitShard> views = outer ? outer_->state_views() : backend_->checkpoint_shards();
     const auto held = std::find_if(views.begin(), views.end(), [](const shard::UnitShard& v) { return v.count > 0; });
@@ -862,7 +912,8 @@ class Run {
     Stopwatch clock;
     const std::string verdict =
         replicas_->check(mesh_.island_index(), backend_->checkpoint_shards(),
-                         outer_ ? outer_->state_views() : std::vector<shard::UnitShard>());
+                         outer_ ? outer_->state_views() : std::vector<shard::UnitShard>(),
+                         backend_->replicated_params());
     summary_.replica_checks += 1;
     summary_.replica_check_ms += clock.milliseconds();
     if (replicas_checked_step_ < 0) {

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <string>
 
-#include "hsdp/app/options.hpp"
+#include "hsdp/app/deck.hpp"
 #include "hsdp/core/error.hpp"
 
 namespace hsdp::app {

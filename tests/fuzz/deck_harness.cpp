@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "harness.hpp"
-#include "hsdp/app/options.hpp"
+#include "hsdp/app/deck.hpp"
 #include "hsdp/core/error.hpp"
 
 namespace {

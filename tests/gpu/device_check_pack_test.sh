@@ -19,7 +19,9 @@ tail -n 1 "$work/pack.log"
 hidden=(/usr/lib/x86_64-linux-gnu/openmpi /usr/lib/x86_64-linux-gnu/pmix2 /usr/share/openmpi /etc/openmpi)
 files=(/usr/bin/orted /usr/bin/orterun)
 for lib in libmpi.so.40 libopen-pal.so.40 libopen-rte.so.40; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l { print $NF; exit }')
+  # awk reads to the end: an early exit would close the pipe on ldconfig (SIGPIPE), which pipefail and set -e turn
+  # into a silent exit of this script whenever ldconfig had more to write.
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found { print $NF; found = 1 }')
   [[ -n $path ]] && files+=("$(readlink -f "$path")")
 done
 mkdir -p "$work/empty"

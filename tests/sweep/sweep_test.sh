@@ -103,7 +103,15 @@ unknown_key)
   if ! { [[ $status == 2 ]] && grep -qF "parallel.sharding: unknown value 'bogus'" "$work/err3"; }; then
     fail "a bad value: exit $status, $(cat "$work/err3")"
   fi
-  echo "unknown keys and values: exit 2 with the key named"
+  # A point every run would refuse (hpZ with hybrid_shard: a check across keys) is refused by expand, named.
+  write_spec "$work/spec4.ini" "zeropp.hpz_partition_size = 0,2" && sed -i 's/^parallel.sharding = no_shard/parallel.sharding = hybrid_shard/' "$work/spec4.ini"
+  status=0
+  "$sweep" expand "$work/spec4.ini" --out "$work/study4" 2>"$work/err4" || status=$?
+  if ! { [[ $status == 2 ]] && grep -qF "point 1 (train.micro_batch=1 train.lr=1e-3 zeropp.hpz_partition_size=2): hsdp-train rejects it" "$work/err4" &&
+         grep -qF "zeropp.hpz_partition_size=2: hpZ keeps the backward gathers inside the node" "$work/err4"; }; then
+    fail "a point every run refuses: exit $status, $(cat "$work/err4")"
+  fi
+  echo "unknown keys and values, and points every run would refuse: exit 2 with the key or point named"
   ;;
 
 cluster_study)

@@ -41,7 +41,7 @@ mpiexec=("$@")
 common=(--config "$deck" --data.train="$data/train.bin" --data.val="$data/val.bin" --data.entropy_json="$data/source.json"
         --log.every=100 --device.threads=1 --topology.ranks_per_node=2 --train.eval_tokens=1024)
 if [[ $check == good ]]; then  # the fixture every check starts from: a checkpoint at step 2 written by 4 ranks
-  rm -rf "$run/good" && mkdir -p "$run"
+  rm -rf "$run/good" "$run/log0" && mkdir -p "$run"
   "${mpiexec[@]}" "$train" "${common[@]}" --train.steps=2 --train.eval_every=0 --log.dir="$run/log0" \
     --checkpoint.dir="$run/good" >/dev/null
   exit 0

@@ -9,7 +9,8 @@
 #     on one rank right before a check: both replicas named (no majority), and the tensor;
 #  3. two islands (full_shard inside): the outer parameters flipped on one rank: the two islands' ranks at that place
 #     named;
-#  4. the state a run starts from (update=0): caught by the check before step 1;
+#  4. the state a run starts from (update=0): caught by the check before step 1; zero1's gathered full parameters
+#     (every rank holds them whole) flipped on one rank: caught, the rank named against the three others;
 #  5. full_shard holds nothing twice: the run says the check compares nothing; check.replicas_every=0 turns it off.
 set -euo pipefail
 bin=$1 deck=$2 data=$3 run=$4
@@ -75,6 +76,9 @@ echo "== 4. the state a run starts from"
 expect=("at step 0: unit embedding" "the master weights of rank 1 \(host [^)]*\) differ from those of ranks 0, 2, 3"
         "there is no earlier checkpoint")
 caught "flip=params:update=0@1" --parallel.sharding=no_shard --checkpoint.dir= --log.dir="$run/start"
+expect=("at step 4: unit embedding \(bytes 0 to"
+        "the full compute parameters of rank 1 \(host [^)]*\) differ from those of ranks 0, 2, 3")
+caught "flip=full:update=4@1" --parallel.sharding=zero1 --checkpoint.dir= --log.dir="$run/zero1"
 
 echo "== 5. full_shard holds nothing twice; check.replicas_every=0 is off"
 out=$(launch "${common[@]}" --parallel.sharding=full_shard --checkpoint.dir= --log.dir="$run/full" 2>&1)

@@ -73,6 +73,13 @@ out=$(launch 3 "${common[@]}" --topology.ranks_per_node=3 --parallel.sharding=fu
 code=$?
 set -e
 [[ $code -eq 2 ]] || fail "resume on 3 ranks exited $code, expected 2: $out"
-grep -q "no train.grad_accum keeps the global batch: run on one of 1, 2, 4 ranks, or start a new run" <<<"$out" ||
+grep -q "no train.grad_accum keeps the global batch: run on one of 1, 2, 4 ranks, or set checkpoint.accept_changes=true to train on with another global batch, or start a new run" <<<"$out" ||
   fail "the message does not name the choices: $out"
 echo "resume on 3 ranks: exit 2: $(grep -o 'resume: .*' <<<"$out" | head -1)"
+# ... and with checkpoint.accept_changes=true it trains on, saying the global batch it changes to (3 x 2 x 64 = 384)
+out=$(launch 3 "${common[@]}" --topology.ranks_per_node=3 --parallel.sharding=full_shard --checkpoint.accept_changes=true \
+  --checkpoint.dir="$run/ck3" --checkpoint.resume="$run/ck/step_3.h5" --log.dir="$run/log3" 2>&1) ||
+  fail "resume on 3 ranks with checkpoint.accept_changes=true failed: $out"
+grep -q "resume: continuing with what is trained changed (checkpoint.accept_changes=true): global batch 384 tokens per step (the checkpoint's run: 512)" <<<"$out" ||
+  fail "the accepted change of the global batch is not said: $out"
+echo "resume on 3 ranks with checkpoint.accept_changes=true: trains on, saying the global batch 512 -> 384"

@@ -5,6 +5,8 @@
 #   byte-identical; checkpoint.overwrite=true deletes them, saying so, and trains;
 #   checkpoint.resume=auto with a damaged latest (its file truncated) falls back to the newest checkpoint that loads,
 #   saying which it skipped and why; checkpoint.fallback=false makes that exit 2 instead.
+#   a fresh run into a log.dir holding another run's record (metrics.jsonl, summary.json) exits 2 naming it and
+#   leaves both byte-identical; log.overwrite=true replaces them; a run that resumes continues its own record.
 # Also: the size hsdp-train logs for a checkpoint is the size `hsdp-ckpt inspect` prints for it.
 set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4 ckpt=$5
@@ -55,3 +57,22 @@ expect 0 "resume: skipped .*step_4.h5: .*; resumed from .*step_2.h5 instead" --t
 grep -q "resumed from .*step_2.h5 (step 2" "$run/last.log" || fail "did not resume from step 2: $(cat "$run/last.log")"
 grep -q "done: 4 steps in this run (2 -> 6 of 6)" "$run/last.log" || fail "did not finish: $(cat "$run/last.log")"
 echo "damaged latest: $(grep -o 'resume: skipped.*' "$run/last.log" | cut -c1-160)..."
+
+# log.dir: another run's record is never replaced silently
+expect 0 "done: 3 steps" --train.steps=3 --checkpoint.dir= --log.dir="$run/log"
+record() { (cd "$run/log" && sha256sum metrics.jsonl summary.json); }
+before=$(record)
+expect 2 "log.dir '.*/log' holds another run's record \(metrics.jsonl with 3 step\(s\) and summary.json\) and this run does not continue it.*log.overwrite=true" \
+  --train.steps=2 --checkpoint.dir= --log.dir="$run/log"
+[[ $(record) == "$before" ]] || fail "the refused run changed the record in log.dir"
+[[ $(wc -l <"$run/last.log") -eq 1 ]] || fail "the error is not one line: $(cat "$run/last.log")"
+expect 0 "done: 2 steps" --train.steps=2 --checkpoint.dir= --log.dir="$run/log" --log.overwrite=true
+[[ $(wc -l <"$run/log/metrics.jsonl") -eq 2 ]] || fail "log.overwrite=true did not replace the record"
+echo "another run's log.dir: refused (exit 2, record unchanged), then replaced with log.overwrite=true"
+# The last line says what was done: one step (no tokens/s: they are measured from the second step on), an evaluation
+# (nothing trained; its own result file).
+expect 0 "^done: 1 step in .*, no tokens/s \(measured from the second step of a segment on\)" --train.steps=1 \
+  --checkpoint.dir= --log.dir="$run/one"
+expect 0 "^done: evaluated the model of step 6 in .* \(train.eval_only: nothing trained\); .*eval_step_6.json" \
+  --train.steps=6 --train.eval_only=true --log.dir="$run/d"
+echo "the last line: one step says it has no tokens/s; an evaluation says it trained nothing"

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "gpt_bench.hpp"
-#include "hsdp/app/options.hpp"
+#include "hsdp/app/deck.hpp"
 #include "hsdp/comm/agree.hpp"
 #include "hsdp/comm/mpi.hpp"
 #include "hsdp/comm/topology.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "hsdp/app/options.hpp"
+#include "hsdp/app/deck.hpp"
 #include "hsdp/core/dtype.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/quant/blockwise.hpp"

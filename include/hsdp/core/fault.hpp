@@ -10,8 +10,8 @@
 // step a run resumes at: the state it starts from, before its first replica check): flip=<state>
 // flips mantissa bit 16 (2^16 ulps, under 1% of the value: a flip of the lowest bits can be rounded away by the next
 // update) of the first element this rank holds of <state>: params (its master weights),
-// exp_avg or exp_avg_sq (AdamW's m or v), outer (the outer parameters, with islands): a silent corruption for the
-// replica check (train/replicas.hpp) to find.
+// exp_avg or exp_avg_sq (AdamW's m or v), full (zero1's gathered full parameters, on the CPU), outer (the outer
+// parameters, with islands): a silent corruption for the replica check (train/replicas.hpp) to find.
 #include <string>
 #include <string_view>
 

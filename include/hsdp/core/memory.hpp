@@ -1,6 +1,6 @@
 #pragma once
 // Memory accounting by category: every model-state and buffer allocation is charged to one category, so
-// tests can compare bytes per rank with the ZeRO formulas in DESIGN.md and the log can show peaks.
+// tests can compare bytes per rank with the formulas of shard/formulas.hpp and the log can show peaks.
 #include <array>
 #include <cstddef>
 #include <cstdint>

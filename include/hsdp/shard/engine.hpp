@@ -141,6 +141,17 @@ class Engine {
   // After a checkpoint was loaded into shard_views()' views: staged copies go to the device, derived state (the
   // persistent full parameters) is rebuilt.
   void checkpoint_loaded();
+  // The persistent full compute parameters this rank holds between steps (zero1's gathered parameters; no_shard's
+  // rounded copies with a param dtype below fp32), as host bytes per unit (the device memory itself where the host
+  // reaches it, else copies valid until the next call): state every rank holds alike, for the replica check
+  // (train/replicas.hpp). Empty where the strategy keeps none.
+  struct ReplicatedParams {
+    int unit = 0;
+    std::byte* bytes = nullptr;
+    std::size_t size = 0;
+    bool in_place = false;  // the device memory itself (a write there is the parameters')
+  };
+  std::vector<ReplicatedParams> replicated_params();
   // Exactly one replica of every shard writes checkpoints: the rank with replicate rank 0.
   bool is_checkpoint_writer() const;
   // Tests of the stream checker only.

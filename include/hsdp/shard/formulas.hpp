@@ -12,8 +12,9 @@
 //   hybrid_shard(_zero2)          master 4S + gradient shard 4S + m, v 8S:   16S
 // The compute copies of parameters (no_shard's rounded copy, zero1's full params) are in the compute dtype b_c
 // (EngineOptions::compute_dtype: fp32 on the CPU, 4 bytes above; bf16 for a GPU's bf16 model: 2N, 2Pp); gradients
-// are fp32 everywhere. For sharded strategies this gives the ZeRO-3 / HSDP numbers of DESIGN.md exactly (16P/n,
-// 16P/n_node), while ZeRO-1's 4P + 12P/n (2-byte params and grads) reads 6P + 16P/n with bf16 compute copies.
+// are fp32 everywhere. For sharded strategies this gives the ZeRO paper's ZeRO-3 and HSDP's numbers exactly (16P/n,
+// 16P/n_node, with n the shard group), while ZeRO-1's 4P + 12P/n (2-byte params and grads) reads 6P + 16P/n with
+// bf16 compute copies.
 //
 // Bytes per step (k micro-batches, b_p = param dtype bytes, b_r = reduce dtype bytes), per collective with the
 // traffic model of comm/traffic.hpp on the group it runs on:

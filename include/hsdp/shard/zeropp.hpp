@@ -23,6 +23,7 @@
 #include "hsdp/comm/communicator.hpp"
 #include "hsdp/quant/blockwise.hpp"
 #include "hsdp/quant/message.hpp"
+#include "hsdp/shard/strategy.hpp"
 
 namespace hsdp::stream {
 class DeviceOps;
@@ -40,6 +41,11 @@ struct ZeroPPOptions {
   std::size_t block = quant::kDefaultBlock;
   bool any() const { return quantized_weights || hpz_partition_size > 0 || quantized_gradients; }
 };
+
+// Config errors naming the keys: ZeRO++ with a strategy it does not work with, hpZ where the shard group is the node
+// already (hybrid_shard: it would change nothing), the gradient block or bits quant rejects. For hsdp-train's deck
+// checks and the engine alike.
+void validate(Sharding s, const ZeroPPOptions& z);
 
 using quant::message_bytes;
 using quant::message_span;

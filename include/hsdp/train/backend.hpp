@@ -50,6 +50,8 @@ class Backend {
   // After a checkpoint was loaded into checkpoint_shards()' views: make the backend's state follow.
   virtual void checkpoint_loaded() = 0;
   virtual bool is_checkpoint_writer() const = 0;
+  // The replica check: the persistent full parameters every rank holds alike (shard::Engine::replicated_params).
+  virtual std::vector<shard::Engine::ReplicatedParams> replicated_params() { return {}; }
 };
 
 // A backend that is the sharding engine driving a model by unit (the CPU's and the GPU's): every call but the
@@ -70,6 +72,7 @@ class EngineBackend : public Backend {
   std::vector<ckpt::UnitShard> checkpoint_shards() override { return engine().shard_views(); }
   void checkpoint_loaded() override { engine().checkpoint_loaded(); }
   bool is_checkpoint_writer() const override { return engine().is_checkpoint_writer(); }
+  std::vector<shard::Engine::ReplicatedParams> replicated_params() override { return engine().replicated_params(); }
 
  protected:
   virtual shard::Engine& engine() = 0;

@@ -64,6 +64,7 @@ struct TrainOptions {
   bool checkpoint_continue_on_error = false;  // a save that fails (full disk, quota): skip it and train on
 
   std::string log_dir = "runs/hsdp";
+  bool log_overwrite = false;  // a run that does not continue log_dir's record may replace it
   std::int64_t log_every = 10;
   bool log_trace = false;  // log.dir/trace_rank<R>.json: the engine's queues, collectives and waits (trace.hpp)
   std::string deck_text;  // the resolved deck, recorded in summary.json

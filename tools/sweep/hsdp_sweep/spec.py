@@ -223,13 +223,14 @@ def expand(spec, out_dir, train, clean=False):
         os.makedirs(point_dir, exist_ok=True)
         deck = os.path.join(point_dir, "deck.ini")
         overrides = [f"--{k}={v}" for k, v in spec.fixed + values if k not in LAUNCH_KEYS]
-        # hsdp-train resolves the deck (base + overrides) and checks every value: a bad one fails here.
-        cmd = [train, "--config", spec.base, *overrides, f"--log.dir={point_dir}", "--print-config"]
+        # hsdp-train resolves the deck (base + overrides) and checks it as a run would (every value, and the checks
+        # across keys: ZeRO++ with the strategy, islands): a point every run would refuse fails here.
+        cmd = [train, "--config", spec.base, *overrides, f"--log.dir={point_dir}", "--check-config"]
         out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
         # Points run at the same time (a job array): each gets its own checkpoint directory, unless the spec says.
         spec_keys = {k for k, _ in spec.fixed + values}
         if out.returncode == 0 and "checkpoint.dir" not in spec_keys and checkpoint_dir_of(out.stdout):
-            cmd = cmd[:-1] + [f"--checkpoint.dir={os.path.join(point_dir, 'checkpoints')}", "--print-config"]
+            cmd = cmd[:-1] + [f"--checkpoint.dir={os.path.join(point_dir, 'checkpoints')}", "--check-config"]
             out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
         if out.returncode != 0:
             point = " ".join(f"{k}={v}" for k, v in values)

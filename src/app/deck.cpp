@@ -1,4 +1,4 @@
-#include "hsdp/app/options.hpp"
+#include "hsdp/app/deck.hpp"
 
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -241,7 +241,7 @@ ConfigDeck ConfigDeck::from_text(const std::string& ini_text, const std::string&
 
 ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli) try {
   po::options_description flags("program");
-  flags.add_options()("help,h", "")("version", "")("print-config", "")("print-mesh", "")(
+  flags.add_options()("help,h", "")("version", "")("print-config", "")("check-config", "")("print-mesh", "")(
       "config,c", po::value<std::string>(), "");
   po::options_description all;
   all.add(flags).add(deck_description());
@@ -279,6 +279,7 @@ ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli
   cli.help = vm.count("help") > 0;
   cli.version = vm.count("version") > 0;
   cli.print_config = vm.count("print-config") > 0;
+  cli.check_config = vm.count("check-config") > 0;
   cli.print_mesh = vm.count("print-mesh") > 0;
   if (vm.count("config")) cli.config_path = vm["config"].as<std::string>();
 
@@ -345,6 +346,8 @@ std::string help_text(const std::string& program) {
       << "flags:\n"
       << "  -c, --config FILE   read the deck from FILE\n"
       << "  --print-config      print the resolved deck (a valid deck) and exit\n"
+      << "  --check-config      check the deck as a run would (every key, and the checks across keys: ZeRO++ with\n"
+      << "                      the strategy, islands, the schedule), then print it; exit 2 naming a problem\n"
       << "  --print-mesh        build the process mesh for parallel.sharding, print its groups, and exit\n"
       << "  --version           print the version and exit\n"
       << "  -h, --help          this text\n\n"
@@ -416,7 +419,7 @@ train::TrainOptions train_options(const ConfigDeck& deck) {
   o.schedule.max_steps = o.steps;
   optim::validate(o.schedule);
   optim::validate(o.adamw, o.schedule.lr);
-  quant::validate({o.engine.zeropp.grad_bits, o.engine.zeropp.block});
+  shard::validate(o.engine.strategy, o.engine.zeropp);
   if (o.islands > 1) {
     shard::validate(o.outer, model::ModelLayout::block_unit(o.model.n_layer) + 1);
     if (o.data_parts > 1) {

@@ -52,6 +52,7 @@ const std::vector<std::string>& section_order();
 struct CommandLine {
   bool help = false;
   bool print_config = false;
+  bool check_config = false;  // print the deck only once the checks across keys passed (hsdp-sweep expand)
   bool print_mesh = false;
   bool version = false;
   std::optional<std::string> config_path;
