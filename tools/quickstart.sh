@@ -2,14 +2,16 @@
 # One command from a fresh clone to a running hsdp: installs what is missing, builds, then on the CPU with 4 MPI
 # ranks emulating 2 nodes x 2 ranks: prints the process mesh, benchmarks the collectives, writes a synthetic
 # data set with a known entropy rate and trains a small GPT on it (input/quickstart.ini); last, trains the same model
-# on text (hsdp's docs as bytes, input/own_text.ini) and writes a sample a person can read.
+# on text (hsdp's docs as bytes, input/own_text.ini) and writes a sample a person can read. It builds every program a
+# user runs (hsdp-train, -data, -ckpt, -sample, -plan, -commbench, -bench-train-cpu; hsdp-sweep and hsdp-selfcheck are
+# links in build/bin) and ends with what to do next.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 build=${HSDP_BUILD_DIR:-build}
 
 tools/setup.sh
-# Only what the quickstart runs: the tests are built by tools/test.sh. The CUDA backend only where a GPU is visible
+# The programs, not the tests (tools/test.sh builds those). The CUDA backend only where a GPU is visible
 # (HSDP_CUDA=AUTO|ON|OFF decides instead; an existing build directory keeps its choice).
 cuda=()
 if [[ -n ${HSDP_CUDA:-} ]]; then
@@ -18,7 +20,8 @@ elif [[ ! -f $build/CMakeCache.txt ]] && ! nvidia-smi -L >/dev/null 2>&1; then
   cuda=(-DHSDP_CUDA=OFF)
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cuda[@]}" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target hsdp-train hsdp-data hsdp-commbench hsdp-ckpt hsdp-sample
+cmake --build "$build" -j "$(nproc)" --target hsdp-train hsdp-data hsdp-commbench hsdp-ckpt hsdp-sample hsdp-plan \
+  hsdp-bench-train-cpu
 
 mpirun=(mpirun --oversubscribe -np 4)
 [[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
@@ -28,8 +31,10 @@ echo "== the process mesh: 4 ranks as 2 emulated nodes x 2 ranks, hybrid_shard"
 "${mpirun[@]}" "$build/bin/hsdp-train" --print-mesh --parallel.sharding=hybrid_shard --topology.ranks_per_node=2
 
 echo
-echo "== hsdp-commbench: collectives over the world, intra-node and inter-node groups"
-"${mpirun[@]}" "$build/bin/hsdp-commbench" --topology.ranks_per_node=2 --factor=4 --min-bytes=16
+echo "== hsdp-commbench: collectives over the world, intra-node and inter-node groups (tables in runs/commbench.txt)"
+mkdir -p runs
+"${mpirun[@]}" "$build/bin/hsdp-commbench" --topology.ranks_per_node=2 --factor=4 --min-bytes=16 >runs/commbench.txt
+echo "$(grep -c '' runs/commbench.txt) lines: every collective, message size and group, time and bus bandwidth"
 
 echo
 echo "== hsdp-data synth: a Markov source whose exact entropy rate is the best loss any model can reach"
@@ -64,3 +69,16 @@ echo
 echo "== hsdp-sample: 300 bytes the text model writes after a prompt (temperature 0.8, top-k 40)"
 "$build/bin/hsdp-sample" runs/text/checkpoints --prompt "This program is free software" --max-new-tokens 300 \
   --temperature 0.8 --top-k 40 --seed 7
+
+cat <<NEXT
+
+== what next
+  $build/bin/hsdp-train --help                      every deck key, its default, the exit codes
+  $build/bin/hsdp-plan --config input/quickstart.ini --nodes 2 --ranks-per-node 4
+                                                   which strategy fits and is fastest on your cluster
+  cp input/quickstart.ini my.ini; mpirun -np 4 $build/bin/hsdp-train --config my.ini
+                                                   your own run (it resumes from its checkpoints when run again)
+  $build/bin/hsdp-selfcheck                         every strategy and ZeRO++ on this node against one rank
+  jobscripts/train.sbatch, jobscripts/train_requeue.sbatch
+                                                   Slurm jobs; README.md says how to run on your cluster
+NEXT
