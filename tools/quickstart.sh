@@ -20,8 +20,7 @@ elif [[ ! -f $build/CMakeCache.txt ]] && ! nvidia-smi -L >/dev/null 2>&1; then
   cuda=(-DHSDP_CUDA=OFF)
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cuda[@]}" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target hsdp-train hsdp-data hsdp-commbench hsdp-ckpt hsdp-sample hsdp-plan \
-  hsdp-bench-train-cpu
+cmake --build "$build" -j "$(nproc)" --target hsdp-train hsdp-data hsdp-commbench hsdp-ckpt hsdp-sample hsdp-plan hsdp-bench-train-cpu
 
 mpirun=(mpirun --oversubscribe -np 4)
 [[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)

@@ -26,13 +26,17 @@ const char* tensor_name(std::uint64_t kind, std::size_t t) {
   return kind == 0 ? kInner[t] : kind == 1 ? kOuter[t] : kFull[t];
 }
 
+// "rank 2 (host a)", "ranks 0, 1, 3 (hosts a, a, b)": the first 8, then how many more (a line, not a page).
 std::string rank_list(const std::vector<int>& ranks, const std::vector<std::string>& hosts) {
+  constexpr std::size_t kShown = 8;
+  const std::size_t shown = std::min(ranks.size(), kShown);
   std::ostringstream out;
   out << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (std::size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  for (std::size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << ranks[i];
   out << (ranks.size() == 1 ? " (host " : " (hosts ");
-  for (std::size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << hosts[static_cast<std::size_t>(ranks[i])];
+  for (std::size_t i = 0; i < shown; ++i) out << (i ? ", " : "") << hosts[static_cast<std::size_t>(ranks[i])];
   out << ")";
+  if (ranks.size() > shown) out << " and " << ranks.size() - shown << " more";
   return out.str();
 }
 
