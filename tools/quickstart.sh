@@ -75,7 +75,8 @@ cat <<NEXT
   $build/bin/hsdp-train --help                      every deck key, its default, the exit codes
   $build/bin/hsdp-plan --config input/quickstart.ini --nodes 2 --ranks-per-node 4
                                                    which strategy fits and is fastest on your cluster
-  cp input/quickstart.ini my.ini; mpirun -np 4 $build/bin/hsdp-train --config my.ini
+  cp input/quickstart.ini my.ini                    then set [log] dir and [checkpoint] dir in it to your own, and
+  mpirun -np 4 $build/bin/hsdp-train --config my.ini
                                                    your own run (it resumes from its checkpoints when run again)
   $build/bin/hsdp-selfcheck                         every strategy and ZeRO++ on this node against one rank
   jobscripts/train.sbatch, jobscripts/train_requeue.sbatch
