@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "hsdp/ckpt/checksum.hpp"
 #include "hsdp/core/files.hpp"
+#include "hsdp/core/log.hpp"
 
 namespace hsdp::train {
 namespace {
@@ -127,14 +128,20 @@ ReplicaVerdict replica_verdict(const std::vector<std::vector<ReplicaRecord>>& re
   return verdict;
 }
 
-ReplicaChecker::ReplicaChecker(comm::Communicator& world, const model::ModelLayout& layout, const std::string& host)
-    : world_(world), layout_(layout) {
-  const auto n = static_cast<std::size_t>(world_.size());
-  std::vector<std::uint8_t> mine(kHostBytes, 0), every(kHostBytes * n);
-  std::memcpy(mine.data(), host.data(), std::min(host.size(), kHostBytes - 1));
-  world_.all_gather(mine.data(), every.data(), kHostBytes, DType::u8);
-  for (std::size_t r = 0; r < n; ++r) hosts_.emplace_back(reinterpret_cast<const char*>(every.data() + r * kHostBytes));
+std::vector<std::string> rank_host_names(comm::Communicator& world) {
+  const auto n = static_cast<std::size_t>(world.size());
+  const std::string host = host_name();
+  std::vector<char> mine(kHostBytes, 0), every(kHostBytes * n);
+  std::copy_n(host.begin(), std::min(host.size(), kHostBytes - 1), mine.begin());
+  world.all_gather(mine.data(), every.data(), kHostBytes, DType::u8);
+  std::vector<std::string> hosts;
+  for (std::size_t r = 0; r < n; ++r) hosts.emplace_back(every.data() + r * kHostBytes);
+  return hosts;
 }
+
+ReplicaChecker::ReplicaChecker(comm::Communicator& world, const model::ModelLayout& layout,
+                               std::vector<std::string> hosts)
+    : world_(world), layout_(layout), hosts_(std::move(hosts)) {}
 
 std::string ReplicaChecker::check(int island, std::span<const shard::UnitShard> inner,
                                   std::span<const shard::UnitShard> outer,

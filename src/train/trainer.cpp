@@ -350,6 +350,7 @@ class Run {
     const StallPhase startup("start-up", o_.comm.startup_timeout_s, "comm.startup_timeout_s", rank_ == 0);
     comm::agree(world_.raw(), [&] { thread_count_ = threads_per_rank(o_.threads, mesh_.topology()); });
     threads_.emplace(thread_count_);
+    rank_hosts_ = rank_host_names(world_);
     {
       const StallGuard op("opening the data");
       open_data();
@@ -362,7 +363,7 @@ class Run {
       outer_->reset(backend_->checkpoint_shards());
     }
     hosts_ = host_names(world_.raw(), mesh_.world_topology());
-    if (o_.replicas_every > 0) replicas_ = std::make_unique<ReplicaChecker>(world_, *layout_, host_name());
+    if (o_.replicas_every > 0) replicas_ = std::make_unique<ReplicaChecker>(world_, *layout_, rank_hosts_);
   }
 
   // The checkpoint checkpoint.resume names, if any: the model, the data order, the loss scale, the step.
@@ -646,7 +647,6 @@ class Run {
   // Collective; exit 2 naming the file, the ranks and their hosts.
   void check_same_data() {
     constexpr std::size_t kEdge = 32 * 1024;
-    constexpr std::size_t kHostChars = 64;
     const auto sample = [&](const data::TokenFile* file) -> std::array<std::uint64_t, 2> {
       if (file == nullptr) return {0, 0};
       const std::span<const std::uint16_t> t = file->tokens();
@@ -656,22 +656,16 @@ class Run {
       const std::size_t n = std::min(kEdge, t.size());
       return {t.size(), fingerprint(bytes(t.first(n))) ^ (fingerprint(bytes(t.last(n))) * 0x9E3779B97F4A7C15ull)};
     };
-    struct Mine {
-      std::array<std::uint64_t, 2> files[2];
-      char host[kHostChars] = {};
-    } mine;
-    mine.files[0] = sample(train_file_.get());
-    mine.files[1] = sample(val_file_.get());
-    const std::string host = host_name();
-    std::copy_n(host.begin(), std::min(host.size(), kHostChars - 1), mine.host);
-    std::vector<Mine> all(static_cast<std::size_t>(world_.size()));
-    world_.all_gather(&mine, all.data(), sizeof(Mine), DType::u8);
-    for (int f = 0; f < 2; ++f) {
+    using Files = std::array<std::array<std::uint64_t, 2>, 2>;  // train, val: token count and sample checksum
+    const Files mine = {sample(train_file_.get()), sample(val_file_.get())};
+    std::vector<Files> all(static_cast<std::size_t>(world_.size()));
+    world_.all_gather(&mine, all.data(), sizeof(Files), DType::u8);
+    for (std::size_t f = 0; f < 2; ++f) {
       std::string ranks;
       int count = 0;
       for (std::size_t r = 1; r < all.size(); ++r) {
-        if (all[r].files[f] == all[0].files[f]) continue;
-        if (++count <= 8) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + all[r].host + ")";
+        if (all[r][f] == all[0][f]) continue;
+        if (++count <= 8) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r) + " (" + rank_hosts_[r] + ")";
       }
       if (count == 0) continue;
       if (count > 8) ranks += " and " + std::to_string(count - 8) + " more";
@@ -679,7 +673,7 @@ class Run {
       throw comm::AgreedError(
           ErrorKind::data,
           file.what() + " '" + file.path().string() + "' is not the same file on every rank: rank(s) " + ranks +
-              " read other tokens than rank 0 (" + all[0].host + ", " + std::to_string(all[0].files[f][0]) +
+              " read other tokens than rank 0 (" + rank_hosts_[0] + ", " + std::to_string(all[0][f][0]) +
               " tokens) in its size or its first or last 32 Ki tokens: every rank must read the same data (a copy "
               "that differs on some nodes? compare `hsdp-data info` of it on those hosts)");
     }
@@ -870,6 +864,14 @@ class Run {
     return true;
   }
 
+  // Bit 16 of the 32-bit word at `at` (an fp32 value's mantissa).
+  static void flip_bit16(void* at) {
+    std::uint32_t word = 0;
+    std::memcpy(&word, at, sizeof word);
+    word ^= 1u << 16;
+    std::memcpy(at, &word, sizeof word);
+  }
+
   // HSDP_FAULT's flip=<state> (core/fault.hpp): mantissa bit 16 of the first element this rank holds.
   void inject_flip(const std::string& action, std::int64_t step) {
     const std::string what = action.rfind("flip=", 0) == 0 ? action.substr(5) : "";
@@ -879,10 +881,7 @@ class Run {
       if (full.empty() || !full.front().in_place || full.front().size < 4) {
         throw_internal("HSDP_FAULT: flip=full needs persistent full parameters in host memory (zero1 on the CPU)");
       }
-      std::uint32_t word = 0;
-      std::memcpy(&word, full.front().bytes, sizeof word);
-      word ^= 1u << 16;
-      std::memcpy(full.front().bytes, &word, sizeof word);
+      flip_bit16(full.front().bytes);
       std::fprintf(stderr, "HSDP_FAULT: rank %d flipped bit 16 of its full compute parameters (unit %s) after step %lld\n",
                    rank_, layout_->unit(full.front().unit).name.c_str(), static_cast<long long>(step));
       return;
@@ -894,11 +893,7 @@ class Run {
     const std::vector<shard::UnitShard> views = outer ? outer_->state_views() : backend_->checkpoint_shards();
     const auto held = std::find_if(views.begin(), views.end(), [](const shard::UnitShard& v) { return v.count > 0; });
     if (held == views.end()) return;
-    float* x = what == "exp_avg" ? held->exp_avg : what == "exp_avg_sq" ? held->exp_avg_sq : held->params;
-    std::uint32_t bits = 0;
-    std::memcpy(&bits, x, sizeof bits);
-    bits ^= 1u << 16;
-    std::memcpy(x, &bits, sizeof bits);
+    flip_bit16(what == "exp_avg" ? held->exp_avg : what == "exp_avg_sq" ? held->exp_avg_sq : held->params);
     if (!outer) backend_->checkpoint_loaded();
     std::fprintf(stderr, "HSDP_FAULT: rank %d flipped bit 16 of its first %s element (unit %s, element %zu) "
                  "after step %lld\n", rank_, what.c_str(), layout_->unit(held->unit).name.c_str(), held->begin,
@@ -983,7 +978,8 @@ class Run {
   double timed_seconds_ = 0;
   std::int64_t timed_tokens_ = 0;
   TrainSummary summary_;
-  std::vector<std::string> hosts_;  // rank 0: the job's host names, in node order
+  std::vector<std::string> hosts_;       // rank 0: the job's host names, in node order
+  std::vector<std::string> rank_hosts_;  // every rank's host name, by world rank (the start-up and replica checks)
 };
 
 }  // namespace

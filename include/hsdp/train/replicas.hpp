@@ -55,10 +55,13 @@ struct ReplicaVerdict {
 ReplicaVerdict replica_verdict(const std::vector<std::vector<ReplicaRecord>>& records,
                                const std::vector<std::string>& hosts, const model::ModelLayout& layout);
 
+// Every rank's host name (host_name()), indexed by rank in `world`. Collective.
+std::vector<std::string> rank_host_names(comm::Communicator& world);
+
 class ReplicaChecker {
  public:
-  // Collective over `world`: every rank's host name, once.
-  ReplicaChecker(comm::Communicator& world, const model::ModelLayout& layout, const std::string& host);
+  // hosts: every rank's host name (rank_host_names), to name the ranks that differ.
+  ReplicaChecker(comm::Communicator& world, const model::ModelLayout& layout, std::vector<std::string> hosts);
   // Collective over `world`: this rank's records against every other rank's. Returns the verdict (the same on
   // every rank) and counts the groups it compared.
   std::string check(int island, std::span<const shard::UnitShard> inner, std::span<const shard::UnitShard> outer,
