@@ -121,9 +121,47 @@ class CudaStaging final : public HostStaging {
   std::shared_ptr<Events> events_;  // shared with the copies in flight
 };
 
+// The collectives of a group of one rank over device memory: each is its own result, so a copy from send to recv
+// (cudaMemcpyAsync on a stream of its own; nothing where in place) and an event that the handle polls. The queues
+// issue a collective only once the work before it has completed, so the copy needs no other order. Byte counters
+// and call counts as the MPI communicator's of one rank (no bytes).
+class DeviceSelfCommunicator final : public Communicator {
+ public:
+  explicit DeviceSelfCommunicator(const MpiCommunicator& group);
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+  std::span<const int> node_of_rank() const override { return node_of_rank_; }
+
+  using Communicator::all_gather_async;
+  using Communicator::all_reduce_async;
+  using Communicator::reduce_scatter_async;
+
+  CommHandle all_reduce_async(const void* send, void* recv, std::size_t count, DType t, ReduceOp op) override;
+  CommHandle reduce_scatter_async(const void* send, void* recv, std::size_t recv_count, DType t, ReduceOp op) override;
+  CommHandle all_gather_async(const void* send, void* recv, std::size_t send_count, DType t) override;
+  CommHandle all_to_all_async(const void* send, void* recv, std::size_t count_per_peer, DType t) override;
+  CommHandle broadcast_async(void* buffer, std::size_t count, DType t, int root) override;
+  CommHandle barrier_async() override;
+
+  const ByteCounters& counters() const override { return counters_; }
+  void reset_counters() override { counters_ = {}; }
+  std::uint64_t sequence() const override { return sequence_; }
+
+ private:
+  CommHandle copied(Collective c, const void* send, void* recv, std::size_t count, DType t);
+
+  std::string name_;
+  std::vector<int> node_of_rank_;
+  device::cuda::Stream stream_;
+  ByteCounters counters_;
+  std::uint64_t sequence_ = 0;
+};
+
 // What carries the mesh's groups over device memory on GPUs (MeshOptions::carry): a group within one node by `intra`
 // (comm.intra), one that crosses nodes by `inter` (comm.inter). nccl: an NcclCommunicator over the group (one GPU
-// per rank: the caller checks that the node's ranks do not share one; a one-rank group is staged instead). mpi: a
+// per rank: the caller checks that the node's ranks do not share one). mpi: a
 // StagedCommunicator over it with CudaStaging on a stream of the group's own (the stream queues issue a collective
 // only once the work before it on its queue has completed, so the copy needs no other order); with CUDA-aware MPI
 // and `stage` not host, the collectives that only move bytes get the device pointers. Collective over each group, as

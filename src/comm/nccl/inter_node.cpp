@@ -43,9 +43,11 @@ MeshCarrier device_carrier(Transport intra, Transport inter, Staging stage, cons
         "read GPU memory; use comm.stage=auto or host");
   }
   return [=](MpiCommunicator& group) -> std::unique_ptr<Communicator> {
+    // A group of one: its collectives are copies on the device (never through the host).
+    if (group.size() == 1) return std::make_unique<DeviceSelfCommunicator>(group);
     const std::span<const int> nodes = group.node_of_rank();
     const bool crosses = std::any_of(nodes.begin(), nodes.end(), [&](int n) { return n != nodes.front(); });
-    if ((crosses ? inter : intra) == Transport::nccl && group.size() > 1) {
+    if ((crosses ? inter : intra) == Transport::nccl) {
       return std::make_unique<NcclCommunicator>(group, group.name(), options, logger);
     }
     // Each group's copies on a stream of their own, so that the copies of different groups overlap (a copy starts

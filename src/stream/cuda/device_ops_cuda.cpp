@@ -1,3 +1,4 @@
+#include <cstdint>
 #include <string>
 
 #include "element_kernels.hpp"
@@ -10,20 +11,22 @@ namespace {
 
 namespace dc = hsdp::device::cuda;
 
-// Device memory from the stream-ordered allocator, zeroed on the stream it was allocated on and freed on the stream
-// current when it goes (the engine frees memory only after the event of its last use has happened).
+// Device memory from the stream-ordered allocator, zeroed and freed on the allocation stream current then (a queue's
+// inside its work; outside work the allocation stream, synchronized, so that any stream may use it next).
 class CudaMemory final : public DeviceMemory {
  public:
   CudaMemory(std::size_t bytes, MemCategory category, MemoryAccountant& memory, const CudaDeviceOps& ops)
       : bytes_(bytes), category_(category), memory_(memory), ops_(ops) {
     if (bytes == 0) return;
-    dc::check(cudaMallocAsync(&data_, bytes, ops.stream()), "cudaMallocAsync");
-    dc::check(cudaMemsetAsync(data_, 0, bytes, ops.stream()), "cudaMemsetAsync");
+    const cudaStream_t stream = ops.allocation_stream();
+    dc::check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync");
+    dc::check(cudaMemsetAsync(data_, 0, bytes, stream), "cudaMemsetAsync");
+    if (!ops.in_work()) dc::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (allocation)");
     memory_.allocate(category_, bytes_);
   }
   ~CudaMemory() override {
     if (data_ == nullptr) return;
-    cudaFreeAsync(data_, ops_.stream());
+    cudaFreeAsync(data_, ops_.allocation_stream());
     memory_.release(category_, bytes_);
   }
   CudaMemory(const CudaMemory&) = delete;
@@ -52,8 +55,16 @@ MessageParts parts_of(const std::uint8_t* message, std::size_t count, quant::Qua
 }  // namespace
 
 CudaDeviceOps::CudaDeviceOps(MemoryAccountant& memory, cudaStream_t stream)
-    : memory_(memory), stream_(stream), scratch_(optim::cuda::kSumOfSquaresScratch + 1) {
+    : memory_(memory), default_stream_(stream), stream_(stream), scratch_(optim::cuda::kSumOfSquaresScratch + 1) {
   quant_status_.reset(stream_);
+  // The pool keeps freed memory for the next allocation instead of returning it at each synchronize.
+  int device = 0;
+  cudaMemPool_t pool = nullptr;
+  dc::check(cudaGetDevice(&device), "cudaGetDevice");
+  dc::check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+  std::uint64_t keep = UINT64_MAX;
+  dc::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+            "cudaMemPoolSetAttribute (release threshold)");
 }
 
 std::unique_ptr<DeviceMemory> CudaDeviceOps::allocate(std::size_t bytes, MemCategory category) {

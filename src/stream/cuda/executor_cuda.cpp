@@ -63,7 +63,17 @@ cudaStream_t CudaExecutor::stream(int id) const {
 }
 
 void CudaExecutor::enqueue(int id, std::function<void()> work) {
-  if (bind_) bind_(stream(id));
+  if (!bind_) {
+    work();
+    return;
+  }
+  // Unbound after the work (also when it throws): the host's own calls are no queue's work.
+  struct Unbind {
+    const std::function<void(cudaStream_t)>& bind;
+    ~Unbind() { bind(nullptr); }
+  };
+  bind_(stream(id));
+  const Unbind unbind{bind_};
   work();
 }
 

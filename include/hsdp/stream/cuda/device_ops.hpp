@@ -5,6 +5,12 @@
 // become CUDA streams). Nothing waits for the GPU but copy_to_host and copy_from_host (the host's data must be there
 // when they return) and raise_deferred_errors.
 //
+// Memory allocated inside a queue's work is that stream's (allocated, zeroed and freed in its order). Memory the host
+// allocates outside any work (use_stream(nullptr): the executor unbinds after each work) may be used next by any
+// stream, so it is allocated and zeroed on a stream of its own and ready when allocate returns; it goes back on that
+// stream too (the engine frees such memory only after its last use has been seen complete). The pool keeps what it
+// has (no release at each synchronize): a step allocates from memory the pool already holds.
+//
 // Results are the CPU DeviceOps' bit for bit, except AdamW (the CUDA AdamW's fp32 arithmetic, within 1e-6 of the
 // CPU's: hsdp/optim/cuda/adamw.hpp) and squared_sum (double sums in another order). quantize cannot throw on the GPU:
 // a non-finite value is recorded and raise_deferred_errors throws the CPU's error.
@@ -26,9 +32,16 @@ class CudaDeviceOps final : public DeviceOps {
  public:
   CudaDeviceOps(MemoryAccountant& memory, cudaStream_t stream);
   const char* name() const override { return "cuda"; }
-  // Where the calls that follow are enqueued.
-  void use_stream(cudaStream_t stream) { stream_ = stream; }
+  // Where the calls that follow are enqueued: a queue's stream while its work runs; nullptr after it (the host's
+  // calls go to the stream given at construction again, its allocations to the allocation stream).
+  void use_stream(cudaStream_t stream) {
+    in_work_ = stream != nullptr;
+    stream_ = in_work_ ? stream : default_stream_;
+  }
   cudaStream_t stream() const { return stream_; }
+  // Where memory is allocated, zeroed and freed now (see above).
+  cudaStream_t allocation_stream() const { return in_work_ ? stream_ : allocation_stream_.get(); }
+  bool in_work() const { return in_work_; }
 
   std::unique_ptr<DeviceMemory> allocate(std::size_t bytes, MemCategory category) override;
   void convert(const void* in, DType from, void* out, DType to, std::size_t count) override;
@@ -57,7 +70,10 @@ class CudaDeviceOps final : public DeviceOps {
                                                       std::size_t count);
 
   MemoryAccountant& memory_;
+  cudaStream_t default_stream_;
   cudaStream_t stream_;
+  bool in_work_ = false;
+  device::cuda::Stream allocation_stream_;  // the host's allocations and frees outside work
   quant::cuda::QuantStatus quant_status_;
   std::size_t quantized_count_ = 0;             // the last quantize's element count, for the error's text
   device::cuda::DeviceBuffer<double> scratch_;  // squared_sum's partial sums and its result

@@ -2,8 +2,9 @@
 // The CUDA executor (hsdp/stream/executor.hpp) on one GPU: each stream a cudaStream_t (the compute stream is the one
 // given, the model's; the others are created non-blocking), an event per record (cudaEventRecord, timing off), waits
 // by cudaStreamWaitEvent, host functions by cudaLaunchHostFunc. enqueue binds the stream (`bind`: CudaDeviceOps::
-// use_stream and whatever else launches work, so that its kernels go to that stream) and runs the work on the host at
-// once: it launches, the GPU runs it in the stream's order. Errors of the CUDA calls throw at the call; a host
+// use_stream and whatever else launches work, so that its kernels go to that stream), runs the work on the host at
+// once (it launches, the GPU runs it in the stream's order) and unbinds (bind(nullptr): what the host calls between
+// works is no queue's, so CudaDeviceOps makes the memory it allocates ready for every stream). Errors of the CUDA calls throw at the call; a host
 // function's exception is kept and thrown by rethrow(). enqueue_timed records a timing event on the stream before and
 // after the work; rethrow and synchronize report the spans whose events have completed, in seconds on the host's
 // monotonic clock: the GPU's time since an origin event (recorded and waited for at construction) plus the host's
