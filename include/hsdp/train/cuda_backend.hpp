@@ -9,9 +9,8 @@
 //             rank) or MPI staged through pinned host memory (comm.intra=mpi: ranks may share a GPU), comm.inter
 //             across nodes; CUDA-aware MPI gets the device pointers of the collectives that only move bytes.
 // Written and checked on the CPU (the engine's suites on the threads executor, staged groups, bf16 compute copies);
-// hsdp-train says on rank 0 that the path is not yet validated on a GPU until a GPU has run it at the commit
-// (the README records each validation). Built only with the CUDA backend (CUDA and NCCL); otherwise these say the
-// build lacks it.
+// hsdp-train names on rank 0 the commit of the last GPU validation (tests/gpu/device_check.sh; the README records
+// each). Built only with the CUDA backend (CUDA and NCCL); otherwise these say the build lacks it.
 #include <memory>
 #include <string>
 

@@ -22,6 +22,9 @@ namespace {
 
 namespace dc = hsdp::device::cuda;
 
+// The commit, GPU and date of the last run of tests/gpu/device_check.sh that passed (README's validations table).
+constexpr const char* kLastGpuValidation = "f541df3 (NVIDIA H100 80GB HBM3, 2026-11-28)";
+
 // The engine's options on a GPU: compute copies in the model's dtype, the CUDA executor binding each queue's stream
 // to the device's calls, log.trace's file for this rank.
 shard::EngineOptions gpu_engine_options(const TrainOptions& o, comm::ProcessMesh& mesh, DType compute,
@@ -119,7 +122,8 @@ GpuMemory cuda_memory_available(int ranks_on_host) {
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& o, const model::ModelLayout& layout,
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log) {
   log.info("device.type=cuda: the sharding engine on GPUs (", shard::to_string(o.engine.strategy),
-           ") is written and checked on the CPU but not yet validated on a GPU at this commit (README, GPU training)");
+           "), last validated by tests/gpu/device_check.sh at commit ", kLastGpuValidation,
+           " (README, GPU training)");
   if (shard::model_compute_dtype(true, o.engine.param_dtype) == DType::bf16)
     return std::make_unique<GpuEngineBackend<bf16_t>>(o, layout, mesh, memory, log);
   return std::make_unique<GpuEngineBackend<float>>(o, layout, mesh, memory, log);
