@@ -11,6 +11,7 @@
 // Every buffer the queues touch is tracked by name for the checker; memory goes back to its pool through
 // StreamQueues::release after the event that covers its last use.
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,25 @@ struct Engine::Impl {
     StreamEvent ready;
   };
   std::vector<GatheredUnit> gathered;
+  // The host runs ahead of the device (the CUDA executor, the threads executor) and a unit's gathered copy or
+  // gradient buffer goes back only once its last use has completed: unbounded, a step would hold every unit's at once
+  // (on a GPU, 19 GB of transients for GPT-2 XL). So before another is allocated, the host waits for the oldest
+  // pending release while kAliveUnits or more are alive, as FSDP limits its all-gathers in flight. Three is what the
+  // plan's transient formula counts (formulas.cpp: the unit in use, the next one prefetched, the last one going back).
+  // Inline (the CPU engine's fast path) every release happens at once and this never waits.
+  static constexpr int kAliveUnits = 3;
+  struct AliveUnits {
+    int held = 0;                   // allocated, not yet released
+    std::deque<StreamEvent> going;  // released, gone once each event has happened (in release order)
+  };
+  AliveUnits alive_gathered, alive_grads;
+  void make_room(AliveUnits& a) {
+    while (!a.going.empty() && q.happened(a.going.front())) a.going.pop_front();
+    while (!a.going.empty() && a.held + static_cast<int>(a.going.size()) >= kAliveUnits) {
+      q.synchronize(a.going.front());  // frees it (and what went back before it)
+      a.going.pop_front();
+    }
+  }
   // Full fp32 gradients [Pp]: one flat allocation for no_shard (buckets are ranges of it; tracked per unit),
   // persistent per unit for zero1, transient per unit for the sharded strategies.
   DeviceArray<float> flat_grads;
@@ -302,7 +322,9 @@ struct Engine::Impl {
     if (persistent_full || u < 0 || u >= n_units) return;
     GatheredUnit& slot = gathered[static_cast<std::size_t>(u)];
     if (!slot.full.empty()) return;
+    make_room(alive_gathered);
     slot.full = compute_copy(u, "gathered");
+    ++alive_gathered.held;
     slot.ready = gather_into(u, slot.full, pass);
   }
   // The compute queue after unit u's gather.
@@ -326,7 +348,11 @@ struct Engine::Impl {
       release_after(secondary[i], used, name_of("free hpZ secondary", u));
       secondary[i].reset();
     }
-    if (!slot.full.empty()) release_after(slot.full, used, name_of("free gathered", u));
+    if (!slot.full.empty()) {
+      release_after(slot.full, used, name_of("free gathered", u));
+      --alive_gathered.held;
+      alive_gathered.going.push_back(used);
+    }
     slot.ready = StreamEvent{};
   }
   // Unit u's full parameters in the compute dtype, as the model reads them.
@@ -346,6 +372,8 @@ struct Engine::Impl {
     if (unsharded) return flat_grads.data() + flat_offset[static_cast<std::size_t>(u)];
     Tracked<float>& b = unit_grads[static_cast<std::size_t>(u)];
     if (b.empty()) {
+      make_room(alive_grads);
+      ++alive_grads.held;
       b.mem = dev.array<float>(geo(u).padded_numel, MemCategory::grads);
       b.id = q.track(name_of("gradients", u));
     }
@@ -453,7 +481,11 @@ struct Engine::Impl {
     shard_reduction->enqueue(reduction_context(u), staging_used);
     const StreamEvent done = q.record(reduce);
     for (ReleaseAfter& r : staging_used) release_after(std::move(r.buffer), done, r.what);
-    if (!st.grads_whole) release_after(unit_grads[static_cast<std::size_t>(u)], done, name_of("free gradients", u));
+    if (!st.grads_whole) {
+      release_after(unit_grads[static_cast<std::size_t>(u)], done, name_of("free gradients", u));
+      --alive_grads.held;
+      alive_grads.going.push_back(done);
+    }
     if (hybrid && last) {
       q.wait(cross, done);
       const BufferId shard_id = grad_shard_id[static_cast<std::size_t>(u)];

@@ -131,7 +131,8 @@ comm::ByteCounters step_traffic(const model::ModelLayout& layout, const EngineOp
   return step_traffic(UnitSizes::of(layout), options, g);
 }
 
-std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& o, int shard_size) {
+std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& o, int shard_size, int nodes,
+                             int ranks_per_node) {
   std::int64_t padded_total = 0, shard_total = 0, largest = 0, hpz_units = 0;
   const int n_units = static_cast<int>(units.numel.size());
   for (int u = 0; u < n_units; ++u) {
@@ -158,10 +159,19 @@ std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& o, int
     if (bp != 4 && o.param_dtype != o.compute_dtype) bytes += bp * largest;
     if (o.compute_dtype != DType::f32 && o.zeropp.quantized_weights) bytes += 4 * largest;
   }
-  if (br != 4) bytes += br * (st.params_whole ? padded_total : 3 * largest);
+  const bool hierarchical = st.shard_scope == comm::ShardScope::self && hierarchical_ddp(nodes, ranks_per_node);
+  if (hierarchical) {  // each bucket: the whole, padded to p blocks, and this rank's block (engine_impl.hpp)
+    const auto p = static_cast<std::size_t>(ranks_per_node);
+    for (const Bucket& b : make_buckets(units.numel, o.bucket_mb)) {
+      const std::size_t block = (b.count + p - 1) / p;
+      bytes += br * static_cast<std::int64_t>(block * p + block);
+    }
+  } else if (br != 4) {
+    bytes += br * (st.params_whole ? padded_total : 3 * largest);
+  }
   if (st.shard_scope != comm::ShardScope::self) bytes += br * shard_total;
   if (o.zeropp.hpz_partition_size > 0) bytes += bp * hpz_units / o.zeropp.hpz_partition_size;
-  return bytes;
+  return bytes + kStepScalarBytes;
 }
 
 }  // namespace hsdp::shard

@@ -134,7 +134,7 @@ StrategyPlan plan_one(const PlanInputs& in, const Variant& v, double budget) {
   p.options.compute_dtype = shard::model_compute_dtype(in.cuda, p.options.param_dtype);
   p.model_state = model_state_bytes(units, v.sharding, p.shard_size, p.options.param_dtype, p.options.compute_dtype);
   p.zero_paper_state = zero_paper_state_bytes(static_cast<double>(in.model.params()), v.sharding, p.shard_size);
-  p.transient = transient_bytes(units, p.options, p.shard_size);
+  p.transient = transient_bytes(units, p.options, p.shard_size, cluster.nodes, cluster.ranks_per_node);
   // The GPU model's arena in its compute dtype with the cuBLASLt workspace (what GptCuda allocates), else Gpt<float>'s.
   const auto activations = [&](bool checkpointing) {
     return in.cuda ? model::gpu_activation_bytes(in.model.activation, in.work.micro_batch, in.work.seq_len,

@@ -114,9 +114,16 @@ std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size, bool over
 //                      with grad_accum > 1 and not hybrid every unit's (4 Pp), kept across micro-batches;
 //   staging            param-dtype receive buffer of one gather (when neither fp32 nor the compute dtype); qwZ's fp32
 //                      values of one gather (compute dtype not fp32); reduce-dtype copies of gradients in
-//                      flight (no_shard, zero1: all of them; others: 3 units); the reduce-scatter receive buffers of
-//                      every unit (reduce bytes x sum of shards: hsdp completes them at the latest before AdamW);
-//   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k.
-std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& options, int shard_size);
+//                      flight (no_shard, zero1: all of them; others: 3 units); no_shard on several nodes of several
+//                      ranks (nodes, ranks_per_node): each bucket's whole and 1/p part in the reduce dtype instead;
+//                      the reduce-scatter receive buffers of every unit (reduce bytes x sum of shards: hsdp completes
+//                      them at the latest before AdamW);
+//   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k;
+//   step scalars       the loss, the squared norm and the overflow flag, three doubles (kStepScalarBytes).
+// An upper bound where the host runs ahead of the device (a GPU): the engine waits before it allocates a fourth
+// unit's gathered copy or gradient buffer (engine_impl.hpp, kAliveUnits).
+inline constexpr std::int64_t kStepScalarBytes = 3 * sizeof(double);
+std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& options, int shard_size, int nodes = 1,
+                             int ranks_per_node = 1);
 
 }  // namespace hsdp::shard
