@@ -73,9 +73,12 @@ const std::vector<OptionSpec>& option_table() {
       }),
 
       // [data] token files in llm.c's format (hsdp-data writes them).
-      path("data.train", "data/train.bin", "training tokens (llm.c .bin: 256-int32 header, uint16 tokens)")
+      path("data.train", "data/train.bin",
+           "training tokens (llm.c .bin: 256-int32 header, uint16 tokens (version 1) or uint32 (version 2)): one "
+           "file, a glob of shards (fineweb_train_*.bin: sorted by name) or a comma-separated list of files and "
+           "globs (in that order); windows never cross a file's end")
           .into([](V v, O o) { o.train_path = v.text(); }),
-      path("data.val", "data/val.bin", "validation tokens, same format").into([](V v, O o) { o.val_path = v.text(); }),
+      path("data.val", "data/val.bin", "validation tokens, the same forms").into([](V v, O o) { o.val_path = v.text(); }),
       path("data.entropy_json", "",
            "optional source.json from `hsdp-data synth`: its entropy rate is logged next to the val loss")
           .into([](V v, O o) { o.entropy_json = v.text(); }),

@@ -23,14 +23,10 @@ void check_shape(const char* who, int batch, int seq_len, int dp_rank, int dp_si
   }
 }
 
-std::uint64_t windows_in(const TokenFile& file, std::size_t seq_len) {
-  return file.size() == 0 ? 0 : (file.size() - 1) / seq_len;
-}
-
-void require_windows(const TokenFile& file, std::uint64_t windows, std::size_t seq_len, std::uint64_t global_batch,
+void require_windows(const TokenShards& data, std::uint64_t windows, std::size_t seq_len, std::uint64_t global_batch,
                      int batch, int dp_size) {
   if (windows >= global_batch) return;
-  throw_data(file.what() + ": '" + file.path().string() + "' has " + std::to_string(file.size()) +
+  throw_data(data.what() + ": " + data.describe() + " has " + std::to_string(data.tokens()) +
              " tokens = " + std::to_string(windows) + " windows of seq_len+1 = " + std::to_string(seq_len + 1) +
              " tokens, fewer than one global batch of dp_size x batch = " + std::to_string(dp_size) + " x " +
              std::to_string(batch) + " = " + std::to_string(global_batch) + " windows");
@@ -43,14 +39,14 @@ void check_spans(std::span<std::int32_t> inputs, std::span<std::int32_t> targets
   }
 }
 
-void copy_window(const TokenFile& file, std::uint64_t window, std::size_t seq_len, std::int32_t* inputs,
-                 std::int32_t* targets) {
-  thread_local std::vector<std::uint16_t> tokens;
+void copy_window(const TokenShards& data, const std::vector<std::uint64_t>& starts, std::uint64_t window,
+                 std::size_t seq_len, std::int32_t* inputs, std::int32_t* targets) {
+  thread_local std::vector<std::uint32_t> tokens;
   tokens.resize(seq_len + 1);
-  file.copy_tokens(window * seq_len, seq_len + 1, tokens.data());  // a file cut under the job: a data Error
+  data.copy_window(starts, window, seq_len, tokens.data());  // a file cut under the job: a data Error
   for (std::size_t i = 0; i < seq_len; ++i) {
-    inputs[i] = tokens[i];
-    targets[i] = tokens[i + 1];
+    inputs[i] = static_cast<std::int32_t>(tokens[i]);
+    targets[i] = static_cast<std::int32_t>(tokens[i + 1]);
   }
 }
 
@@ -64,17 +60,18 @@ std::vector<std::uint32_t> epoch_permutation(std::uint64_t count, std::uint64_t 
   return order;
 }
 
-Sampler::Sampler(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed)
-    : file_(file), seed_(seed) {
+Sampler::Sampler(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed)
+    : data_(data), seed_(seed) {
   check_shape("sampler", batch, seq_len, dp_rank, dp_size);
   batch_ = static_cast<std::size_t>(batch);
   seq_len_ = static_cast<std::size_t>(seq_len);
   dp_rank_ = static_cast<std::size_t>(dp_rank);
   global_batch_ = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(dp_size);
-  window_count_ = windows_in(file, seq_len_);
-  require_windows(file, window_count_, seq_len_, global_batch_, batch, dp_size);
+  starts_ = data_.window_starts(seq_len_);
+  window_count_ = starts_.back();
+  require_windows(data_, window_count_, seq_len_, global_batch_, batch, dp_size);
   if (window_count_ > std::numeric_limits<std::uint32_t>::max()) {
-    throw_data(file.what() + ": '" + file.path().string() + "' has more than 2^32 windows; raise seq_len");
+    throw_data(data_.what() + ": " + data_.describe() + " has more than 2^32 windows; raise seq_len");
   }
 }
 
@@ -104,30 +101,31 @@ void Sampler::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targe
   start_epoch(state_.epoch);
   for (std::size_t b = 0; b < batch_; ++b) {
     const std::uint64_t window = permutation_[state_.position + dp_rank_ * batch_ + b];
-    copy_window(file_, window, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
+    copy_window(data_, starts_, window, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
   }
   state_.position += global_batch_;
 }
 
 void Sampler::restore(const SamplerState& state) {
   if (state.position > window_count_) {
-    throw_data(file_.what() + ": sampler state position " + std::to_string(state.position) + " is beyond the " +
-               std::to_string(window_count_) + " windows of '" + file_.path().string() +
-               "' at this seq_len: was the checkpoint written for another data file or seq_len?");
+    throw_data(data_.what() + ": sampler state position " + std::to_string(state.position) + " is beyond the " +
+               std::to_string(window_count_) + " windows of " + data_.describe() +
+               " at this seq_len: was the checkpoint written for other data files or another seq_len?");
   }
   state_ = state;
 }
 
-EvalLoader::EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size,
+EvalLoader::EvalLoader(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size,
                        std::int64_t eval_tokens)
-    : file_(file) {
+    : data_(data) {
   check_shape("eval loader", batch, seq_len, dp_rank, dp_size);
   if (eval_tokens < 0) throw_config("train.eval_tokens must be >= 0, got " + std::to_string(eval_tokens));
   batch_ = static_cast<std::size_t>(batch);
   seq_len_ = static_cast<std::size_t>(seq_len);
   dp_rank_ = static_cast<std::size_t>(dp_rank);
   global_batch_ = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(dp_size);
-  const std::uint64_t available = windows_in(file, seq_len_);
+  starts_ = data_.window_starts(seq_len_);
+  const std::uint64_t available = starts_.back();
   windows_ = eval_tokens > 0 ? static_cast<std::uint64_t>(eval_tokens) / seq_len_ : available;
   if (windows_ == 0 || windows_ > available) {
     const std::string wanted = eval_tokens > 0 ? "train.eval_tokens = " + std::to_string(eval_tokens) + " needs " +
@@ -135,7 +133,7 @@ EvalLoader::EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_ran
                                                      std::to_string(seq_len_ + 1) + " tokens"
                                                : "an evaluation needs at least one window of seq_len+1 = " +
                                                      std::to_string(seq_len_ + 1) + " tokens";
-    throw_data(file.what() + ": '" + file.path().string() + "' has " + std::to_string(file.size()) + " tokens = " +
+    throw_data(data_.what() + ": " + data_.describe() + " has " + std::to_string(data_.tokens()) + " tokens = " +
                std::to_string(available) + " windows, but " + wanted +
                (windows_ == 0 ? " (train.eval_tokens is below train.seq_len)" : std::string()));
   }
@@ -150,7 +148,8 @@ std::size_t EvalLoader::next(std::span<std::int32_t> inputs, std::span<std::int3
   for (std::size_t b = 0; b < batch_; ++b) {
     const bool in_set = first + b < windows_;
     if (in_set) ++real;
-    copy_window(file_, in_set ? first + b : 0, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
+    copy_window(data_, starts_, in_set ? first + b : 0, seq_len_, inputs.data() + b * seq_len_,
+                targets.data() + b * seq_len_);
   }
   ++batch_index_;
   return real;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cerrno>
@@ -110,14 +111,16 @@ TokenFile::TokenFile(const std::filesystem::path& path, std::string what) : path
       throw_data(where + " is not a token file: header magic is " + std::to_string(header[0]) + ", expected " +
                  std::to_string(kTokenFileMagic) + " (llm.c .bin format)");
     }
-    if (header[1] != kTokenFileVersion) {
+    if (header[1] != kTokenFileVersion && header[1] != kTokenFileVersionWide) {
       throw_data(where + " has token file version " + std::to_string(header[1]) + ", expected " +
-                 std::to_string(kTokenFileVersion) + " (uint16 tokens)");
+                 std::to_string(kTokenFileVersion) + " (uint16 tokens) or " + std::to_string(kTokenFileVersionWide) +
+                 " (uint32 tokens)");
     }
+    token_bytes_ = header[1] == kTokenFileVersion ? sizeof(std::uint16_t) : sizeof(std::uint32_t);
     if (header[2] < 0)
       throw_data(where + " has a negative token count " + std::to_string(header[2]) + " in its header");
     const auto count = static_cast<std::size_t>(header[2]);
-    const std::size_t expected = kTokenFileHeaderBytes + count * sizeof(std::uint16_t);
+    const std::size_t expected = kTokenFileHeaderBytes + count * token_bytes_;
     if (file_bytes < expected) {
       throw_data(where + " is truncated: its header says " + std::to_string(count) + " tokens, so " +
                  std::to_string(expected) + " bytes are expected, found " + std::to_string(file_bytes));
@@ -127,14 +130,14 @@ TokenFile::TokenFile(const std::filesystem::path& path, std::string what) : path
                  " tokens: expected " + std::to_string(expected) + " bytes, found " + std::to_string(file_bytes));
     }
     token_count_ = count;
-    tokens_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(mapping_) + kTokenFileHeaderBytes);
+    tokens_ = static_cast<const std::byte*>(mapping_) + kTokenFileHeaderBytes;
   } catch (...) {
     unmap();
     throw;
   }
 }
 
-void TokenFile::copy_tokens(std::size_t first, std::size_t count, std::uint16_t* out) const {
+void TokenFile::copy_tokens(std::size_t first, std::size_t count, std::uint32_t* out) const {
   if (first > token_count_ || count > token_count_ - first) {
     throw_internal(what_ + ": tokens [" + std::to_string(first) + ", " + std::to_string(first + count) +
                    ") are beyond the " + std::to_string(token_count_) + " of '" + path_.string() + "'");
@@ -147,8 +150,50 @@ void TokenFile::copy_tokens(std::size_t first, std::size_t count, std::uint16_t*
                "does; cp over it truncates it in place)");
   }
   t_copy_guard = &guard;
-  std::memcpy(out, tokens_ + first, count * sizeof(std::uint16_t));
+  if (token_bytes_ == sizeof(std::uint32_t)) {
+    std::memcpy(out, tokens_ + first * token_bytes_, count * token_bytes_);
+  } else {
+    const std::byte* from = tokens_ + first * token_bytes_;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint16_t t;
+      std::memcpy(&t, from + i * sizeof t, sizeof t);
+      out[i] = t;
+    }
+  }
   t_copy_guard = nullptr;
+}
+
+std::vector<std::uint32_t> TokenFile::read(std::size_t first, std::size_t count) const {
+  std::vector<std::uint32_t> out(count);
+  copy_tokens(first, count, out.data());
+  return out;
+}
+
+std::span<const std::byte> TokenFile::bytes(std::size_t first, std::size_t count) const {
+  if (first > token_count_ || count > token_count_ - first) {
+    throw_internal(what_ + ": token bytes [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                   ") are beyond the " + std::to_string(token_count_) + " of '" + path_.string() + "'");
+  }
+  return {tokens_ + first * token_bytes_, count * token_bytes_};
+}
+
+// Every token, in chunks through copy_tokens (a file cut under the reader is a data Error, not a SIGBUS).
+template <typename Visit>
+void for_each_token(const TokenFile& file, Visit&& visit) {
+  constexpr std::size_t kChunk = std::size_t{1} << 16;
+  std::vector<std::uint32_t> chunk;
+  for (std::size_t first = 0; first < file.size(); first += kChunk) {
+    const std::size_t n = std::min(kChunk, file.size() - first);
+    chunk.resize(n);
+    file.copy_tokens(first, n, chunk.data());
+    for (std::size_t i = 0; i < n; ++i) visit(first + i, chunk[i]);
+  }
+}
+
+std::uint32_t TokenFile::largest_token() const {
+  std::uint32_t largest = 0;
+  for_each_token(*this, [&](std::size_t, std::uint32_t t) { largest = std::max(largest, t); });
+  return largest;
 }
 
 TokenFile::~TokenFile() {
@@ -161,7 +206,8 @@ TokenFile::TokenFile(TokenFile&& other) noexcept
       mapping_(std::exchange(other.mapping_, nullptr)),
       mapping_bytes_(std::exchange(other.mapping_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)),
-      token_count_(std::exchange(other.token_count_, 0)) {}
+      token_count_(std::exchange(other.token_count_, 0)),
+      token_bytes_(other.token_bytes_) {}
 
 TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
   if (this != &other) {
@@ -172,6 +218,7 @@ TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
     mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
     token_count_ = std::exchange(other.token_count_, 0);
+    token_bytes_ = other.token_bytes_;
   }
   return *this;
 }
@@ -186,24 +233,26 @@ void TokenFile::unmap() noexcept {
 
 void TokenFile::validate_vocab(int vocab_size) const {
   if (vocab_size <= 0) throw_config("validate_vocab: vocab size must be positive, got " + std::to_string(vocab_size));
-  const auto tokens = this->tokens();
-  const auto limit = static_cast<unsigned>(vocab_size);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] >= limit) {
-      throw_data(what_ + ": " + quoted(path_) + ": token " + std::to_string(tokens[i]) + " at position " +
-                 std::to_string(i) + " is >= vocab size " + std::to_string(vocab_size));
+  const auto limit = static_cast<std::uint32_t>(vocab_size);
+  for_each_token(*this, [&](std::size_t i, std::uint32_t t) {
+    if (t >= limit) {
+      throw_data(what_ + ": " + quoted(path_) + ": token " + std::to_string(t) + " at position " + std::to_string(i) +
+                 " is >= vocab size " + std::to_string(vocab_size));
     }
-  }
+  });
 }
 
-void write_token_file(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
+namespace {
+
+template <typename T>
+void write_tokens(const std::filesystem::path& path, std::span<const T> tokens) {
   if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
     throw_data("cannot write " + quoted(path) + ": " + std::to_string(tokens.size()) +
                " tokens do not fit the int32 token count of the llm.c header; split the data");
   }
   std::array<std::int32_t, kTokenFileHeaderInts> header{};
   header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
+  header[1] = sizeof(T) == sizeof(std::uint16_t) ? kTokenFileVersion : kTokenFileVersionWide;
   header[2] = static_cast<std::int32_t>(tokens.size());
 
   // The output's directory is made if missing, as `synth --out-dir` does.
@@ -230,6 +279,16 @@ void write_token_file(const std::filesystem::path& path, std::span<const std::ui
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
   if (error) throw_data("cannot rename " + quoted(temporary) + " to " + quoted(path) + ": " + error.message());
+}
+
+}  // namespace
+
+void write_token_file(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
+  write_tokens(path, tokens);
+}
+
+void write_token_file(const std::filesystem::path& path, std::span<const std::uint32_t> tokens) {
+  write_tokens(path, tokens);
 }
 
 }  // namespace hsdp::data

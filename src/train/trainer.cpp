@@ -622,12 +622,12 @@ class Run {
     comm::agree(world_.raw(), [&] {
       fault_point("data", rank_);
       layout_ = std::make_unique<model::ModelLayout>(o_.model);
-      train_file_ = std::make_unique<data::TokenFile>(o_.train_path, "data.train");
+      train_file_ = std::make_unique<data::TokenShards>(data::TokenShards::open(o_.train_path, "data.train"));
       train_file_->validate_vocab(o_.model.vocab_size);
       sampler_ =
           std::make_unique<data::Sampler>(*train_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size, o_.data_seed);
       if (o_.eval_every > 0 || o_.eval_only) {
-        val_file_ = std::make_unique<data::TokenFile>(o_.val_path, "data.val");
+        val_file_ = std::make_unique<data::TokenShards>(data::TokenShards::open(o_.val_path, "data.val"));
         val_file_->validate_vocab(o_.model.vocab_size);
         // Each island evaluates its own model over the whole evaluation set.
         evaluator_ = std::make_unique<data::EvalLoader>(*val_file_, o_.micro_batch, o_.seq_len, island_.rank(),
@@ -642,19 +642,26 @@ class Run {
     targets_.resize(tokens_per_micro());
   }
 
-  // Every rank reads the same data: the same number of tokens and the same first and last 32 Ki tokens (64 KiB) of
-  // data.train and data.val (a copy that differs on some nodes, at the same path, trains each node on other data).
-  // Collective; exit 2 naming the file, the ranks and their hosts.
+  // Every rank reads the same data: the same files, each with the same number of tokens and the same first and last
+  // 32 Ki tokens, of data.train and data.val (a copy that differs on some nodes, at the same path, trains each node
+  // on other data). Collective; exit 2 naming the data, the ranks and their hosts.
   void check_same_data() {
     constexpr std::size_t kEdge = 32 * 1024;
-    const auto sample = [&](const data::TokenFile* file) -> std::array<std::uint64_t, 2> {
-      if (file == nullptr) return {0, 0};
-      const std::span<const std::uint16_t> t = file->tokens();
-      const auto bytes = [](std::span<const std::uint16_t> s) {
-        return std::string_view(reinterpret_cast<const char*>(s.data()), s.size_bytes());
-      };
-      const std::size_t n = std::min(kEdge, t.size());
-      return {t.size(), fingerprint(bytes(t.first(n))) ^ (fingerprint(bytes(t.last(n))) * 0x9E3779B97F4A7C15ull)};
+    const auto sample = [&](const data::TokenShards* files) -> std::array<std::uint64_t, 2> {
+      if (files == nullptr) return {0, 0};
+      std::uint64_t sum = 0;
+      for (std::size_t i = 0; i < files->count(); ++i) {
+        const data::TokenFile& f = files->shard(i);
+        const auto text = [](std::span<const std::byte> s) {
+          return std::string_view(reinterpret_cast<const char*>(s.data()), s.size());
+        };
+        const std::size_t n = std::min(kEdge, f.size());
+        const std::uint64_t one = fingerprint(f.path().string()) ^ (f.size() * 0xC2B2AE3D27D4EB4Full) ^
+                                  fingerprint(text(f.bytes(0, n))) ^
+                                  (fingerprint(text(f.bytes(f.size() - n, n))) * 0x9E3779B97F4A7C15ull);
+        sum = sum * 0x100000001B3ull + one;
+      }
+      return {files->tokens(), sum};
     };
     using Files = std::array<std::array<std::uint64_t, 2>, 2>;  // train, val: token count and sample checksum
     const Files mine = {sample(train_file_.get()), sample(val_file_.get())};
@@ -669,10 +676,10 @@ class Run {
       }
       if (count == 0) continue;
       if (count > 8) ranks += " and " + std::to_string(count - 8) + " more";
-      const data::TokenFile& file = f == 0 ? *train_file_ : *val_file_;
+      const data::TokenShards& file = f == 0 ? *train_file_ : *val_file_;
       throw comm::AgreedError(
           ErrorKind::data,
-          file.what() + " '" + file.path().string() + "' is not the same file on every rank: rank(s) " + ranks +
+          file.what() + " " + file.describe() + " is not the same file on every rank: rank(s) " + ranks +
               " read other tokens than rank 0 (" + rank_hosts_[0] + ", " + std::to_string(all[0][f][0]) +
               " tokens) in its size or its first or last 32 Ki tokens: every rank must read the same data (a copy "
               "that differs on some nodes? compare `hsdp-data info` of it on those hosts)");
@@ -953,7 +960,7 @@ class Run {
 
   MemoryAccountant memory_;
   std::unique_ptr<model::ModelLayout> layout_;
-  std::unique_ptr<data::TokenFile> train_file_, val_file_;
+  std::unique_ptr<data::TokenShards> train_file_, val_file_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::EvalLoader> evaluator_;
   std::unique_ptr<MetricsLog> metrics_;

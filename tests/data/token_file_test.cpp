@@ -53,9 +53,26 @@ TEST(TokenFile, WriteThenRead_RoundTripsTokensAndLeavesNoTemporary) {
   EXPECT_EQ(std::filesystem::file_size(dir / "t.bin"), kTokenFileHeaderBytes + 2 * tokens.size());
   const TokenFile file(dir / "t.bin", "data.train");
   ASSERT_EQ(file.size(), tokens.size());
-  EXPECT_EQ(std::vector<std::uint16_t>(file.tokens().begin(), file.tokens().end()), tokens);
+  EXPECT_EQ(file.read(0, tokens.size()), std::vector<std::uint32_t>(tokens.begin(), tokens.end()));
+  EXPECT_EQ(file.version(), 1);
+  EXPECT_EQ(file.largest_token(), 65535u);
   const TokenFile moved = TokenFile(dir / "t.bin");
-  EXPECT_EQ(moved.tokens()[3], 65535);
+  EXPECT_EQ(moved.read(3, 1)[0], 65535u);
+}
+
+// llm.c's version 2: uint32 ids (Llama 3's 128256-token vocabulary), 4 bytes a token.
+TEST(TokenFile, VersionTwo_HoldsUint32Ids_AndRoundTrips) {
+  TempDir dir;
+  const std::vector<std::uint32_t> tokens = {0, 65536, 128255, 7, 4294967295u};
+  write_token_file(dir / "w.bin", tokens);
+  EXPECT_EQ(std::filesystem::file_size(dir / "w.bin"), kTokenFileHeaderBytes + 4 * tokens.size());
+  const TokenFile file(dir / "w.bin", "data.train");
+  EXPECT_EQ(file.version(), 2);
+  EXPECT_EQ(file.token_bytes(), 4u);
+  EXPECT_EQ(file.read(0, tokens.size()), tokens);
+  EXPECT_EQ(file.largest_token(), 4294967295u);
+  const auto message = data_error_of([&] { file.validate_vocab(128256); });
+  EXPECT_NE(message.find("token 4294967295 at position 4 is >= vocab size 128256"), std::string::npos) << message;
 }
 
 TEST(TokenFile, MissingFile_IsDataErrorNamingRoleAndPath) {
@@ -88,11 +105,11 @@ TEST(TokenFile, WrongMagic_IsDataErrorNamingFileAndFoundMagic) {
 TEST(TokenFile, WrongVersion_IsDataErrorNamingFileAndVersion) {
   TempDir dir;
   auto header = good_header(4);
-  header[1] = 2;
-  write_raw(dir / "v2.bin", header, 8);
-  const auto message = data_error_of([&] { TokenFile(dir / "v2.bin"); });
-  EXPECT_NE(message.find("v2.bin"), std::string::npos) << message;
-  EXPECT_NE(message.find("version 2"), std::string::npos) << message;
+  header[1] = 3;
+  write_raw(dir / "v3.bin", header, 8);
+  const auto message = data_error_of([&] { TokenFile(dir / "v3.bin"); });
+  EXPECT_NE(message.find("v3.bin"), std::string::npos) << message;
+  EXPECT_NE(message.find("version 3, expected 1 (uint16 tokens) or 2 (uint32 tokens)"), std::string::npos) << message;
 }
 
 TEST(TokenFile, TruncatedFile_IsDataErrorWithExpectedAndActualBytes) {

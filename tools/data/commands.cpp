@@ -151,9 +151,8 @@ int run_info(const std::vector<std::string>& args) {
 
   const data::TokenFile file((*vm)["input"].as<std::string>(), "info");
   if (vm->count("vocab")) file.validate_vocab((*vm)["vocab"].as<int>());
-  std::uint16_t largest = 0;
-  for (const std::uint16_t token : file.tokens()) largest = token > largest ? token : largest;
-  std::cout << file.path().string() << ": " << file.size() << " tokens, largest id " << largest;
+  std::cout << file.path().string() << ": " << file.size() << " tokens (version " << file.version() << ", uint"
+            << 8 * file.token_bytes() << "), largest id " << file.largest_token();
   if (vm->count("vocab")) std::cout << ", all < vocab " << (*vm)["vocab"].as<int>();
   std::cout << '\n';
   return kExitOk;

@@ -1,9 +1,9 @@
 #pragma once
-// Distributed, resumable sampling of training windows from a TokenFile.
+// Distributed, resumable sampling of training windows from token files (TokenShards: one file or many).
 //
-// A window is seq_len + 1 consecutive tokens starting at a multiple of seq_len (window w starts at token
+// A window is seq_len + 1 consecutive tokens of one file starting at a multiple of seq_len (window w starts at token
 // w*seq_len; they overlap by the one token that is the last target of w and the first input of w+1), so a
-// file of T tokens holds (T-1)/seq_len windows. Each epoch visits the windows in a seeded permutation that
+// file of T tokens holds (T-1)/seq_len windows, and several files hold theirs in order (shards.hpp). Each epoch visits the windows in a seeded permutation that
 // depends only on (seed, epoch), so every rank computes the same one. A step consumes dp_size*batch
 // windows of the permutation; rank r takes the slice [r*batch, (r+1)*batch) of it. When fewer than
 // dp_size*batch windows are left, the epoch ends (those last windows of this epoch's order are skipped;
@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "hsdp/data/token_file.hpp"
+#include "hsdp/data/shards.hpp"
 
 namespace hsdp::data {
 
@@ -28,9 +28,9 @@ struct SamplerState {
 
 class Sampler {
  public:
-  // `file` must outlive the sampler. Throws a config Error for a non-positive batch/seq_len or a rank out
-  // of range, and a data Error naming the file and sizes when it holds fewer windows than one global batch.
-  Sampler(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed);
+  // The files must outlive the sampler. Throws a config Error for a non-positive batch/seq_len or a rank out
+  // of range, and a data Error naming the files and sizes when they hold fewer windows than one global batch.
+  Sampler(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed);
 
   // Fills this rank's batch*seq_len inputs and targets (targets = inputs shifted by one token).
   void next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
@@ -47,9 +47,10 @@ class Sampler {
  private:
   void start_epoch(std::uint64_t epoch);
 
-  const TokenFile& file_;
+  TokenShards data_;
   std::size_t batch_;
   std::size_t seq_len_;
+  std::vector<std::uint64_t> starts_;  // data_.window_starts(seq_len_)
   std::size_t dp_rank_;
   std::uint64_t global_batch_;
   std::uint64_t seed_;
@@ -63,7 +64,7 @@ class Sampler {
 std::vector<std::uint32_t> epoch_permutation(std::uint64_t count, std::uint64_t seed, std::uint64_t epoch);
 
 // Deterministic evaluation over a (validation) file, a property of the data and not of the world size: the
-// evaluation set is the first W windows of seq_len + 1 tokens in file order, W = eval_tokens / seq_len (eval_tokens
+// evaluation set is the first W windows of seq_len + 1 tokens in the files' order, W = eval_tokens / seq_len (eval_tokens
 // = 0: every whole window of the file). Batch b of the pass gives rank r the windows [b*G + r*batch,
 // b*G + (r+1)*batch) that are below W (G = dp_size*batch); every rank has batch_count() batches, the last ones
 // partly or wholly padding (rows repeating window 0, to be left out of the loss: next() says how many are real).
@@ -71,7 +72,7 @@ std::vector<std::uint32_t> epoch_permutation(std::uint64_t count, std::uint64_t 
 class EvalLoader {
  public:
   // A data Error naming both sizes when the file holds fewer than W windows (or none).
-  EvalLoader(const TokenFile& file, int batch, int seq_len, int dp_rank, int dp_size, std::int64_t eval_tokens);
+  EvalLoader(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size, std::int64_t eval_tokens);
 
   // Fills batch rows; returns how many leading rows are evaluation windows (the rest are padding).
   std::size_t next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
@@ -80,9 +81,10 @@ class EvalLoader {
   std::uint64_t windows() const { return windows_; }  // W
 
  private:
-  const TokenFile& file_;
+  TokenShards data_;
   std::size_t batch_;
   std::size_t seq_len_;
+  std::vector<std::uint64_t> starts_;
   std::size_t dp_rank_;
   std::uint64_t global_batch_;
   std::uint64_t windows_;
