@@ -21,6 +21,7 @@ packages=(
   libboost-program-options-dev
   libgtest-dev
   libopenblas-dev
+  libsentencepiece-dev
   gnuplot-nox
   python3 python3-numpy
 )

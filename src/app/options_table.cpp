@@ -79,6 +79,11 @@ const std::vector<OptionSpec>& option_table() {
            "globs (in that order); windows never cross a file's end")
           .into([](V v, O o) { o.train_path = v.text(); }),
       path("data.val", "data/val.bin", "validation tokens, the same forms").into([](V v, O o) { o.val_path = v.text(); }),
+      path("data.tokenizer", "",
+           "the tokenizer that made the token files: a SentencePiece .model (hsdp-data tokenizer train; "
+           "model.vocab_size must hold its vocabulary), or empty for bytes. Checkpoints record which one (a hash of "
+           "the file) and a resume with another is refused; hsdp-sample and the HF export use it")
+          .into([](V v, O o) { o.tokenizer = v.text(); }),
       path("data.entropy_json", "",
            "optional source.json from `hsdp-data synth`: its entropy rate is logged next to the val loss")
           .into([](V v, O o) { o.entropy_json = v.text(); }),

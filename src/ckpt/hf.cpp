@@ -190,6 +190,36 @@ std::string hf_config_json(const model::GptConfig& c) {
   return text + "}\n";
 }
 
+std::string hf_tokenizer_config_json(int model_max_length) {
+  // Sorted by key, as transformers writes them.
+  const std::vector<std::pair<const char*, std::string>> keys = {
+      {"add_bos_token", "false"},
+      {"add_eos_token", "false"},
+      {"bos_token", JsonLine::quote("<s>")},
+      {"clean_up_tokenization_spaces", "false"},
+      {"eos_token", JsonLine::quote("</s>")},
+      {"legacy", "false"},
+      {"model_max_length", std::to_string(model_max_length)},
+      {"sp_model_kwargs", "{}"},
+      {"tokenizer_class", JsonLine::quote("LlamaTokenizer")},
+      {"unk_token", JsonLine::quote("<unk>")}};
+  std::string text = "{\n";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    text += "  " + JsonLine::quote(keys[i].first) + ": " + keys[i].second + (i + 1 < keys.size() ? ",\n" : "\n");
+  }
+  return text + "}\n";
+}
+
+void write_hf_tokenizer(const std::string& dir, const std::string& model_bytes, int model_max_length) {
+  model_file::write_atomically(file_in(dir, kHfTokenizerFile), [&](std::FILE* f, const std::string& tmp) {
+    model_file::write_bytes(f, model_bytes.data(), model_bytes.size(), tmp);
+  });
+  const std::string config = hf_tokenizer_config_json(model_max_length);
+  model_file::write_atomically(file_in(dir, kHfTokenizerConfigFile), [&](std::FILE* f, const std::string& tmp) {
+    model_file::write_bytes(f, config.data(), config.size(), tmp);
+  });
+}
+
 void write_hf(const std::string& dir, const model::ModelLayout& layout, const std::vector<Buffer<float>>& unit_params) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -51,7 +51,7 @@ void take(const std::vector<char>& in, std::size_t& at, std::string& text) {
 
 // Every value of the state a resume relies on, in a fixed order (what the broadcast sends; the checksum covers it
 // with the model's shape).
-std::vector<char> pack(const TrainState& s) {
+std::vector<char> pack(const TrainState& s, bool with_tokenizer = true) {
   std::vector<char> packed;
   append(packed, &s.step, sizeof s.step);
   append(packed, &s.tokens, sizeof s.tokens);
@@ -73,6 +73,8 @@ std::vector<char> pack(const TrainState& s) {
     append(packed, &s.outer_in_flight, sizeof s.outer_in_flight);
     append(packed, &s.outer_apply_step, sizeof s.outer_apply_step);
   }
+  // The tokenizer came later still: a file of bytes packs as before (the broadcast sends it on its own).
+  if (with_tokenizer && s.tokenizer != "bytes") append(packed, s.tokenizer);
   return packed;
 }
 
@@ -141,6 +143,7 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
     h5::write_attribute(m.get(), "outer_in_flight", std::int64_t{s.outer_in_flight});
     h5::write_attribute(m.get(), "outer_apply_step", s.outer_apply_step);
   }
+  h5::write_attribute(m.get(), "tokenizer", s.tokenizer);
   h5::write_attribute(m.get(), "hsdp_version", std::string(HSDP_VERSION));
   h5::write_attribute(m.get(), "checksum_algorithm", std::string(kChecksumAlgorithm));
   h5::write_attribute(m.get(), "n_layer", std::int64_t{config.n_layer});
@@ -197,6 +200,7 @@ TrainState read_values(hid_t file, const std::string& path) {
           to_int(h5::read_int_attribute(m.get(), "outer_in_flight", where), where + " outer_in_flight");
       s.outer_apply_step = h5::read_int_attribute(m.get(), "outer_apply_step", where);
     }
+    if (h5::has_attribute(m.get(), "tokenizer")) s.tokenizer = h5::read_string_attribute(m.get(), "tokenizer", where);
   }
   {
     h5::Handle d = open_group(file, "/data", path);
@@ -254,13 +258,19 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   std::vector<char> packed;
-  if (rank == 0) packed = pack(state);
+  if (rank == 0) packed = pack(state, false);
   std::uint64_t bytes = packed.size();
   MPI_Bcast(&bytes, 1, MPI_UINT64_T, 0, comm);
   packed.resize(bytes);
   MPI_Bcast(packed.data(), static_cast<int>(bytes), MPI_CHAR, 0, comm);
+  std::uint64_t tokenizer_bytes = state.tokenizer.size();
+  MPI_Bcast(&tokenizer_bytes, 1, MPI_UINT64_T, 0, comm);
+  std::string tokenizer(tokenizer_bytes, '\0');
+  if (rank == 0) tokenizer = state.tokenizer;
+  MPI_Bcast(tokenizer.data(), static_cast<int>(tokenizer_bytes), MPI_CHAR, 0, comm);
   if (rank == 0) return state;
   TrainState s;
+  s.tokenizer = tokenizer;
   std::size_t at = 0;
   take(packed, at, &s.step, sizeof s.step);
   take(packed, at, &s.tokens, sizeof s.tokens);

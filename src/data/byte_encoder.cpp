@@ -20,8 +20,18 @@ std::vector<std::uint16_t> encode_bytes(std::string_view text) {
   return tokens;
 }
 
-std::vector<std::uint16_t> encode_text_file(const std::filesystem::path& input) {
+std::string read_text_file(const std::filesystem::path& input) {
   require_regular_input(input.string(), "encode");  // a FIFO would block the read forever
+  std::ifstream in(input, std::ios::binary);
+  if (!in) throw_data("encode: cannot open '" + input.string() + "': " + std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw_data("encode: cannot read '" + input.string() + "'");
+  if (text.empty()) throw_data("encode: '" + input.string() + "' is empty: nothing to encode");
+  return text;
+}
+
+std::vector<std::uint16_t> encode_text_file(const std::filesystem::path& input) {
+  require_regular_input(input.string(), "encode");
   // One byte is one token, and a token file counts its tokens in llm.c's int32 header: a larger text is refused
   // before it is read (a 3 GiB text was read whole, with its tokens 9 GiB of memory, before its write was refused;
   // with less memory that was std::bad_alloc).
@@ -33,12 +43,7 @@ std::vector<std::uint16_t> encode_text_file(const std::filesystem::path& input) 
                std::to_string(kMaxTokens) + " tokens a token file holds (llm.c's header counts them in 32 bits): "
                "split the text and encode each part");
   }
-  std::ifstream in(input, std::ios::binary);
-  if (!in) throw_data("encode: cannot open '" + input.string() + "': " + std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw_data("encode: cannot read '" + input.string() + "'");
-  if (text.empty()) throw_data("encode: '" + input.string() + "' is empty: nothing to encode");
-  return encode_bytes(text);
+  return encode_bytes(read_text_file(input));
 }
 
 }  // namespace hsdp::data

@@ -26,6 +26,7 @@
 #include "hsdp/core/timer.hpp"
 #include "hsdp/data/sampler.hpp"
 #include "hsdp/data/token_file.hpp"
+#include "hsdp/data/tokenizer.hpp"
 #include "hsdp/device/blas_info.hpp"
 #include "hsdp/device/threads.hpp"
 #include "hsdp/model/gpu_activations.hpp"
@@ -381,6 +382,13 @@ class Run {
         summary_.resumed_from_step = state->step;
         summary_.earlier_seconds = state->train_seconds;
         summary_.segments = state->segments + 1;
+        if (state->tokenizer != tokenizer_) {
+          throw_config("resume: the checkpoint's run was trained on token ids of tokenizer " + state->tokenizer +
+                       ", this deck's data.tokenizer is " +
+                       (o_.tokenizer.empty() ? std::string("empty (bytes)") : "'" + o_.tokenizer + "' (" + tokenizer_ + ")") +
+                       ": the ids would mean other text. Give data.tokenizer the run's model file, or start a new run "
+                       "(another checkpoint.dir, or checkpoint.resume=none)");
+        }
         grad_accum_ = accumulation_for_resume(*state, o_, world_.size(), log_);
         check_resume_changes(*state, o_, static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * world_.size(),
                              log_);
@@ -634,6 +642,14 @@ class Run {
                                                         island_.size(), o_.eval_tokens);
       }
       entropy_rate_ = read_entropy_rate(o_.entropy_json);
+      const data::Tokenizer tokenizer = data::Tokenizer::from_key(o_.tokenizer);
+      // (Bytes, the default, also labels token files made otherwise, as hsdp-data synth's: no size to hold.)
+      if (!tokenizer.is_bytes() && tokenizer.vocab_size() > o_.model.vocab_size) {
+        throw_config("data.tokenizer '" + o_.tokenizer + "' has " + std::to_string(tokenizer.vocab_size()) + " ids but model.vocab_size is " +
+                     std::to_string(o_.model.vocab_size) + ": set model.vocab_size=" +
+                     std::to_string(tokenizer.vocab_size()));
+      }
+      tokenizer_ = tokenizer.identity();
       summary_.entropy_rate = entropy_rate_;
       if (log_.is_root()) metrics_ = std::make_unique<MetricsLog>(o_.log_dir);
     });
@@ -856,7 +872,8 @@ class Run {
                                   .nodes = 0,
                                   .mesh = {},
                                   .train_seconds = summary_.earlier_seconds + run_clock_.seconds(),
-                                  .segments = summary_.segments});
+                                  .segments = summary_.segments,
+                                  .tokenizer = tokenizer_});
     }
     if (!stop) return false;
     summary_.stopped_by_signal = true;
@@ -961,6 +978,7 @@ class Run {
   MemoryAccountant memory_;
   std::unique_ptr<model::ModelLayout> layout_;
   std::unique_ptr<data::TokenShards> train_file_, val_file_;
+  std::string tokenizer_ = "bytes";  // data.tokenizer's identity, recorded in every checkpoint
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<data::EvalLoader> evaluator_;
   std::unique_ptr<MetricsLog> metrics_;

@@ -16,6 +16,7 @@
 #include "hsdp/ckpt/inspect.hpp"
 #include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/data/tokenizer.hpp"
 #include "hsdp/core/files.hpp"
 
 namespace po = boost::program_options;
@@ -92,7 +93,7 @@ int run_inspect(const std::vector<std::string>& args) {
             << ", skipped " << s.scaler.skipped_steps << ")\n"
             << "  saved by " << s.world_size << " rank(s) on " << s.nodes << " node(s), mesh " << s.mesh
             << ", strategy " << s.strategy << "\n"
-            << "  model " << describe_model(info.config) << "\n";
+            << "  model " << describe_model(info.config) << ", tokenizer " << s.tokenizer << "\n";
   if (s.islands > 1) {
     std::cout << "  " << s.islands << " islands: island 0's state is /model and /optim, island i's under /islands/<i>;"
               << " each island's outer state (parameters, momentum, error feedback) under <its group>/outer\n";
@@ -178,7 +179,10 @@ int run_export(const std::vector<std::string>& args) {
       ("format", po::value<std::string>()->required(), "safetensors, llmc or hf")
       ("output", po::value<std::string>()->required(),
        "file to write (as OUTPUT.tmp, then renamed); hf: the directory to write (made if missing)")
-      ("no-lm-head", po::bool_switch(), "safetensors: do not add lm_head.weight (a copy of the tied wte)");
+      ("no-lm-head", po::bool_switch(), "safetensors: do not add lm_head.weight (a copy of the tied wte)")
+      ("tokenizer", po::value<std::string>()->default_value(""),
+       "hf: the SentencePiece .model the run trained with (default: its data.tokenizer, from the checkpoint's "
+       "deck), written beside the weights as tokenizer.model and tokenizer_config.json; a run on bytes has none");
   // clang-format on
   const auto vm = tool::parse_options(args, options, one_positional("file"),
                         "usage: hsdp-ckpt export FILE --format safetensors|llmc|hf --output OUT\n\n"
@@ -197,7 +201,9 @@ int run_export(const std::vector<std::string>& args) {
                         "               layer_norm_epsilon 1e-05, tie_word_embeddings) and OUT/model.safetensors\n"
                         "               (GPT2LMHeadModel names; Conv1D weights [in, out], the transpose of nanoGPT's;\n"
                         "               no lm_head.weight: tied to wte), so GPT2LMHeadModel.from_pretrained(OUT)\n"
-                        "               loads it. The same weights always give the same bytes.\n");
+                        "               loads it. The same weights always give the same bytes. A run trained\n"
+                        "               with a SentencePiece tokenizer (data.tokenizer) also gets tokenizer.model\n"
+                        "               and tokenizer_config.json (LlamaTokenizer), for AutoTokenizer.\n");
   if (!vm) return kExitOk;
   const std::string format = (*vm)["format"].as<std::string>();
   if (format != "safetensors" && format != "llmc" && format != "hf") {
@@ -220,7 +226,14 @@ int run_export(const std::vector<std::string>& args) {
   } else if (format == "llmc") {
     ckpt::write_llmc(output, layout, full.params);
   } else {
+    const data::Tokenizer tokenizer =
+        data::Tokenizer::of_run((*vm)["tokenizer"].as<std::string>(), full.state.tokenizer, full.state.deck_text);
     ckpt::write_hf(output, layout, full.params);
+    if (!tokenizer.is_bytes()) {
+      ckpt::write_hf_tokenizer(output, tokenizer.model_bytes(), full.config.block_size);
+      std::cout << "wrote " << output << "/" << ckpt::kHfTokenizerFile << " and " << ckpt::kHfTokenizerConfigFile
+                << " (" << tokenizer.identity() << ")\n";
+    }
   }
   std::cout << "wrote " << output << " (" << format << "): " << layout.logical_numel() << " parameters of step "
             << full.state.step << "\n";

@@ -5,16 +5,22 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <span>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
 
 #include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/files.hpp"
 #include "hsdp/data/byte_encoder.hpp"
 #include "hsdp/data/synth_dataset.hpp"
+#include "hsdp/data/sampler.hpp"
 #include "hsdp/data/token_file.hpp"
+#include "hsdp/data/tokenizer.hpp"
 
 namespace po = boost::program_options;
 
@@ -32,6 +38,44 @@ std::size_t positive_count(const po::variables_map& vm, const char* key) {
 
 }  // namespace
 
+namespace {
+
+// Documents: the text's paragraphs, separated by one or more blank lines (each keeps its text up to the blank line).
+std::vector<std::string_view> documents_of(std::string_view text) {
+  std::vector<std::string_view> docs;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find("\n\n", begin);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > begin) docs.push_back(text.substr(begin, end - begin + (end < text.size() ? 1 : 0)));
+    begin = end;
+    while (begin < text.size() && text[begin] == '\n') ++begin;
+  }
+  return docs;
+}
+
+template <typename T>
+void write_tokens(const std::filesystem::path& path, const std::vector<std::uint32_t>& tokens) {
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    const std::vector<std::uint16_t> narrow(tokens.begin(), tokens.end());
+    data::write_token_file(path, std::span<const std::uint16_t>(narrow));
+  } else {
+    data::write_token_file(path, std::span<const std::uint32_t>(tokens));
+  }
+}
+
+void write_split(const std::filesystem::path& path, const std::vector<std::uint32_t>& tokens, int vocab) {
+  if (vocab <= 65536) {
+    write_tokens<std::uint16_t>(path, tokens);
+  } else {
+    write_tokens<std::uint32_t>(path, tokens);
+  }
+  std::cout << "wrote " << path.string() << ": " << tokens.size() << " tokens (vocab " << vocab << ", version "
+            << (vocab <= 65536 ? 1 : 2) << ")\n";
+}
+
+}  // namespace
+
 int run_encode(const std::vector<std::string>& args) {
   po::options_description options("options", kHelpWidth);
   // clang-format off
@@ -39,44 +83,128 @@ int run_encode(const std::vector<std::string>& args) {
       ("input", po::value<std::string>()->required(), "text file to encode (any bytes; read whole)")
       ("output", po::value<std::string>()->required(),
        "token file to write (written as <output>.tmp, then renamed)")
+      ("tokenizer", po::value<std::string>()->default_value(""),
+       "a SentencePiece .model (hsdp-data tokenizer train); empty: bytes (each byte one token, vocab 256). Ids up to "
+       "65535 are written as uint16 (version 1), larger vocabularies as uint32 (version 2)")
       ("val-output", po::value<std::string>(),
-       "optional second token file that receives the last --val-fraction of the tokens")
+       "optional second token file that receives the validation part")
       ("val-fraction", po::value<double>()->default_value(0.1, "0.1"),
-       "fraction of the tokens (taken from the end, rounded, at least 1) that go to --val-output; in (0, 1)");
+       "fraction of the tokens (tail) or of the documents (documents) for --val-output; in (0, 1)")
+      ("val-split", po::value<std::string>()->default_value("tail"),
+       "tail = the last tokens; documents = whole documents (paragraphs separated by a blank line) drawn with "
+       "--seed, so that no document is in both files")
+      ("seed", po::value<std::uint64_t>()->default_value(1), "seed of the documents drawn for --val-split documents");
   // clang-format on
   const auto vm = tool::parse_options(args, options,
-                        "usage: hsdp-data encode --input TEXT --output OUT.bin [--val-output VAL.bin]\n\n"
-                        "Byte-level encoding: each byte of TEXT becomes one token, so the vocabulary is 256\n"
-                        "(train with vocab_size >= 256).\n");
+                        "usage: hsdp-data encode --input TEXT --output OUT.bin [--tokenizer MODEL] [--val-output VAL.bin]\n\n"
+                        "Encodes a text file into token files: bytes by default (vocab 256: train with vocab_size >=\n"
+                        "256), or a SentencePiece model's ids (train with vocab_size = its vocabulary).\n");
   if (!vm) return kExitOk;
 
   const std::filesystem::path input = (*vm)["input"].as<std::string>();
   const std::filesystem::path output = (*vm)["output"].as<std::string>();
   require_regular_output(output.string(), "--output");
-  if (vm->count("val-output")) require_regular_output((*vm)["val-output"].as<std::string>(), "--val-output");
-  const std::vector<std::uint16_t> tokens = data::encode_text_file(input);
-  std::span<const std::uint16_t> train(tokens);
-  if (!vm->count("val-output") && !(*vm)["val-fraction"].defaulted()) {
-    throw_config("--val-fraction needs --val-output (the file that receives that fraction of the tokens)");
-  }
-  if (vm->count("val-output")) {
-    const double fraction = (*vm)["val-fraction"].as<double>();
-    if (!(fraction > 0.0 && fraction < 1.0)) {
-      throw_config("--val-fraction must be in (0, 1), got " + std::to_string(fraction));
+  const bool val = vm->count("val-output") > 0;
+  if (val) require_regular_output((*vm)["val-output"].as<std::string>(), "--val-output");
+  for (const char* key : {"val-fraction", "val-split"}) {
+    if (!val && !(*vm)[key].defaulted()) {
+      throw_config(std::string("--") + key + " needs --val-output (the file that receives the validation part)");
     }
-    const auto val_count =
-        std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(tokens.size()))));
-    if (val_count >= tokens.size()) {
-      throw_data("'" + input.string() + "' has only " + std::to_string(tokens.size()) +
-                 " bytes: too few to split off a validation part");
-    }
-    const std::filesystem::path val_output = (*vm)["val-output"].as<std::string>();
-    train = train.first(tokens.size() - val_count);
-    data::write_token_file(val_output, std::span<const std::uint16_t>(tokens).last(val_count));
-    std::cout << "wrote " << val_output.string() << ": " << val_count << " tokens (vocab " << data::kByteVocab << ")\n";
   }
-  data::write_token_file(output, train);
-  std::cout << "wrote " << output.string() << ": " << train.size() << " tokens (vocab " << data::kByteVocab << ")\n";
+  const std::string split = (*vm)["val-split"].as<std::string>();
+  if (split != "tail" && split != "documents") throw_config("--val-split must be tail or documents, got '" + split + "'");
+  const double fraction = (*vm)["val-fraction"].as<double>();
+  if (val && !(fraction > 0.0 && fraction < 1.0)) {
+    throw_config("--val-fraction must be in (0, 1), got " + std::to_string(fraction));
+  }
+  const data::Tokenizer tokenizer = data::Tokenizer::from_key((*vm)["tokenizer"].as<std::string>());
+  // Bytes: the text's size is its token count, checked before it is read.
+  const std::string text =
+      tokenizer.is_bytes() ? std::string() : data::read_text_file(input);
+  const auto encoded = [&] {
+    if (!tokenizer.is_bytes()) return tokenizer.encode(text);
+    const std::vector<std::uint16_t> b = data::encode_text_file(input);
+    return std::vector<std::uint32_t>(b.begin(), b.end());
+  };
+
+  std::vector<std::uint32_t> train, held;
+  if (!val) {
+    train = encoded();
+  } else if (split == "tail") {
+    train = encoded();
+    const auto count = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(train.size()))));
+    if (count >= train.size()) {
+      throw_data("'" + input.string() + "' has only " + std::to_string(train.size()) +
+                 " tokens: too few to split off a validation part");
+    }
+    held.assign(train.end() - static_cast<std::ptrdiff_t>(count), train.end());
+    train.resize(train.size() - count);
+  } else {
+    const std::string whole = tokenizer.is_bytes() ? data::read_text_file(input) : text;
+    const std::vector<std::string_view> docs = documents_of(whole);
+    const auto count = std::max<std::size_t>(1, static_cast<std::size_t>(std::llround(fraction * static_cast<double>(docs.size()))));
+    if (docs.size() < 2 || count >= docs.size()) {
+      throw_data("'" + input.string() + "' has " + std::to_string(docs.size()) +
+                 " document(s) (paragraphs separated by a blank line): too few to hold some out; use --val-split tail");
+    }
+    // The held-out documents: the first `count` of a seeded permutation; both files keep the text's order.
+    std::vector<std::uint32_t> order = data::epoch_permutation(docs.size(), (*vm)["seed"].as<std::uint64_t>(), 0);
+    std::vector<bool> is_val(docs.size(), false);
+    for (std::size_t i = 0; i < count; ++i) is_val[order[i]] = true;
+    for (std::size_t d = 0; d < docs.size(); ++d) {
+      const std::vector<std::uint32_t> ids = tokenizer.encode(docs[d]);
+      auto& to = is_val[d] ? held : train;
+      to.insert(to.end(), ids.begin(), ids.end());
+    }
+    std::cout << "documents: " << docs.size() << ", " << count << " held out for validation (seed "
+              << (*vm)["seed"].as<std::uint64_t>() << ")\n";
+  }
+  if (val) write_split((*vm)["val-output"].as<std::string>(), held, tokenizer.vocab_size());
+  write_split(output, train, tokenizer.vocab_size());
+  return kExitOk;
+}
+
+int run_tokenizer(const std::vector<std::string>& args) {
+  if (args.empty() || args.front() != "train") {
+    if (!args.empty() && (args.front() == "--help" || args.front() == "-h")) {
+      std::cout << "usage: hsdp-data tokenizer train --input TEXT[,TEXT...] --out PREFIX [--vocab-size N] [--type "
+                   "bpe|unigram]\n";
+      return kExitOk;
+    }
+    throw_config("hsdp-data tokenizer: the only subcommand is `train` (hsdp-data tokenizer train --help)");
+  }
+  po::options_description options("options", kHelpWidth);
+  // clang-format off
+  options.add_options()
+      ("input", po::value<std::string>()->required(), "text file(s) to learn from, comma-separated")
+      ("out", po::value<std::string>()->required(), "writes OUT.model (what --tokenizer and data.tokenizer take) and "
+       "OUT.vocab (the pieces, for reading)")
+      ("vocab-size", po::value<int>()->default_value(8000), "pieces in the vocabulary, 256 byte pieces included: "
+       "train with model.vocab_size equal to it")
+      ("type", po::value<std::string>()->default_value("bpe"), "bpe or unigram")
+      ("seed", po::value<std::uint64_t>()->default_value(1), "SentencePiece's seed (sentence sampling of big inputs)");
+  // clang-format on
+  const auto vm = tool::parse_options(std::vector<std::string>(args.begin() + 1, args.end()), options,
+                        "usage: hsdp-data tokenizer train --input TEXT[,TEXT...] --out PREFIX [--vocab-size N] [--type bpe|unigram]\n\n"
+                        "Trains a SentencePiece tokenizer (BPE or unigram, byte fallback: any text encodes) on one\n"
+                        "thread, so the same text gives the same model.\n");
+  if (!vm) return kExitOk;
+  data::SentencePieceSpec spec;
+  std::string inputs = (*vm)["input"].as<std::string>();
+  for (std::size_t begin = 0; begin <= inputs.size();) {
+    const std::size_t comma = std::min(inputs.find(',', begin), inputs.size());
+    if (comma > begin) spec.inputs.emplace_back(inputs.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  spec.prefix = (*vm)["out"].as<std::string>();
+  require_regular_output(spec.prefix.string() + ".model", "--out");
+  spec.vocab_size = (*vm)["vocab-size"].as<int>();
+  spec.type = (*vm)["type"].as<std::string>();
+  spec.seed = (*vm)["seed"].as<std::uint64_t>();
+  data::train_sentencepiece(spec);
+  const data::Tokenizer t = data::Tokenizer::load(spec.prefix.string() + ".model");
+  std::cout << "wrote " << spec.prefix.string() << ".model (" << spec.type << ", vocab " << t.vocab_size() << ", "
+            << t.identity() << ") and " << spec.prefix.string() << ".vocab\n";
   return kExitOk;
 }
 
@@ -151,10 +279,9 @@ int run_info(const std::vector<std::string>& args) {
 
   const data::TokenFile file((*vm)["input"].as<std::string>(), "info");
   if (vm->count("vocab")) file.validate_vocab((*vm)["vocab"].as<int>());
-  std::cout << file.path().string() << ": " << file.size() << " tokens (version " << file.version() << ", uint"
-            << 8 * file.token_bytes() << "), largest id " << file.largest_token();
+  std::cout << file.path().string() << ": " << file.size() << " tokens, largest id " << file.largest_token();
   if (vm->count("vocab")) std::cout << ", all < vocab " << (*vm)["vocab"].as<int>();
-  std::cout << '\n';
+  std::cout << " (version " << file.version() << ": uint" << 8 * file.token_bytes() << ")\n";
   return kExitOk;
 }
 

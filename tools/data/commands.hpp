@@ -9,5 +9,6 @@ namespace hsdp::data_tool {
 int run_encode(const std::vector<std::string>& args);
 int run_synth(const std::vector<std::string>& args);
 int run_info(const std::vector<std::string>& args);
+int run_tokenizer(const std::vector<std::string>& args);
 
 }  // namespace hsdp::data_tool

@@ -14,6 +14,7 @@
 #include "hsdp/ckpt/inspect.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/data/byte_encoder.hpp"
+#include "hsdp/data/tokenizer.hpp"
 #include "sampling.hpp"
 #include "tokens.hpp"
 
@@ -30,7 +31,8 @@ Generates tokens after a prompt with the model of an hsdp checkpoint (written at
 it is read whole, with every checksum verified), on the CPU in fp32, and writes them to stdout.
 
 CHECKPOINT is a step_<N>.h5 file, or a checkpoint directory (checkpoint.dir of a run), whose `latest` names it.
-The prompt is text, encoded exactly as `hsdp-data encode` encodes a file (each byte one token), or token ids. It
+The prompt is text, encoded exactly as `hsdp-data encode` encodes a file (each byte one token, or the ids of the
+SentencePiece model the run trained with: --tokenizer, by default the run's data.tokenizer), or token ids. It
 must hold 1 to block_size tokens, each inside the model's vocabulary.
 
 Each new token is drawn from softmax(logits / temperature) over the top-k largest logits, with a random stream
@@ -39,8 +41,8 @@ A key/value cache makes each new token one step of every block over the cached p
 When the context reaches block_size tokens, the oldest are dropped so the newest ceil(block_size / 2) remain, and
 those are run again.
 
-output: --output text writes the prompt's text followed by the generated text (bytes: token ids must be < 256,
-the byte encoder's vocabulary), then a newline; --output ids writes the generated ids only, as "5,17,3".
+output: --output text writes the prompt's text followed by the generated text (decoded by the tokenizer; bytes:
+token ids must be < 256, the byte encoder's vocabulary), then a newline; --output ids writes the generated ids only, as "5,17,3".
 --print-logits writes, instead of generating, one line per prompt position with the vocab_size logits of one full
 forward pass (hsdp's training forward) over the prompt, in %.9g (exact for fp32).
 
@@ -71,11 +73,20 @@ std::string checkpoint_file(const std::string& given) {
   return given;
 }
 
-std::vector<std::int32_t> read_prompt(const po::variables_map& vm, const model::GptConfig& config) {
+std::vector<std::int32_t> read_prompt(const po::variables_map& vm, const model::GptConfig& config,
+                                      const data::Tokenizer& tokenizer) {
   const bool text = vm.count("prompt") > 0, ids = vm.count("prompt-ids") > 0;
   if (text == ids) throw_config("give the prompt once: --prompt TEXT or --prompt-ids 1,2,3");
-  std::vector<std::int32_t> prompt =
-      text ? encode_text(vm["prompt"].as<std::string>()) : parse_token_ids(vm["prompt-ids"].as<std::string>());
+  std::vector<std::int32_t> prompt;
+  if (text && tokenizer.is_bytes()) {
+    prompt = encode_text(vm["prompt"].as<std::string>());
+  } else if (text) {
+    for (const std::uint32_t id : tokenizer.encode(vm["prompt"].as<std::string>())) {
+      prompt.push_back(static_cast<std::int32_t>(id));
+    }
+  } else {
+    prompt = parse_token_ids(vm["prompt-ids"].as<std::string>());
+  }
   const char* option = text ? "--prompt" : "--prompt-ids";
   if (prompt.empty()) throw_config(std::string(option) + " is empty: the model needs at least one token to continue");
   if (prompt.size() > static_cast<std::size_t>(config.block_size)) {
@@ -107,12 +118,15 @@ int run(const po::variables_map& vm) {
   const MpiSession mpi;
   const std::string path = checkpoint_file(vm["checkpoint"].as<std::string>());
   const model::GptConfig config = ckpt::checkpoint_model_config(path);
-  const std::vector<std::int32_t> prompt = read_prompt(vm, config);
-  if (output == "text" && config.vocab_size > data::kByteVocab && !vm["print-logits"].as<bool>()) {
-    throw_config("--output text writes byte tokens (hsdp-data encode's, ids < 256), but the model's vocabulary has " +
-                 std::to_string(config.vocab_size) + " ids: use --output ids");
-  }
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
+  const data::Tokenizer tokenizer =
+      data::Tokenizer::of_run(vm["tokenizer"].as<std::string>(), full.state.tokenizer, full.state.deck_text);
+  const std::vector<std::int32_t> prompt = read_prompt(vm, config, tokenizer);
+  if (output == "text" && tokenizer.is_bytes() && config.vocab_size > data::kByteVocab &&
+      !vm["print-logits"].as<bool>()) {
+    throw_config("--output text writes byte tokens (hsdp-data encode's, ids < 256), but the model's vocabulary has " +
+                 std::to_string(config.vocab_size) + " ids: use --output ids, or --tokenizer MODEL");
+  }
   const model::ModelLayout layout(full.config);
   std::vector<const float*> params;
   for (const Buffer<float>& unit : full.params) params.push_back(unit.data());
@@ -126,7 +140,13 @@ int run(const po::variables_map& vm) {
   options.kv_cache = !vm["no-kv-cache"].as<bool>();
   const GenerateResult result = generate(layout, params, prompt, options, sampler);
   if (output == "text") {
-    std::cout << decode_bytes(prompt) << decode_bytes(result.tokens) << '\n';
+    if (tokenizer.is_bytes()) {
+      std::cout << decode_bytes(prompt) << decode_bytes(result.tokens) << '\n';
+    } else {
+      std::vector<std::int32_t> all = prompt;
+      all.insert(all.end(), result.tokens.begin(), result.tokens.end());
+      std::cout << tokenizer.decode(all) << '\n';
+    }
   } else {
     std::cout << join_ids(result.tokens) << '\n';
   }
@@ -153,7 +173,10 @@ int main(int argc, char** argv) {
   options.add_options()
       ("checkpoint", po::value<std::string>()->required(),
        "step_<N>.h5 file, or a checkpoint directory whose `latest` names one; may be given bare")
-      ("prompt", po::value<std::string>(), "prompt text, encoded as `hsdp-data encode` does (one token per byte)")
+      ("prompt", po::value<std::string>(), "prompt text, encoded by the tokenizer (bytes: one token per byte)")
+      ("tokenizer", po::value<std::string>()->default_value(""),
+       "the SentencePiece .model the run trained with; default: its data.tokenizer, from the checkpoint's deck "
+       "(bytes when it had none); checked against the tokenizer the checkpoint records")
       ("prompt-ids", po::value<std::string>(), "prompt as token ids separated by commas, e.g. 1,2,3")
       ("max-new-tokens", po::value<int>()->default_value(200), "tokens to generate after the prompt")
       ("temperature", po::value<double>()->default_value(1.0),

@@ -61,6 +61,9 @@ struct TrainState {
   // applied; its shift (shard/outer.hpp) is every island's set "<group>/outer/in_flight_shift".
   int outer_in_flight = -1;
   std::int64_t outer_apply_step = 0;
+  // The tokenizer that made the run's token ids (data::Tokenizer::identity(): "bytes", or "sentencepiece:<hash>");
+  // files written before it was recorded read as "bytes" (the only tokenizer then).
+  std::string tokenizer = "bytes";
 };
 
 // One copy of the model state in a file: three datasets per parameter, `<group>/<tensors[k]>/<name>`, k = 0, 1, 2

@@ -28,6 +28,14 @@ std::string hf_config_json(const model::GptConfig& config);
 // Creates `dir` if missing and writes both files (each through .tmp and a rename); a checkpoint Error names the file.
 void write_hf(const std::string& dir, const model::ModelLayout& layout, const std::vector<Buffer<float>>& unit_params);
 
+// The tokenizer files of a SentencePiece model beside them, for AutoTokenizer.from_pretrained(dir):
+// tokenizer.model (the model file's bytes) and tokenizer_config.json (LlamaTokenizer, transformers' wrapper of a
+// SentencePiece model; no BOS or EOS added, as hsdp's token files have none).
+inline constexpr const char* kHfTokenizerFile = "tokenizer.model";
+inline constexpr const char* kHfTokenizerConfigFile = "tokenizer_config.json";
+std::string hf_tokenizer_config_json(int model_max_length);
+void write_hf_tokenizer(const std::string& dir, const std::string& model_bytes, int model_max_length);
+
 struct HfModel {
   model::GptConfig config;
   std::vector<Buffer<float>> unit_params;  // one per unit of ModelLayout(config); padded wte rows zero

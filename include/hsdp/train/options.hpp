@@ -21,6 +21,7 @@ struct TrainOptions {
   std::string train_path;
   std::string val_path;
   std::string entropy_json;  // optional: `hsdp-data synth`'s source.json
+  std::string tokenizer;     // data.tokenizer: a SentencePiece model file, or empty for bytes
 
   std::int64_t steps = 1000;
   int micro_batch = 4;

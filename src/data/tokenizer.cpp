@@ -1,0 +1,164 @@
+#include "hsdp/data/tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
+#include "hsdp/data/byte_encoder.hpp"
+
+namespace hsdp::data {
+
+Tokenizer Tokenizer::bytes() {
+  return {};
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& model) {
+  std::ifstream in(model, std::ios::binary);
+  if (!in) throw_data("data.tokenizer: cannot read '" + model.string() + "' (a SentencePiece .model file)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  Tokenizer t;
+  t.model_bytes_ = text.str();
+  auto processor = std::make_shared<sentencepiece::SentencePieceProcessor>();
+  const auto status = processor->LoadFromSerializedProto(t.model_bytes_);
+  if (!status.ok()) {
+    throw_data("data.tokenizer: '" + model.string() + "' is not a SentencePiece model: " + status.ToString());
+  }
+  t.processor_ = std::move(processor);
+  t.path_ = model;
+  return t;
+}
+
+Tokenizer Tokenizer::from_key(const std::string& path) {
+  return path.empty() ? bytes() : load(path);
+}
+
+namespace {
+
+// data.tokenizer in a deck's text ([data] tokenizer = PATH), or empty.
+std::string deck_tokenizer(const std::string& deck) {
+  const auto trim = [](const std::string& s) {
+    const auto a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t\r");
+    return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+  };
+  std::istringstream in(deck);
+  std::string line, section;
+  while (std::getline(in, line)) {
+    const std::string t = trim(line);
+    if (t.empty() || t[0] == '#' || t[0] == ';') continue;
+    if (t[0] == '[') {
+      section = trim(t.substr(1, t.find(']') - 1));
+      continue;
+    }
+    const auto eq = t.find('=');
+    if (eq != std::string::npos && section == "data" && trim(t.substr(0, eq)) == "tokenizer") {
+      return trim(t.substr(eq + 1));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::of_run(const std::string& given, const std::string& recorded, const std::string& deck_text) {
+  std::string path = given;
+  if (path.empty() && recorded != "bytes") path = deck_tokenizer(deck_text);
+  if (path.empty() && recorded != "bytes") {
+    throw_config("the checkpoint's run trained with tokenizer " + recorded +
+                 " and its deck names no file: give --tokenizer MODEL");
+  }
+  Tokenizer tokenizer = from_key(path);
+  if (tokenizer.identity() != recorded) {
+    throw_config("--tokenizer " + (path.empty() ? std::string("(bytes)") : "'" + path + "'") + " is " +
+                 tokenizer.identity() + ", but the checkpoint's run trained with " + recorded +
+                 (given.empty() ? " (the path in its deck holds another model now?)" : "") +
+                 ": give --tokenizer the run's model file");
+  }
+  return tokenizer;
+}
+
+std::vector<std::uint32_t> Tokenizer::encode(std::string_view text) const {
+  if (!processor_) {
+    const std::vector<std::uint16_t> b = encode_bytes(text);
+    return {b.begin(), b.end()};
+  }
+  std::vector<int> ids;
+  const auto status = processor_->Encode(text, &ids);
+  if (!status.ok()) throw_data("SentencePiece cannot encode the text: " + status.ToString());
+  return {ids.begin(), ids.end()};
+}
+
+std::string Tokenizer::decode(std::span<const std::int32_t> ids) const {
+  if (!processor_) {
+    std::string text;
+    for (const std::int32_t id : ids) text += static_cast<char>(id & 0xFF);
+    return text;
+  }
+  std::string text;
+  const auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  if (!status.ok()) throw_data("SentencePiece cannot decode the ids: " + status.ToString());
+  return text;
+}
+
+int Tokenizer::vocab_size() const {
+  return processor_ ? processor_->GetPieceSize() : kByteVocab;
+}
+
+std::string Tokenizer::identity() const {
+  if (!processor_) return "bytes";
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fingerprint(model_bytes_)));
+  return std::string("sentencepiece:") + hex;
+}
+
+int Tokenizer::bos_id() const {
+  return processor_ ? processor_->bos_id() : -1;
+}
+
+int Tokenizer::eos_id() const {
+  return processor_ ? processor_->eos_id() : -1;
+}
+
+void train_sentencepiece(const SentencePieceSpec& spec) {
+  if (spec.type != "bpe" && spec.type != "unigram") {
+    throw_config("--type must be bpe or unigram, got '" + spec.type + "'");
+  }
+  if (spec.vocab_size < 260 || spec.vocab_size > (1 << 24)) {
+    throw_config("--vocab-size must be in [260, 16777216] (the 256 byte pieces, <unk>, <s>, </s> and more), "
+                 "got " + std::to_string(spec.vocab_size));
+  }
+  if (spec.inputs.empty()) throw_config("--input: give at least one text file");
+  std::string inputs;
+  for (const auto& p : spec.inputs) {
+    if (!std::filesystem::is_regular_file(p)) throw_data("--input: '" + p.string() + "' is not a readable file");
+    inputs += (inputs.empty() ? "" : ",") + p.string();
+  }
+  if (const auto dir = spec.prefix.parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+  std::ostringstream args;
+  args << "--input=" << inputs << " --model_prefix=" << spec.prefix.string() << " --vocab_size=" << spec.vocab_size
+       << " --model_type=" << spec.type << " --byte_fallback=true --character_coverage=1.0 --num_threads=1"
+       << " --minloglevel=2 --input_sentence_size=2000000 --shuffle_input_sentence=true"
+       << " --max_sentence_length=16384";
+  sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(spec.seed));
+  // SentencePiece logs its command line to stderr before it reads --minloglevel: quiet while it trains (its errors
+  // come back in the status, and are reported below).
+  std::fflush(stderr);
+  const int saved = ::dup(STDERR_FILENO);
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (saved >= 0 && null >= 0) ::dup2(null, STDERR_FILENO);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args.str());
+  if (saved >= 0 && null >= 0) ::dup2(saved, STDERR_FILENO);
+  if (saved >= 0) ::close(saved);
+  if (null >= 0) ::close(null);
+  if (!status.ok()) throw_data("SentencePiece training failed: " + status.ToString());
+}
+
+}  // namespace hsdp::data
