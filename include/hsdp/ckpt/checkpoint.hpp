@@ -35,14 +35,14 @@
 #include "hsdp/data/sampler.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/loss_scaler.hpp"
-#include "hsdp/shard/flat_param.hpp"
+#include "hsdp/model/unit_shard.hpp"
 
 namespace hsdp::ckpt {
 
 inline constexpr int kFormatVersion = 1;
 
 // One contiguous range of one unit's flat fp32 buffer that this rank holds: the sharding engine's own type.
-using shard::UnitShard;
+using model::UnitShard;
 
 struct TrainState {
   std::int64_t step = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hsdp/model/layout.hpp"
+#include "hsdp/model/unit_shard.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/stream/device_ops.hpp"
 
@@ -29,15 +30,7 @@ struct UnitGeometry {
   static UnitGeometry make(std::size_t numel, int shard_size, int shard_rank);
 };
 
-// One contiguous range of one unit's flat fp32 buffer that this rank holds (a checkpoint's unit of I/O).
-struct UnitShard {
-  int unit = 0;                 // index into ModelLayout::units()
-  std::size_t begin = 0;        // first element of the unit's flat buffer this rank holds
-  std::size_t count = 0;        // valid elements (padding beyond the unit's numel is excluded)
-  float* params = nullptr;      // count elements each: fp32 master weights,
-  float* exp_avg = nullptr;     // Adam m,
-  float* exp_avg_sq = nullptr;  // Adam v
-};
+using model::UnitShard;  // a checkpoint's unit of I/O (model/unit_shard.hpp)
 
 struct FlatParamUnit {
   int unit = 0;
