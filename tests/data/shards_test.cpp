@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <string>
@@ -142,6 +144,48 @@ TEST(TokenShards, EvaluationReadsTheFirstWindowsInTheFilesOrder) {
   EXPECT_EQ(in[2 * kSeqLen], 2000);  // the third window is b's first
   const std::string m = data_error_of([&] { EvalLoader(data, 1, kSeqLen, 0, 1, 5 * kSeqLen); });
   EXPECT_NE(m.find("2 files '"), std::string::npos) << m;
+}
+
+// Beyond 2^31 tokens: two sparse files of 2^31 - 1 uint16 tokens each (4 GiB apiece by their size, a few KB on
+// disk), 4294967294 tokens in all, more than an int32 counts. The second file's last window (4294964224 bytes into
+// it) holds tokens written there, which come back exactly; the windows of both are counted.
+TEST(TokenShards, MoreThan2To31Tokens_InSparseFiles_AreAddressedExactly) {
+  testing::TempDir dir;
+  constexpr std::int32_t kMax = 2147483647;
+  constexpr std::size_t kSeq = 1024;
+  const std::uint64_t windows = (static_cast<std::uint64_t>(kMax) - 1) / kSeq;  // per file
+  const std::uint64_t last_start = (windows - 1) * kSeq;                         // tokens into the second file
+  for (const char* name : {"big_0.bin", "big_1.bin"}) {
+    std::array<std::int32_t, 256> header{};
+    header[0] = kTokenFileMagic;
+    header[1] = kTokenFileVersion;
+    header[2] = kMax;
+    {
+      std::ofstream out(dir / name, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(header.data()), sizeof header);
+    }
+    std::filesystem::resize_file(dir / name, kTokenFileHeaderBytes + 2 * static_cast<std::uintmax_t>(kMax));
+  }
+  {
+    std::fstream f(dir / "big_1.bin", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(static_cast<std::streamoff>(kTokenFileHeaderBytes + 2 * last_start));
+    for (std::uint16_t t = 0; t <= kSeq; ++t) {
+      const std::uint16_t v = static_cast<std::uint16_t>(1000 + t);
+      f.write(reinterpret_cast<const char*>(&v), sizeof v);
+    }
+  }
+  const TokenShards data = TokenShards::open((dir / "big_*.bin").string(), "data.train");
+  EXPECT_EQ(data.tokens(), 2 * static_cast<std::uint64_t>(kMax));
+  const std::vector<std::uint64_t> starts = data.window_starts(kSeq);
+  ASSERT_EQ(starts.size(), 3u);
+  EXPECT_EQ(starts[2], 2 * windows);
+  std::vector<std::uint32_t> out(kSeq + 1);
+  data.copy_window(starts, starts[1] + windows - 1, kSeq, out.data());
+  for (std::size_t i = 0; i <= kSeq; ++i) ASSERT_EQ(out[i], 1000 + i) << i;
+  data.copy_window(starts, windows - 1, kSeq, out.data());  // the first file's last window: never written, zeros
+  EXPECT_EQ(out[kSeq], 0u);
+  const Sampler sampler(data, 2, static_cast<int>(kSeq), 0, 1, 5);
+  EXPECT_EQ(sampler.window_count(), 2 * windows);
 }
 
 }  // namespace
