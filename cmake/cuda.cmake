@@ -6,8 +6,8 @@
 # CUDA language and says what the build has. Each layer declares its CUDA targets in src/<layer>/cuda/targets.cmake,
 # included from the layer's CMakeLists.txt (comm's NCCL code: src/comm/nccl/targets.cmake), linked only downwards:
 #   HSDP_HAVE_CUDA / HSDP_HAVE_NCCL   ON or OFF (CMake variables; targets see HSDP_HAVE_CUDA=1 as a definition)
-#   src/device/cuda  hsdp_device_select     hsdp::device::select_device: always built, with or without CUDA
-#                    hsdp_cuda_warnings     the warning flags of CUDA targets (CXX: hsdp_warnings'; CUDA: errors with HSDP_WERROR)
+#   src/device       hsdp_device_select     hsdp::device::select_device and DeviceType: always built, with or without CUDA
+#   src/device/cuda  hsdp_cuda_warnings     the warning flags of CUDA targets (CXX: hsdp_warnings'; CUDA: errors with HSDP_WERROR)
 #                    hsdp_device_cuda       RAII CUDA handles, cuBLASLt GEMMs, the kernels' shared helpers
 #   src/quant/cuda   hsdp_quant_cuda        block-wise quantization kernels
 #   src/model/cuda   hsdp_model_cuda        the GPT layers' kernels and GEMM layers, the GPT on one GPU

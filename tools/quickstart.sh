@@ -80,5 +80,5 @@ cat <<NEXT
                                                    your own run (it resumes from its checkpoints when run again)
   $build/bin/hsdp-selfcheck                         every strategy and ZeRO++ on this node against one rank
   jobscripts/train.sbatch, jobscripts/train_requeue.sbatch
-                                                   Slurm jobs; README.md says how to run on your cluster
+                                                   Slurm jobs; README.md's "On a cluster" and docs/cluster.md
 NEXT

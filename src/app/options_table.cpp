@@ -352,7 +352,7 @@ const std::vector<OptionSpec>& option_table() {
              "cpu = the sharding engine on the CPU, fp32 compute; cuda = the same engine on one GPU per rank (local "
              "rank modulo the visible GPUs), every strategy and ZeRO++, fp32 master weights, compute in bf16 with "
              "precision.param=bf16 (else fp32); groups over comm.intra and comm.inter (validated on an H100 at "
-             "commit f541df3: see the README)",
+             "commit f541df3: see docs/gpu.md)",
              "cpu|cuda")
           .into([](V v, O o) { o.device_type = device::parse_device_type(v.text()); }),
       integer("device.threads", "0", "CPU threads per rank for compute; 0 = cores of the node / ranks on it", 0, 4096)

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "agree.hpp"
+#include "hsdp/comm/agree.hpp"
 #include "diagnose.hpp"
 #include "h5.hpp"
 #include "hsdp/ckpt/checkpoint.hpp"
@@ -37,12 +37,12 @@ h5::Handle open_file(MPI_Comm world, const std::string& path, const model::Model
   const fs::path parent = fs::path(path).parent_path();
   h5::Handle fapl = h5::mpio_file_access(world, parent.empty() ? "." : parent.string());
   h5::Handle file;
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     std::error_code ec;
     require_regular_input(path, "checkpoint", ErrorKind::checkpoint);
     if (!fs::is_regular_file(path, ec)) throw_checkpoint("checkpoint '" + path + "' does not exist");
   });
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
     if (id < 0) {
       const std::string detail = h5::last_error();
@@ -130,7 +130,7 @@ struct Reads {
 void plan_reads(MPI_Comm world, hid_t file, const std::string& path, const model::ModelLayout& layout,
                 const StateSet& set, const plan::Ownership& own, Reads& r) {
   const std::span<const UnitShard> shards = set.shards;
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     for (const plan::Tensor t : plan::tensors_of(set)) {
       for (const model::ParamInfo& info : layout.params()) {
         const std::string name = plan::dataset_path(set, t, info.name);
@@ -203,7 +203,7 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
   h5::Handle file = open_file(world, path, layout);
   TrainState state;
   std::vector<StateSet> sets;
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     state = meta::read_state(file.get(), path);
     sets = choose(state);
     for (const StateSet& set : sets) plan::validate_shards(layout, set);
@@ -224,7 +224,7 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
   transfer::Stats stats;
   op.emplace("reading the tensor data of " + path);
   if (!transfer::stored_as_written(datasets)) {
-    agreed(world, [&] {
+    comm::agree(world, [&] {
       try {
         transfer::read_independent(datasets);
       } catch (const Error& e) {
@@ -236,7 +236,7 @@ TrainState load_checkpoint(MPI_Comm world, const std::string& path, const model:
     transfer::read_per_dataset(datasets, stats);
   } else {
     // Its collectives (the file views) come before anything that can throw.
-    agreed(world, [&] { transfer::read_single_call(file.get(), datasets, stats); });
+    comm::agree(world, [&] { transfer::read_single_call(file.get(), datasets, stats); });
   }
   for (const StateSet& set : sets) zero_unsaved(layout, set);
   fault_point("resume", rank);
@@ -279,7 +279,7 @@ std::optional<std::string> resolve_resume(MPI_Comm world, const std::string& dir
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   std::string answer;  // empty: nothing to resume from
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     if (rank != 0 || resume.empty() || resume == "none") return;
     std::error_code ec;
     if (resume == "auto") {

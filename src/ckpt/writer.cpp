@@ -10,7 +10,7 @@
 #include <optional>
 #include <thread>
 
-#include "agree.hpp"
+#include "hsdp/comm/agree.hpp"
 #include "h5.hpp"
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/ckpt/checksum.hpp"
@@ -167,7 +167,7 @@ bool reserve_blocks(const std::string& path, const std::string& tmp, std::uint64
 void verify_written(MPI_Comm world, hid_t file, const std::string& path,
                     std::span<const transfer::DatasetPieces> written, const std::vector<std::uint64_t>& expected) {
   void* handle = nullptr;
-  agreed(world, [&] { h5::check_status(H5Fget_vfd_handle(file, H5P_DEFAULT, &handle), "the MPI file handle"); });
+  comm::agree(world, [&] { h5::check_status(H5Fget_vfd_handle(file, H5P_DEFAULT, &handle), "the MPI file handle"); });
   MPI_File fh = *static_cast<MPI_File*>(handle);
   MPI_File_sync(fh);  // sync, barrier, sync: another rank's writes become visible to this rank's reads
   MPI_Barrier(world);
@@ -186,13 +186,13 @@ void verify_written(MPI_Comm world, hid_t file, const std::string& path,
     }
   }
   transfer::Stats stats;
-  agreed(world, [&] { transfer::read_single_call(file, back, stats); });
+  comm::agree(world, [&] { transfer::read_single_call(file, back, stats); });
   std::vector<std::uint64_t> sums(back.size(), 0);
   for (std::size_t i = 0; i < back.size(); ++i) {
     for (const transfer::Piece& p : back[i].pieces) sums[i] += checksum_range({p.memory, p.count}, p.first);
   }
   MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_UINT64_T, MPI_SUM, world);
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     for (std::size_t i = 0; i < sums.size(); ++i) {
       if (sums[i] != expected[i]) {
         throw Error(ErrorKind::checkpoint, "cannot write '" + path + "': " + back[i].path +
@@ -246,7 +246,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   SaveResult result;
   result.path = path;
 
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     for (const StateSet& set : sets) plan::validate_shards(layout, set);
   });
   const TrainState state = meta::broadcast(world, state_in);
@@ -254,7 +254,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   SetPieces pieces;
   for (const StateSet& set : sets) {
     const std::vector<plan::RankRange> writers = plan::allgather_ranges(world, set.shards, set.writer);
-    agreed(world, [&] { plan::check_writer_coverage(layout, writers); });
+    comm::agree(world, [&] { plan::check_writer_coverage(layout, writers); });
     pieces.push_back(set.writer ? plan::shard_pieces(layout, set.shards)
                                 : std::vector<std::vector<plan::Piece>>(param_count));
   }
@@ -267,7 +267,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   const std::size_t dataset_count = plan::first_dataset(sets, sets.size(), param_count);
   const std::uint64_t tensors =
       dataset_count / param_count * static_cast<std::uint64_t>(layout.total_numel()) * sizeof(float);
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     if (rank != 0) return;
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -285,7 +285,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   std::optional<StallGuard> op(std::in_place, "creating " + tmp);
   h5::Handle fapl = h5::mpio_file_access(world, dir);
   h5::Handle file;
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     file = h5::file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
                     "cannot create checkpoint file '" + tmp + "'");
   });
@@ -296,21 +296,21 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     // 16 KiB), then what its layout takes beyond that, if anything.
     const std::uint64_t reserve = tensors + (1 << 20) + dataset_count * (16 << 10);
     int reserved = 0;
-    agreed(world, [&] {
+    comm::agree(world, [&] {
       if (rank == 0) reserved = reserve_blocks(path, tmp, reserve) ? 1 : 0;
     });
     MPI_Bcast(&reserved, 1, MPI_INT, 0, world);
     meta::write(file.get(), state, layout.config());
     created = create_datasets(file.get(), tmp, layout, sets, pieces, checksums);
     result.tensor_bytes = created.tensor_bytes;
-    agreed(world, [&] {
+    comm::agree(world, [&] {
       hsize_t size = 0;
       h5::check_status(H5Fget_filesize(file.get(), &size), "the size of '" + tmp + "'");
       if (rank == 0 && reserved != 0 && size > reserve) reserve_blocks(path, tmp, size);
     });
     // The metadata is written (its blocks taken) before the data, so that a disk filling during the data leaves a
     // file that closes without writing (see abandon).
-    agreed(world, [&] {
+    comm::agree(world, [&] {
       h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "writing the metadata of checkpoint file '" + tmp + "'");
     });
     result.create_s = phase.seconds();
@@ -321,7 +321,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
       write_data(world, file.get(), created.pieces, param_count, options, stats);
     } else {
       // The single call's collectives (its file views) come before anything that can throw (a full disk: ENOSPC).
-      agreed(world, [&] { write_data(world, file.get(), created.pieces, param_count, options, stats); });
+      comm::agree(world, [&] { write_data(world, file.get(), created.pieces, param_count, options, stats); });
     }
     if (reserved == 0) verify_written(world, file.get(), path, created.pieces, checksums);
     result.data_s = phase.seconds();
@@ -329,7 +329,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     op.emplace("closing " + tmp);
     created.handles.clear();
     // Flushed before the close: a flush that fails leaves the file open and closable, a close that fails does not.
-    agreed(world, [&] {
+    comm::agree(world, [&] {
       h5::check_status(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), "writing the metadata of checkpoint file '" + tmp + "'");
     });
   } catch (const AgreedError& e) {
@@ -338,13 +338,13 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     if (what.find(path) != std::string::npos) throw;
     throw AgreedError(e.kind(), "cannot write '" + path + "': " + what);
   }
-  agreed(world, [&] { file.close_checked("closing checkpoint file '" + tmp + "'"); });
+  comm::agree(world, [&] { file.close_checked("closing checkpoint file '" + tmp + "'"); });
   result.close_s = phase.seconds();
   result.write_s = watch.seconds();
 
   Stopwatch commit;
   op.emplace("committing " + path);
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     if (rank != 0) return;
     release_reserve(tmp);
     fsync_file(tmp);
@@ -383,7 +383,7 @@ SaveResult save_checkpoint(MPI_Comm world, const std::string& dir, const model::
       write_checkpoint_file(world, (fs::path(dir) / name).string(), layout, sets, state, options);
   Stopwatch commit;
   const StallGuard op("pointing " + (fs::path(dir) / "latest").string() + " at " + name);
-  agreed(world, [&] {
+  comm::agree(world, [&] {
     if (rank != 0) return;
     write_latest(dir, name);
     apply_retention(dir, step, options.keep, options.keep_every);

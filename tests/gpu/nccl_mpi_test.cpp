@@ -16,7 +16,7 @@
 #include "hsdp/comm/traffic.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
-#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/device/select_device.hpp"
 
 namespace hsdp::comm::testing {
 namespace {

@@ -7,7 +7,7 @@
 #include "hsdp/comm/nccl.hpp"
 #include "hsdp/comm/topology.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
-#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/device/select_device.hpp"
 
 int main(int argc, char** argv) {
   using namespace hsdp;

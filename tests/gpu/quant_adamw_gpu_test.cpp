@@ -10,7 +10,7 @@
 #include "../quant/quant_test_util.hpp"
 #include "gpu_test_util.hpp"
 #include "hsdp/core/error.hpp"
-#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/device/select_device.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/optim/cuda/adamw.hpp"
 #include "hsdp/quant/blockwise.hpp"

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "hsdp/core/error.hpp"
-#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/device/select_device.hpp"
 
 namespace hsdp::device {
 namespace {

@@ -54,9 +54,9 @@ TEST(UnitFormulas, PlannedGptUnits_AreTheLayoutsUnits) {
   }
 }
 
-// no_shard across nodes (DESIGN.md, hierarchical DDP): per bucket of c elements a reduce-scatter of ceil(c/p) inside
-// the node, an all-reduce of that shard across the nodes, an all-gather inside the node; one node or one rank per
-// node keeps the flat all-reduce over the world. Closed forms of comm/traffic.hpp, one bucket, fp32.
+// no_shard across nodes (docs/architecture.md, hierarchical DDP): per bucket of c elements a reduce-scatter of
+// ceil(c/p) inside the node, an all-reduce of that shard across the nodes, an all-gather inside the node; one node or
+// one rank per node keeps the flat all-reduce over the world. Closed forms of comm/traffic.hpp, one bucket, fp32.
 TEST(UnitFormulas, NoShardAcrossNodes_IsHierarchical_AndFlatOnOneNodeOrOneRankPerNode) {
   const PlanModel planned = gpt_model(config(2, 2, 8, 8, 11, 16), "test");
   std::uint64_t c = 0;

@@ -1,5 +1,5 @@
-// hsdp-plan's numbers for large models (Llama shapes) against the closed forms of DESIGN.md, and its
-// recommendations on clusters where the answer is known.
+// hsdp-plan's numbers for large models (Llama shapes) against the closed forms of docs/architecture.md ("The
+// formulas"), and its recommendations on clusters where the answer is known.
 #include "plan/planner.hpp"
 
 #include <gtest/gtest.h>

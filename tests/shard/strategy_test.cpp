@@ -40,7 +40,7 @@ TEST(Sharding, IsHybrid_OnlyForTheHybridStrategies) {
   EXPECT_FALSE(is_hybrid(Sharding::zero1));
 }
 
-// The table's rows as DESIGN.md and the README describe the strategies, property by property.
+// The table's rows as docs/architecture.md and the README describe the strategies, property by property.
 TEST(StrategyTable, EachRowSaysWhatItsStrategyMeans) {
   using comm::ShardScope;
   const Strategy& ddp = strategy(Sharding::no_shard);

@@ -50,7 +50,7 @@
 #include "hsdp/model/unit_model.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/shard/flat_param.hpp"
-#include "hsdp/shard/options.hpp"
+#include "hsdp/shard/engine_options.hpp"
 #include "hsdp/shard/strategy.hpp"
 #include "hsdp/shard/zeropp.hpp"
 #include "hsdp/stream/device_ops.hpp"

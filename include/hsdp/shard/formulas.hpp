@@ -39,7 +39,7 @@
 #include "hsdp/comm/types.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/shard/buckets.hpp"
-#include "hsdp/shard/options.hpp"
+#include "hsdp/shard/engine_options.hpp"
 #include "hsdp/shard/strategy.hpp"
 
 namespace hsdp::shard {

@@ -9,7 +9,7 @@
 //             rank) or MPI staged through pinned host memory (comm.intra=mpi: ranks may share a GPU), comm.inter
 //             across nodes; CUDA-aware MPI gets the device pointers of the collectives that only move bytes.
 // Written and checked on the CPU (the engine's suites on the threads executor, staged groups, bf16 compute copies);
-// hsdp-train names on rank 0 the commit of the last GPU validation (tests/gpu/device_check.sh; the README records
+// hsdp-train names on rank 0 the commit of the last GPU validation (tests/gpu/device_check.sh; docs/gpu.md records
 // each). Built only with the CUDA backend (CUDA and NCCL); otherwise these say the build lacks it.
 #include <memory>
 #include <string>

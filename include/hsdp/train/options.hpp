@@ -5,7 +5,7 @@
 
 #include "hsdp/comm/mesh.hpp"
 #include "hsdp/comm/types.hpp"
-#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/device/select_device.hpp"
 #include "hsdp/model/config.hpp"
 #include "hsdp/optim/adamw.hpp"
 #include "hsdp/optim/lr_schedule.hpp"

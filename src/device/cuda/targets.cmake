@@ -1,9 +1,5 @@
 # The device layer's CUDA targets; included by src/device/CMakeLists.txt (source paths are relative to this file).
 
-# hsdp_device_select: device.type = cpu | cuda (select_device.hpp). Built in every build so hsdp-train can link it;
-# with CUDA it picks and sets the rank's GPU, without it `cuda` is a config error saying the build lacks CUDA.
-add_library(hsdp_device_select ${CMAKE_CURRENT_LIST_DIR}/select_device.cpp)
-target_link_libraries(hsdp_device_select PUBLIC hsdp_core PRIVATE hsdp_warnings)
 if(NOT HSDP_HAVE_CUDA)
   return()
 endif()

@@ -10,7 +10,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/log.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
-#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/device/select_device.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
 #include "hsdp/stream/cuda/device_ops.hpp"
 #include "hsdp/stream/cuda/executor.hpp"
@@ -22,7 +22,7 @@ namespace {
 
 namespace dc = hsdp::device::cuda;
 
-// The commit, GPU and date of the last run of tests/gpu/device_check.sh that passed (README's validations table).
+// The commit, GPU and date of the last run of tests/gpu/device_check.sh that passed (docs/gpu.md's validations).
 constexpr const char* kLastGpuValidation = "f541df3 (NVIDIA H100 80GB HBM3, 2026-11-28)";
 
 // The engine's options on a GPU: compute copies in the model's dtype, the CUDA executor binding each queue's stream
@@ -123,7 +123,7 @@ std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& o, const model::M
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log) {
   log.info("device.type=cuda: the sharding engine on GPUs (", shard::to_string(o.engine.strategy),
            "), last validated by tests/gpu/device_check.sh at commit ", kLastGpuValidation,
-           " (README, GPU training)");
+           " (docs/gpu.md)");
   if (shard::model_compute_dtype(true, o.engine.param_dtype) == DType::bf16)
     return std::make_unique<GpuEngineBackend<bf16_t>>(o, layout, mesh, memory, log);
   return std::make_unique<GpuEngineBackend<float>>(o, layout, mesh, memory, log);

@@ -1,5 +1,5 @@
 // Compiled in every build (target hsdp_device_select); the CUDA calls only where HSDP_HAVE_CUDA is defined.
-#include "hsdp/device/cuda/select_device.hpp"
+#include "hsdp/device/select_device.hpp"
 
 #include <string>
 
