@@ -103,7 +103,15 @@ void Sampler::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targe
     const std::uint64_t window = permutation_[state_.position + dp_rank_ * batch_ + b];
     copy_window(data_, starts_, window, seq_len_, inputs.data() + b * seq_len_, targets.data() + b * seq_len_);
   }
+  for (std::uint64_t i = 0; i < global_batch_; ++i) {  // every rank's windows of this global batch
+    std::uint64_t w = permutation_[state_.position + i];
+    for (int byte = 0; byte < 8; ++byte, w >>= 8) fingerprint_ = (fingerprint_ ^ (w & 0xFF)) * 0x100000001b3ull;
+  }
   state_.position += global_batch_;
+}
+
+std::uint64_t Sampler::take_fingerprint() {
+  return std::exchange(fingerprint_, 0xcbf29ce484222325ull);
 }
 
 void Sampler::restore(const SamplerState& state) {

@@ -37,7 +37,9 @@ std::string memory_json(const MemoryAccountant& memory) {
 std::string to_json(const StepMetrics& m, const MemoryAccountant& memory) {
   JsonLine j;
   j.add("step", m.step).add("time", utc_timestamp()).add("loss", m.loss).add("lr", m.lr).add("grad_norm", m.grad_norm).add("tokens", m.tokens);
-  j.add("world_size", m.world_size).add("strategy", m.strategy);
+  char data[17];
+  std::snprintf(data, sizeof data, "%016llx", static_cast<unsigned long long>(m.data));
+  j.add("data", std::string(data)).add("world_size", m.world_size).add("strategy", m.strategy);
   j.add("tokens_per_s", m.tokens_per_s).add("step_ms", m.step_ms).add("comm_ms", m.comm_ms);
   j.add("exposed_comm_ms", m.exposed_comm_ms);
   if (m.skipped) j.add("skipped", true);

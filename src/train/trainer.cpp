@@ -798,6 +798,7 @@ class Run {
     m.lr = lr;
     m.grad_norm = clip.norm;
     m.tokens = tokens_per_step_;
+    m.data = sampler_->take_fingerprint();
     m.world_size = world_.size();
     m.strategy = shard::to_string(o_.engine.strategy);
     m.step_ms = step_clock.milliseconds();

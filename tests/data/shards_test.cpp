@@ -110,6 +110,23 @@ TEST(TokenShards, TheSamplerReadsEveryFilesWindowsOncePerEpoch_NeverAcrossAFiles
     }
     return order;
   };
+  // The job's windows of a global batch of 4, fingerprinted the same however ranks and micro-batches split it.
+  const auto fingerprint = [&](int ranks, int batch, int calls) {
+    std::vector<Sampler> samplers;
+    for (int r = 0; r < ranks; ++r) samplers.emplace_back(data, batch, kSeqLen, r, ranks, 7);
+    std::vector<std::int32_t> in(static_cast<std::size_t>(batch * kSeqLen)), out(in.size());
+    for (int c = 0; c < calls; ++c) {
+      for (Sampler& s : samplers) s.next(in, out);
+    }
+    const std::uint64_t f = samplers.front().take_fingerprint();
+    for (std::size_t r = 1; r < samplers.size(); ++r) EXPECT_EQ(samplers[r].take_fingerprint(), f);  // every rank's
+    return f;
+  };
+  EXPECT_EQ(fingerprint(1, 2, 2), fingerprint(1, 4, 1));
+  EXPECT_EQ(fingerprint(2, 2, 1), fingerprint(1, 4, 1));
+  EXPECT_EQ(fingerprint(4, 1, 1), fingerprint(1, 4, 1));
+  EXPECT_NE(fingerprint(1, 4, 2), fingerprint(1, 4, 1));
+
   const auto one = read_epoch(1, 4);
   EXPECT_EQ(Windows(one.begin(), one.end()), expected);
   EXPECT_EQ(one.size(), expected.size());

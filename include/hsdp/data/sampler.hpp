@@ -43,6 +43,10 @@ class Sampler {
   std::uint64_t steps_per_epoch() const { return window_count_ / global_batch_; }
   // The window indices (start token / seq_len) this rank's next call to next() will read, in order.
   std::vector<std::uint64_t> peek_windows() const;
+  // FNV-1a over the indices of every window the job read (all ranks', in the permutation's order) since the last
+  // call, then reset: per step, the same value on every rank and for any split of the same global batch into ranks
+  // and micro-batches (hsdp-train's metrics `data`: a resume on another world size reads the same windows).
+  std::uint64_t take_fingerprint();
 
  private:
   void start_epoch(std::uint64_t epoch);
@@ -58,6 +62,7 @@ class Sampler {
   SamplerState state_;
   std::uint64_t permutation_epoch_ = UINT64_MAX;  // the epoch `permutation_` was built for
   std::vector<std::uint32_t> permutation_;
+  std::uint64_t fingerprint_ = 0xcbf29ce484222325ull;  // FNV-1a's offset basis
 };
 
 // The permutation of [0, count) for (seed, epoch): Fisher-Yates driven by SplitMix64.

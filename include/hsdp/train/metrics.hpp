@@ -16,6 +16,7 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   std::int64_t tokens = 0;  // tokens this step, all ranks
+  std::uint64_t data = 0;   // data::Sampler::take_fingerprint() of the step: which windows it trained on
   double tokens_per_s = 0;
   double step_ms = 0;
   double comm_ms = 0;          // wall time with at least one collective in flight (<= step_ms)
