@@ -6,7 +6,9 @@
 # tokenizer) and sample; checked:
 # - the byte-level run's final val loss is under 0.6 x the byte unigram entropy of its val text (computed here): the
 #   model predicts from context, not from letter frequencies alone (a unigram model reaches exactly that entropy);
-# - the SentencePiece run trained its 280 steps with the tokenizer recorded in its checkpoint;
+# - the SentencePiece run trained its 280 steps with the tokenizer recorded in its checkpoint (hsdp-ckpt inspect); a
+#   resume without it is refused with exit 2 in one line, the checkpoint untouched; the Hugging Face export writes the
+#   model file as tokenizer.model (the same bytes) and tokenizer_config.json;
 # - both models' samples read as the corpus's language: at least 60% of their words (letter runs of 2 or more,
 #   lowercased) are words of the corpus (ids or mostly invented words fail). Four samples (seeds 1-4) pooled per
 #   model: one sample of ~45 words has a binomial spread of about +-6%, four pooled about +-3%.
@@ -51,8 +53,26 @@ for seed in 1 2 3 4; do
     --temperature 0.8 --top-k 40 --seed "$seed" >"spm_$seed.txt" || fail "hsdp-sample (SentencePiece) --seed $seed"
 done
 cat bytes_1.txt spm_1.txt
+# The tokenizer through the other tools: recorded in the checkpoint (inspect), a resume without it refused in one line
+# with the checkpoint untouched, the Hugging Face export writing its model file.
 build/bin/hsdp-ckpt inspect runs/text_spm/checkpoints >inspect.txt || fail "hsdp-ckpt inspect"
-grep -q "tokenizer sentencepiece:" inspect.txt || fail "the SentencePiece run's checkpoint does not record its tokenizer"
+identity=$(grep -o 'tokenizer sentencepiece:[0-9a-f]*' inspect.txt | cut -d' ' -f2)
+[[ -n $identity ]] || fail "the SentencePiece run's checkpoint does not record its tokenizer"
+before=$(sha256sum runs/text_spm/checkpoints/step_280.h5)
+set +e
+PATH=$work/shim:$PATH OMP_NUM_THREADS=1 mpirun -np 2 build/bin/hsdp-train --config input/own_text.ini \
+  --data.train=data/text/spm_train.bin --data.val=data/text/spm_val.bin --model.vocab_size=2048 \
+  --model.padded_vocab_size=2048 --train.steps=290 --log.dir=runs/text_spm --checkpoint.dir=runs/text_spm/checkpoints \
+  >refused.log 2>&1
+code=$?
+set -e
+[[ $code == 2 ]] || { cat refused.log >&2; fail "a resume without the tokenizer: exit $code, not 2"; }
+[[ $(grep -c "config error: resume: the checkpoint's run was trained on token ids of tokenizer $identity" \
+  refused.log) == 1 ]] || { cat refused.log >&2; fail "not one line naming the tokenizer"; }
+[[ $(sha256sum runs/text_spm/checkpoints/step_280.h5) == "$before" ]] || fail "the refused resume changed the checkpoint"
+build/bin/hsdp-ckpt export runs/text_spm/checkpoints --format hf --output hf >export.log || fail "export"
+cmp hf/tokenizer.model data/text/spm.model || fail "tokenizer.model differs from the model file"
+grep -q '"tokenizer_class": "LlamaTokenizer"' hf/tokenizer_config.json || fail "tokenizer_config.json"
 python3 - data/text/corpus.txt runs/text/summary.json runs/text_spm/summary.json <<'PY'
 import collections, json, math, re, sys
 text = open(sys.argv[1], "rb").read()
