@@ -33,7 +33,6 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model) {
     throw_data("data.tokenizer: '" + model.string() + "' is not a SentencePiece model: " + status.ToString());
   }
   t.processor_ = std::move(processor);
-  t.path_ = model;
   return t;
 }
 
@@ -117,14 +116,6 @@ std::string Tokenizer::identity() const {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fingerprint(model_bytes_)));
   return std::string("sentencepiece:") + hex;
-}
-
-int Tokenizer::bos_id() const {
-  return processor_ ? processor_->bos_id() : -1;
-}
-
-int Tokenizer::eos_id() const {
-  return processor_ ? processor_->eos_id() : -1;
 }
 
 void train_sentencepiece(const SentencePieceSpec& spec) {

@@ -36,16 +36,11 @@ class Tokenizer {
   int vocab_size() const;
   std::string identity() const;
   bool is_bytes() const { return processor_ == nullptr; }
-  const std::filesystem::path& model_path() const { return path_; }
   // The model file's bytes (empty for bytes): what an export copies as tokenizer.model.
   const std::string& model_bytes() const { return model_bytes_; }
-  // SentencePiece's special pieces (-1 where the model has none).
-  int bos_id() const;
-  int eos_id() const;
 
  private:
   std::shared_ptr<const sentencepiece::SentencePieceProcessor> processor_;
-  std::filesystem::path path_;
   std::string model_bytes_;
 };
 
