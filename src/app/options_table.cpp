@@ -48,7 +48,13 @@ const std::vector<std::string>& section_order() {
 
 const std::vector<OptionSpec>& option_table() {
   static const std::vector<OptionSpec> table = {
-      // [model] GPT-2 as nanoGPT defines it; the defaults are GPT-2 124M.
+      // [model] GPT-2 as nanoGPT defines it (the defaults are GPT-2 124M), or a Llama.
+      choice("model.arch", "gpt2",
+             "gpt2 = LayerNorm, learned positions, GELU MLP, biases, LM head tied to the embedding; llama = RMSNorm, "
+             "rotary positions (RoPE), SwiGLU MLP, grouped-query attention, no biases, Hugging Face's "
+             "LlamaForCausalLM names",
+             "gpt2|llama")
+          .into([](V v, O o) { o.model.arch = model::parse_arch(v.text()); }),
       integer("model.n_layer", "12", "transformer blocks", 1, model::kMaxLayers).into([](V v, O o) {
         o.model.n_layer = v.int32();
       }),
@@ -57,7 +63,7 @@ const std::vector<OptionSpec>& option_table() {
       integer("model.n_embd", "768", "embedding width C", 1, model::kMaxEmbd).into([](V v, O o) {
         o.model.n_embd = v.int32();
       }),
-      integer("model.block_size", "1024", "maximum sequence length (rows of the position embedding)", 1,
+      integer("model.block_size", "1024", "maximum sequence length (GPT-2: rows of the position embedding)", 1,
               model::kMaxBlockSize)
           .into([](V v, O o) { o.model.block_size = v.int32(); }),
       integer("model.vocab_size", "50257", "vocabulary size V; every token id in the data must be < V", 1,
@@ -68,6 +74,24 @@ const std::vector<OptionSpec>& option_table() {
               "multiple of 128, as llm.c does",
               0, model::kMaxVocab)
           .into([](V v, O o) { o.model.padded_vocab_size = v.int32(); }),
+      integer("model.n_kv_head", "0",
+              "llama: key/value heads (grouped-query attention: each serves n_head / n_kv_head query heads; must "
+              "divide model.n_head); 0 = model.n_head (multi-head attention)",
+              0, model::kMaxHeads)
+          .into([](V v, O o) { o.model.n_kv_head = v.int32(); }),
+      integer("model.ffn_dim", "0",
+              "llama: the SwiGLU MLP's hidden width; 0 = 8 C / 3 rounded up to a multiple of 256 (Meta's rule: "
+              "C = 4096 gives 11008)",
+              0, 16 * model::kMaxEmbd)
+          .into([](V v, O o) { o.model.ffn_dim = v.int32(); }),
+      real("model.rope_theta", "10000", "llama: the base of the rotary position angles (Llama 3: 500000)", 1.0, 1e12)
+          .into([](V v, O o) { o.model.rope_theta = v.real(); }),
+      real("model.norm_eps", "1e-5", "llama: the RMSNorm epsilon", 0.0, 1.0).into([](V v, O o) {
+        o.model.norm_eps = v.real();
+      }),
+      boolean("model.tie_embeddings", "false",
+              "llama: the LM head reads the token embedding (no lm_head.weight); GPT-2's head is always tied")
+          .into([](V v, O o) { o.model.tie_embeddings = v.boolean(); }),
       integer("model.seed", "1337", "seed of the parameter initialisation", 0).into([](V v, O o) {
         o.model_seed = static_cast<std::uint64_t>(v.integer());
       }),

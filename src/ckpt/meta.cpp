@@ -87,6 +87,10 @@ std::uint64_t checksum(const TrainState& s, const model::GptConfig& c) {
   for (const int v : {c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, c.padded_vocab_size}) {
     append(bytes, &v, sizeof v);
   }
+  if (c.llama()) {  // a GPT-2 checkpoint's sum is as before the Llama keys existed
+    for (const int v : {1, c.n_kv_head, c.ffn_dim, c.tie_embeddings ? 1 : 0}) append(bytes, &v, sizeof v);
+    for (const double v : {c.rope_theta, c.norm_eps}) append(bytes, &v, sizeof v);
+  }
   bytes.resize((bytes.size() + 7) / 8 * 8, '\0');
   std::uint64_t sum = 0;
   for (std::size_t i = 0; i < bytes.size() / 8; ++i) {
@@ -152,6 +156,14 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::write_attribute(m.get(), "block_size", std::int64_t{config.block_size});
   h5::write_attribute(m.get(), "vocab_size", std::int64_t{config.vocab_size});
   h5::write_attribute(m.get(), "padded_vocab_size", std::int64_t{config.padded_vocab_size});
+  if (config.llama()) {  // absent: GPT-2 (every checkpoint before model.arch existed)
+    h5::write_attribute(m.get(), "arch", std::string(model::arch_name(config.arch)));
+    h5::write_attribute(m.get(), "n_kv_head", std::int64_t{config.n_kv_head});
+    h5::write_attribute(m.get(), "ffn_dim", std::int64_t{config.ffn_dim});
+    h5::write_attribute(m.get(), "rope_theta", config.rope_theta);
+    h5::write_attribute(m.get(), "norm_eps", config.norm_eps);
+    h5::write_attribute(m.get(), "tie_embeddings", std::int64_t{config.tie_embeddings ? 1 : 0});
+  }
   h5::write_attribute(m.get(), "meta_checksum", checksum(s, config));
 
   h5::Handle d = create_group(file, "/data");
@@ -247,6 +259,14 @@ model::GptConfig read_model_config(hid_t file, const std::string& path) {
   c.vocab_size = get("vocab_size");
   c.padded_vocab_size = get("padded_vocab_size");
   try {
+    if (h5::has_attribute(m.get(), "arch")) {
+      c.arch = model::parse_arch(h5::read_string_attribute(m.get(), "arch", where));
+      c.n_kv_head = get("n_kv_head");
+      c.ffn_dim = get("ffn_dim");
+      c.rope_theta = h5::read_real_attribute(m.get(), "rope_theta", where);
+      c.norm_eps = h5::read_real_attribute(m.get(), "norm_eps", where);
+      c.tie_embeddings = get("tie_embeddings") != 0;
+    }
     c.validate();
   } catch (const Error& e) {
     throw Error(ErrorKind::checkpoint, where + " describes an impossible model: " + e.what());

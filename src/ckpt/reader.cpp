@@ -62,9 +62,21 @@ h5::Handle open_file(MPI_Comm world, const std::string& path, const model::Model
 }
 
 std::string shape_words(const model::GptConfig& c) {
-  return "n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
-         std::to_string(c.n_embd) + ", block_size " + std::to_string(c.block_size) + ", vocab_size " +
-         std::to_string(c.vocab_size);
+  std::string words = "n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
+                      std::to_string(c.n_embd) + ", block_size " + std::to_string(c.block_size) + ", vocab_size " +
+                      std::to_string(c.vocab_size);
+  if (!c.llama()) return words;
+  std::ostringstream llama;
+  llama << "llama, " << words << ", n_kv_head " << c.kv_heads() << ", ffn_dim " << c.ffn() << ", rope_theta "
+        << c.rope_theta << ", norm_eps " << c.norm_eps << (c.tie_embeddings ? ", tied" : ", untied") << " head";
+  return llama.str();
+}
+
+bool same_model(const model::GptConfig& a, const model::GptConfig& b) {
+  return a.arch == b.arch && a.n_layer == b.n_layer && a.n_head == b.n_head && a.n_embd == b.n_embd &&
+         a.block_size == b.block_size && a.vocab_size == b.vocab_size && a.kv_heads() == b.kv_heads() &&
+         a.ffn() == b.ffn() && a.rope_theta == b.rope_theta && a.norm_eps == b.norm_eps &&
+         a.tied_head() == b.tied_head();
 }
 
 // The model of /meta is the layout's (its padding of the vocabulary may differ: the padded rows are not saved); every
@@ -74,8 +86,7 @@ void check_shapes(hid_t file, const std::string& path, const model::ModelLayout&
   {
     const model::GptConfig saved = meta::read_model_config(file, path);
     const model::GptConfig& want = layout.config();
-    if (saved.n_layer != want.n_layer || saved.n_head != want.n_head || saved.n_embd != want.n_embd ||
-        saved.block_size != want.block_size || saved.vocab_size != want.vocab_size) {
+    if (!same_model(saved, want)) {
       throw_other_shape(path, "it holds " + shape_words(saved) + "; the model is " + shape_words(want));
     }
   }

@@ -13,8 +13,12 @@ void encoder_forward(T* out, const std::int32_t* tokens, const T* wte, const T* 
       N,
       [&](std::int64_t n) {
         const T* te = wte + std::int64_t{tokens[n]} * C;
-        const T* pe = wpe + (n % T_) * C;
         T* o = out + n * C;
+        if (wpe == nullptr) {
+          for (int c = 0; c < C; ++c) o[c] = te[c];
+          return;
+        }
+        const T* pe = wpe + (n % T_) * C;
 #pragma omp simd
         for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
       },
@@ -34,6 +38,7 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const std::int32_t* token
     }
   });
   // wpe: position t gathers its B rows, in batch order.
+  if (dwpe == nullptr) return;
   device::parallel_for(
       T_,
       [&](std::int64_t t) {

@@ -5,6 +5,7 @@
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/layers.hpp"
+#include "hsdp/model/llama_layers.hpp"
 
 namespace hsdp::model {
 namespace {
@@ -24,16 +25,22 @@ Gpt<T>::Gpt(const ModelLayout& layout, int micro_batch, int seq_len, MemoryAccou
     throw_config("train.seq_len (" + std::to_string(seq_len) + ") exceeds model.block_size (" +
                  std::to_string(cfg.block_size) + ")");
   }
+  llama_ = cfg.llama();
   B_ = micro_batch;
   T_ = seq_len;
   C_ = cfg.n_embd;
   NH_ = cfg.n_head;
+  NKV_ = cfg.kv_heads();
+  K_ = NKV_ * cfg.head_size();
+  F_ = cfg.ffn();
   L_ = cfg.n_layer;
   V_ = cfg.vocab_size;
   Vp_ = cfg.padded_vocab_size;
   N_ = std::int64_t{B_} * T_;
   const auto n = static_cast<std::size_t>(N_);
   const auto c = static_cast<std::size_t>(C_);
+  const auto k = static_cast<std::size_t>(K_);
+  const auto f = static_cast<std::size_t>(F_);
 
   tokens_.reset(n, &accountant, kActs);
   targets_.reset(n, &accountant, kActs);
@@ -41,17 +48,21 @@ Gpt<T>::Gpt(const ModelLayout& layout, int micro_batch, int seq_len, MemoryAccou
   blocks_.reset((checkpointing_ ? 1 : static_cast<std::size_t>(L_)) * block_activation_numel(), &accountant, kActs);
   branch_out_.reset(n * c, &accountant, kActs);
   lnf_.reset(n * c, &accountant, kActs);
-  lnf_mean_.reset(n, &accountant, kActs);
+  if (!llama_) lnf_mean_.reset(n, &accountant, kActs);  // RMSNorm keeps no mean
   lnf_rstd_.reset(n, &accountant, kActs);
   logits_.reset(n * static_cast<std::size_t>(Vp_), &accountant, kActs);
   losses_.reset(n, &accountant, kActs);
   dresidual_.reset(n * c, &accountant, kActs);
   dln_.reset(n * c, &accountant, kActs);
-  dqkv_.reset(n * 3 * c, &accountant, kActs);
+  dqkv_.reset(n * (c + 2 * k), &accountant, kActs);
   datty_.reset(n * c, &accountant, kActs);
-  dfch_.reset(n * 4 * c, &accountant, kActs);
-  dfch_gelu_.reset(n * 4 * c, &accountant, kActs);
-  datt_row_.reset(static_cast<std::size_t>(B_) * NH_ * T_, &accountant, kActs);
+  dfch_.reset(n * f, &accountant, kActs);
+  dfch_gelu_.reset(n * f, &accountant, kActs);
+  if (llama_) {
+    dup_.reset(n * f, &accountant, kActs);
+  } else {
+    datt_row_.reset(static_cast<std::size_t>(B_) * NH_ * T_, &accountant, kActs);
+  }
 }
 
 template <typename T>
@@ -59,14 +70,50 @@ std::size_t Gpt<T>::block_activation_numel() const {
   const auto n = static_cast<std::size_t>(N_);
   const auto c = static_cast<std::size_t>(C_);
   const std::size_t att = static_cast<std::size_t>(B_) * NH_ * T_ * T_;
+  if (llama_) {
+    const auto k = static_cast<std::size_t>(K_), f = static_cast<std::size_t>(F_);
+    // ln1, q, atty, res2, ln2; k, v; gate, up, swiglu; att; the two RMSNorms' rstd
+    return 5 * n * c + 2 * n * k + 3 * n * f + att + 2 * n;
+  }
   // ln1, qkv, att, atty, res2, ln2, fch, fch_gelu, and the two LayerNorms' mean and rstd
   return n * c + n * 3 * c + att + n * c + n * c + n * c + n * 4 * c + n * 4 * c + 4 * n;
 }
 
 template <typename T>
-typename Gpt<T>::BlockActivations Gpt<T>::block_activations(int block) {
+T* Gpt<T>::block_set(int block) {
   const int set = checkpointing_ ? 0 : block;
-  T* p = blocks_.data() + static_cast<std::size_t>(set) * block_activation_numel();
+  return blocks_.data() + static_cast<std::size_t>(set) * block_activation_numel();
+}
+
+template <typename T>
+typename Gpt<T>::LlamaActivations Gpt<T>::llama_activations(int block) {
+  T* p = block_set(block);
+  const std::int64_t n = N_;
+  const auto take = [&p](std::int64_t count) {
+    T* start = p;
+    p += count;
+    return start;
+  };
+  LlamaActivations a{};
+  a.ln1 = take(n * C_);
+  a.ln1_rstd = take(n);
+  a.q = take(n * C_);
+  a.k = take(n * K_);
+  a.v = take(n * K_);
+  a.att = take(std::int64_t{B_} * NH_ * T_ * T_);
+  a.atty = take(n * C_);
+  a.res2 = take(n * C_);
+  a.ln2 = take(n * C_);
+  a.ln2_rstd = take(n);
+  a.gate = take(n * F_);
+  a.up = take(n * F_);
+  a.swiglu = take(n * F_);
+  return a;
+}
+
+template <typename T>
+typename Gpt<T>::BlockActivations Gpt<T>::block_activations(int block) {
+  T* p = block_set(block);
   const std::int64_t n = N_;
   const std::int64_t c = C_;
   const auto take = [&p](std::int64_t count) {
@@ -94,7 +141,7 @@ template <typename T>
 std::size_t Gpt<T>::activation_bytes() const {
   std::size_t bytes = tokens_.size_bytes() + targets_.size_bytes();
   for (const Buffer<T>* b : {&residual_, &blocks_, &branch_out_, &lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_,
-                             &dresidual_, &dln_, &dqkv_, &datty_, &dfch_, &dfch_gelu_, &datt_row_}) {
+                             &dresidual_, &dln_, &dqkv_, &datty_, &dfch_, &dfch_gelu_, &dup_, &datt_row_}) {
     bytes += b->size_bytes();
   }
   return bytes;
@@ -136,8 +183,46 @@ template <typename T>
 void Gpt<T>::forward_embedding(std::span<const std::int32_t> tokens, const T* emb_params) {
   store_ids(tokens_, tokens, "token");
   const EmbeddingOffsets& o = layout_.embedding_offsets();
-  encoder_forward(residual(0), tokens_.data(), emb_params + o.wte, emb_params + o.wpe, B_, T_, C_);
+  encoder_forward(residual(0), tokens_.data(), emb_params + o.wte, llama_ ? nullptr : emb_params + o.wpe, B_, T_, C_);
   resident_block_ = -1;
+}
+
+template <typename T>
+void Gpt<T>::llama_block_forward_into(const LlamaActivations& a, const T* x, T* y, const T* p) {
+  const LlamaBlockOffsets& o = layout_.llama_block_offsets();
+  const GptConfig& cfg = layout_.config();
+  const int N = static_cast<int>(N_);
+  const int C = C_, hs = cfg.head_size();
+  const auto NC = static_cast<std::size_t>(N_) * C;
+  rmsnorm_forward(a.ln1, a.ln1_rstd, x, p + o.input_norm, N, C, cfg.norm_eps);
+  matmul_forward(a.q, a.ln1, p + o.q_proj, static_cast<const T*>(nullptr), N, C, C);
+  matmul_forward(a.k, a.ln1, p + o.k_proj, static_cast<const T*>(nullptr), N, C, K_);
+  matmul_forward(a.v, a.ln1, p + o.v_proj, static_cast<const T*>(nullptr), N, C, K_);
+  tick();
+  rope_forward(a.q, B_, T_, NH_, hs, cfg.rope_theta);
+  rope_forward(a.k, B_, T_, NKV_, hs, cfg.rope_theta);
+  gqa_attention_forward(a.atty, a.att, a.q, a.k, a.v, B_, T_, NH_, NKV_, hs);
+  tick();
+  matmul_forward(branch_out_.data(), a.atty, p + o.o_proj, static_cast<const T*>(nullptr), N, C, C);
+  tick();
+  residual_forward(a.res2, x, branch_out_.data(), NC);
+  rmsnorm_forward(a.ln2, a.ln2_rstd, a.res2, p + o.post_norm, N, C, cfg.norm_eps);
+  matmul_forward(a.gate, a.ln2, p + o.gate_proj, static_cast<const T*>(nullptr), N, C, F_);
+  matmul_forward(a.up, a.ln2, p + o.up_proj, static_cast<const T*>(nullptr), N, C, F_);
+  tick();
+  swiglu_forward(a.swiglu, a.gate, a.up, static_cast<std::size_t>(N_) * F_);
+  matmul_forward(branch_out_.data(), a.swiglu, p + o.down_proj, static_cast<const T*>(nullptr), N, F_, C);
+  tick();
+  residual_forward(y, a.res2, branch_out_.data(), NC);
+}
+
+template <typename T>
+void Gpt<T>::forward_into(int block, const T* x, T* y, const T* params) {
+  if (llama_) {
+    llama_block_forward_into(llama_activations(block), x, y, params);
+  } else {
+    block_forward_into(block_activations(block), x, y, params);
+  }
 }
 
 template <typename T>
@@ -166,19 +251,36 @@ void Gpt<T>::block_forward_into(const BlockActivations& a, const T* x, T* y, con
 template <typename T>
 void Gpt<T>::forward_block(int block, const T* block_params) {
   check_block(block);
-  block_forward_into(block_activations(block), residual(block), residual(block + 1), block_params);
+  forward_into(block, residual(block), residual(block + 1), block_params);
   resident_block_ = block;
+}
+
+template <typename T>
+void Gpt<T>::final_norm_forward(const T* lnf_params) {
+  const FinalNormOffsets& f = layout_.final_norm_offsets();
+  const int N = static_cast<int>(N_);
+  if (llama_) {
+    rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), residual(L_), lnf_params + f.weight, N, C_,
+                    layout_.config().norm_eps);
+  } else {
+    layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual(L_), lnf_params + f.weight,
+                      lnf_params + f.bias, N, C_);
+  }
+}
+
+template <typename T>
+const T* Gpt<T>::head_weight(const T* lnf_params, const T* emb_params) const {
+  const std::size_t head = layout_.final_norm_offsets().head;
+  return head != kNoOffset ? lnf_params + head : emb_params + layout_.embedding_offsets().wte;
 }
 
 template <typename T>
 T Gpt<T>::head_forward(std::span<const std::int32_t> targets, const T* lnf_params, const T* emb_params,
                        bool keep_probs) {
   store_ids(targets_, targets, "target");
-  const FinalNormOffsets& f = layout_.final_norm_offsets();
   const int N = static_cast<int>(N_);
-  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual(L_), lnf_params + f.weight,
-                    lnf_params + f.bias, N, C_);
-  lm_head_forward(logits_.data(), lnf_.data(), emb_params + layout_.embedding_offsets().wte, N, C_, V_, Vp_);
+  final_norm_forward(lnf_params);
+  lm_head_forward(logits_.data(), lnf_.data(), head_weight(lnf_params, emb_params), N, C_, V_, Vp_);
   tick();
   if (keep_probs) {
     softmax_xent_forward(logits_.data(), losses_.data(), logits_.data(), targets_.data(), N, V_, Vp_);
@@ -200,28 +302,86 @@ T Gpt<T>::forward_head(std::span<const std::int32_t> targets, const T* lnf_param
 template <typename T>
 void Gpt<T>::backward_head(const T* lnf_params, const T* emb_params, T* lnf_grads, T* emb_grads, T dloss) {
   const FinalNormOffsets& f = layout_.final_norm_offsets();
-  const std::size_t wte = layout_.embedding_offsets().wte;
   const int N = static_cast<int>(N_);
   // d loss_mean / d loss_n = 1 / N
   softmax_xent_backward(logits_.data(), logits_.data(), targets_.data(), dloss / static_cast<T>(N_), N, V_, Vp_);
   dln_.fill_zero();
-  lm_head_backward(dln_.data(), emb_grads + wte, logits_.data(), lnf_.data(), emb_params + wte, N, C_, V_, Vp_);
+  T* head_grads = f.head != kNoOffset ? lnf_grads + f.head : emb_grads + layout_.embedding_offsets().wte;
+  lm_head_backward(dln_.data(), head_grads, logits_.data(), lnf_.data(), head_weight(lnf_params, emb_params), N, C_,
+                   V_, Vp_);
   tick();
   dresidual_.fill_zero();
-  layernorm_backward(dresidual_.data(), lnf_grads + f.weight, lnf_grads + f.bias, dln_.data(), residual(L_),
-                     lnf_params + f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C_);
+  if (llama_) {
+    rmsnorm_backward(dresidual_.data(), lnf_grads + f.weight, dln_.data(), residual(L_), lnf_params + f.weight,
+                     lnf_rstd_.data(), N, C_);
+  } else {
+    layernorm_backward(dresidual_.data(), lnf_grads + f.weight, lnf_grads + f.bias, dln_.data(), residual(L_),
+                       lnf_params + f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C_);
+  }
 }
 
 template <typename T>
 void Gpt<T>::backward_block(int block, const T* p, T* g) {
   check_block(block);
-  const BlockActivations a = block_activations(block);
   const T* x = residual(block);
   if (checkpointing_ && resident_block_ != block) {
     // Recompute this block's activations from its kept input; same code, same values as the forward.
-    block_forward_into(a, x, residual(block + 1), p);
+    forward_into(block, x, residual(block + 1), p);
     resident_block_ = block;
   }
+  if (llama_) {
+    llama_block_backward(llama_activations(block), x, p, g);
+  } else {
+    gpt2_block_backward(block_activations(block), x, p, g);
+  }
+}
+
+template <typename T>
+void Gpt<T>::llama_block_backward(const LlamaActivations& a, const T* x, const T* p, T* g) {
+  const LlamaBlockOffsets& o = layout_.llama_block_offsets();
+  const GptConfig& cfg = layout_.config();
+  const int N = static_cast<int>(N_);
+  const int C = C_, hs = cfg.head_size();
+  const auto NF = static_cast<std::size_t>(N_) * F_;
+  T* dres = dresidual_.data();  // holds d x_{block+1}; leaves holding d x_block
+  T* const none = nullptr;      // no biases
+
+  // y = res2 + down(swiglu(gate(ln2), up(ln2))), ln2 = rmsnorm(res2)
+  T* dswiglu = dfch_gelu_.data();
+  dfch_gelu_.fill_zero();
+  matmul_backward(dswiglu, g + o.down_proj, none, dres, a.swiglu, p + o.down_proj, N, F_, C);
+  tick();
+  dfch_.fill_zero();
+  dup_.fill_zero();
+  swiglu_backward(dfch_.data(), dup_.data(), dswiglu, a.gate, a.up, NF);
+  dln_.fill_zero();
+  matmul_backward(dln_.data(), g + o.gate_proj, none, dfch_.data(), a.ln2, p + o.gate_proj, N, C, F_);
+  matmul_backward(dln_.data(), g + o.up_proj, none, dup_.data(), a.ln2, p + o.up_proj, N, C, F_);
+  tick();
+  rmsnorm_backward(dres, g + o.post_norm, dln_.data(), a.res2, p + o.post_norm, a.ln2_rstd, N, C);
+
+  // res2 = x + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1))), ln1 = rmsnorm(x)
+  datty_.fill_zero();
+  matmul_backward(datty_.data(), g + o.o_proj, none, dres, a.atty, p + o.o_proj, N, C, C);
+  tick();
+  dqkv_.fill_zero();
+  T* dq = dqkv_.data();
+  T* dk = dq + N_ * C;
+  T* dv = dk + N_ * K_;
+  gqa_attention_backward(dq, dk, dv, datty_.data(), a.q, a.k, a.v, a.att, B_, T_, NH_, NKV_, hs);
+  rope_backward(dq, B_, T_, NH_, hs, cfg.rope_theta);
+  rope_backward(dk, B_, T_, NKV_, hs, cfg.rope_theta);
+  tick();
+  dln_.fill_zero();
+  matmul_backward(dln_.data(), g + o.q_proj, none, dq, a.ln1, p + o.q_proj, N, C, C);
+  matmul_backward(dln_.data(), g + o.k_proj, none, dk, a.ln1, p + o.k_proj, N, C, K_);
+  matmul_backward(dln_.data(), g + o.v_proj, none, dv, a.ln1, p + o.v_proj, N, C, K_);
+  tick();
+  rmsnorm_backward(dres, g + o.input_norm, dln_.data(), x, p + o.input_norm, a.ln1_rstd, N, C);
+}
+
+template <typename T>
+void Gpt<T>::gpt2_block_backward(const BlockActivations& a, const T* x, const T* p, T* g) {
   const BlockOffsets& o = layout_.block_offsets();
   const int N = static_cast<int>(N_);
   const int C = C_;
@@ -262,7 +422,8 @@ void Gpt<T>::backward_block(int block, const T* p, T* g) {
 template <typename T>
 void Gpt<T>::backward_embedding(T* emb_grads) {
   const EmbeddingOffsets& o = layout_.embedding_offsets();
-  encoder_backward(emb_grads + o.wte, emb_grads + o.wpe, dresidual_.data(), tokens_.data(), B_, T_, C_);
+  encoder_backward(emb_grads + o.wte, llama_ ? nullptr : emb_grads + o.wpe, dresidual_.data(), tokens_.data(), B_, T_,
+                   C_);
 }
 
 // ------------------------------------------------------------------------------------------ whole model

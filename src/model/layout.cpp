@@ -23,6 +23,14 @@ std::size_t ParamInfo::logical_numel() const { return product(logical_shape); }
 
 ModelLayout::ModelLayout(const GptConfig& config) : config_(config) {
   config_.validate();
+  if (config_.llama()) {
+    add_llama();
+  } else {
+    add_gpt2();
+  }
+}
+
+void ModelLayout::add_gpt2() {
   const std::int64_t C = config_.n_embd;
   const std::int64_t L = config_.n_layer;
   // GPT-2 scales the two projections that write into the residual stream by 1/sqrt(2 * n_layer).
@@ -71,6 +79,55 @@ ModelLayout::ModelLayout(const GptConfig& config) : config_(config) {
                     block("mlp.c_fc.bias"),      block("mlp.c_proj.weight"), block("mlp.c_proj.bias")};
   final_norm_offsets_ = {offset_in_unit(final_norm_unit(), "transformer.ln_f.weight"),
                          offset_in_unit(final_norm_unit(), "transformer.ln_f.bias")};
+}
+
+// Initialisation as GPT-2's: N(0, 0.02) for every matrix, the two projections into the residual stream (o_proj,
+// down_proj) scaled by 1/sqrt(2 L) as torchtitan's depth-scaled init does; norms start at one.
+void ModelLayout::add_llama() {
+  const std::int64_t C = config_.n_embd;
+  const std::int64_t L = config_.n_layer;
+  const std::int64_t K = std::int64_t{config_.kv_heads()} * config_.head_size();
+  const std::int64_t F = config_.ffn();
+  const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(L));
+
+  add_unit("embedding");
+  add_param("model.embed_tokens.weight", {config_.padded_vocab_size, C}, {config_.vocab_size, C}, true,
+            ParamInit::normal, kInitStd);
+  for (std::int64_t i = 0; i < L; ++i) {
+    add_unit("block." + std::to_string(i));
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const auto norm = [&](const std::string& name) { add_param(p + name, {C}, {C}, false, ParamInit::ones, 0.0); };
+    const auto mat = [&](const std::string& name, std::int64_t out, std::int64_t in, double std) {
+      add_param(p + name, {out, in}, {out, in}, true, ParamInit::normal, std);
+    };
+    norm("input_layernorm.weight");
+    mat("self_attn.q_proj.weight", C, C, kInitStd);
+    mat("self_attn.k_proj.weight", K, C, kInitStd);
+    mat("self_attn.v_proj.weight", K, C, kInitStd);
+    mat("self_attn.o_proj.weight", C, C, residual_std);
+    norm("post_attention_layernorm.weight");
+    mat("mlp.gate_proj.weight", F, C, kInitStd);
+    mat("mlp.up_proj.weight", F, C, kInitStd);
+    mat("mlp.down_proj.weight", C, F, residual_std);
+  }
+  add_unit("final_norm");
+  add_param("model.norm.weight", {C}, {C}, false, ParamInit::ones, 0.0);
+  if (!config_.tie_embeddings) {
+    add_param("lm_head.weight", {config_.padded_vocab_size, C}, {config_.vocab_size, C}, true, ParamInit::normal,
+              kInitStd);
+  }
+
+  embedding_offsets_ = {offset_in_unit(0, "model.embed_tokens.weight"), kNoOffset};
+  const auto block = [&](std::string_view suffix) {
+    return offset_in_unit(block_unit(0), "model.layers.0." + std::string(suffix));
+  };
+  llama_block_offsets_ = {block("input_layernorm.weight"),   block("self_attn.q_proj.weight"),
+                          block("self_attn.k_proj.weight"),  block("self_attn.v_proj.weight"),
+                          block("self_attn.o_proj.weight"),  block("post_attention_layernorm.weight"),
+                          block("mlp.gate_proj.weight"),     block("mlp.up_proj.weight"),
+                          block("mlp.down_proj.weight")};
+  final_norm_offsets_ = {offset_in_unit(final_norm_unit(), "model.norm.weight"), kNoOffset,
+                         config_.tie_embeddings ? kNoOffset : offset_in_unit(final_norm_unit(), "lm_head.weight")};
 }
 
 void ModelLayout::add_unit(std::string name) {

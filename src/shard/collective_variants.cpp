@@ -65,9 +65,10 @@ class QuantizedGather final : public ParamGather {
     comm::Communicator& shard = c.shard;
     Staging send = c.staging(bytes_per_rank, DType::u8, "qwZ send");
     Staging recv = c.staging(bytes_per_rank * n, DType::u8, "qwZ receive");
-    // Dequantized in fp32: into the destination when that is fp32, else into a staging buffer converted from.
+    // Dequantized in fp32: into the destination when that is fp32, else one rank's slice at a time into a staging
+    // buffer of one shard, converted from.
     Staging values;
-    if (compute != DType::f32) values = c.staging(padded, DType::f32, "qwZ values");
+    if (compute != DType::f32) values = c.staging(s, DType::f32, "qwZ values");
     c.q.enqueue(c.queue, c.name("quantize"), {reads(master), writes(send->id)},
                 [&dev, from, s, spec, send] { dev.quantize(from, s, spec, bytes(send)); });
     c.q.collective(c.queue, c.name("all_gather (qwZ)"), {&shard}, {reads(send->id), writes(recv->id)},
@@ -78,13 +79,17 @@ class QuantizedGather final : public ParamGather {
     if (values) access.push_back(writes(values->id));
     c.q.enqueue(c.queue, c.name("dequantize"), access,
                 [&dev, recv, out, values, s, bytes_per_rank, n, spec, padded, t, compute] {
-                  float* f = values ? reinterpret_cast<float*>(values->data()) : reinterpret_cast<float*>(out);
-                  for (std::size_t j = 0; j < n; ++j)
-                    dev.dequantize(bytes(recv) + j * bytes_per_rank, s, spec, f + j * s);
-                  if (values) {
-                    dev.convert(f, DType::f32, out, compute,
-                                padded);  // compute == t: the conversion rounds to precision.param
+                  if (values) {  // compute == t: the conversion rounds to precision.param
+                    auto* f = reinterpret_cast<float*>(values->data());
+                    const std::size_t slice_bytes = s * size_of(compute);
+                    for (std::size_t j = 0; j < n; ++j) {
+                      dev.dequantize(bytes(recv) + j * bytes_per_rank, s, spec, f);
+                      dev.convert(f, DType::f32, out + j * slice_bytes, compute, s);
+                    }
                   } else {
+                    auto* f = reinterpret_cast<float*>(out);
+                    for (std::size_t j = 0; j < n; ++j)
+                      dev.dequantize(bytes(recv) + j * bytes_per_rank, s, spec, f + j * s);
                     dev.round_to(f, padded, t);
                   }
                 });

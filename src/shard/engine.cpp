@@ -195,7 +195,8 @@ void Engine::begin_step() {
 // The forward of one micro-batch through the blocks: each unit gathered before it computes (its successor
 // prefetched) and released after it where `purpose` lets it go: training keeps a unit for its backward unless the
 // strategy frees after forward (and then keeps its hpZ slice), evaluation keeps nothing after a block and the
-// embedding's hpZ slice for the head. The embedding is prefetched again at the last block where it was released.
+// embedding's hpZ slice for a tied head. A tied head's embedding is prefetched again at the last block where it was
+// released; an untied head (a Llama's lm_head, in the final unit) never reads the embedding.
 void Engine::forward_blocks(model::UnitModel& model, std::span<const std::int32_t> tokens, Purpose purpose) {
   Impl& m = *impl_;
   const int L = m.n_layer;
@@ -208,19 +209,21 @@ void Engine::forward_blocks(model::UnitModel& model, std::span<const std::int32_
   m.maybe_prefetch(Impl::block_unit(0));
   q.enqueue(m.compute, "forward embedding", {reads(m.params_id(Impl::kEmbedding))},
             [g, tokens, p = m.params(Impl::kEmbedding)] { g->forward_embedding(tokens, p); });
-  if (release_after_use) m.release(Impl::kEmbedding, Impl::Secondary::keep);  // the head reads its hpZ slice
+  if (release_after_use) {  // a tied head reads its hpZ slice
+    m.release(Impl::kEmbedding, m.tied_head ? Impl::Secondary::keep : Impl::Secondary::drop);
+  }
   for (int i = 0; i < L; ++i) {
     const int u = Impl::block_unit(i);
     m.ensure(u);
     m.maybe_prefetch(u + 1);
-    if (i == L - 1 && release_after_use) m.maybe_prefetch(Impl::kEmbedding);  // the tied head needs it again
+    if (i == L - 1 && release_after_use && m.tied_head) m.maybe_prefetch(Impl::kEmbedding);  // for the head
     q.progress();
     q.enqueue(m.compute, Impl::name_of("forward block", u), {reads(m.params_id(u))},
               [g, i, p = m.params(u)] { g->forward_block(i, p); });
     if (release_after_use) m.release(u, block_slice);
   }
   m.ensure(m.final_unit());
-  m.ensure(Impl::kEmbedding);
+  if (m.tied_head) m.ensure(Impl::kEmbedding);
 }
 
 float Engine::forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
@@ -245,18 +248,23 @@ float Engine::forward_backward(model::UnitModel& model, std::span<const std::int
   forward_blocks(model, tokens, Purpose::training);
   if (m.free_after_forward && L > 0) m.maybe_prefetch(Impl::block_unit(L - 1), Impl::Pass::backward);
   double* loss_slot = m.scalar(Impl::Scalar::loss);
-  q.enqueue(compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(emb)), writes(m.loss_id)},
-            [g, targets, dloss, loss_slot, pf = m.params(final_unit), pe = m.params(emb)] {
+  const bool tied = m.tied_head;
+  std::vector<BufferAccess> head_reads{reads(m.params_id(final_unit)), writes(m.loss_id)};
+  if (tied) head_reads.push_back(reads(m.params_id(emb)));
+  q.enqueue(compute, "forward head", head_reads,
+            [g, targets, dloss, loss_slot, pf = m.params(final_unit), pe = tied ? m.params(emb) : nullptr] {
               g->forward_head(targets, pf, pe, dloss, loss_slot);
             });
 
-  // backward: head (final norm and the tied embedding), blocks, embedding
-  q.enqueue(compute, "backward head",
-            {reads(m.params_id(final_unit)), reads(m.params_id(emb)), writes(m.grads_id(final_unit)),
-             writes(m.grads_id(emb))},
-            [g, pf = m.params(final_unit), pe = m.params(emb), gf = m.grads(final_unit), ge = m.grads(emb)] {
-              g->backward_head(pf, pe, gf, ge);
-            });
+  // backward: head (final norm, the LM head: the embedding's when tied), blocks, embedding
+  std::vector<BufferAccess> head_access{reads(m.params_id(final_unit)), writes(m.grads_id(final_unit))};
+  if (tied) {
+    head_access.push_back(reads(m.params_id(emb)));
+    head_access.push_back(writes(m.grads_id(emb)));
+  }
+  q.enqueue(compute, "backward head", head_access,
+            [g, pf = m.params(final_unit), pe = tied ? m.params(emb) : nullptr, gf = m.grads(final_unit),
+             ge = tied ? m.grads(emb) : nullptr] { g->backward_head(pf, pe, gf, ge); });
   m.release(final_unit);
   m.release(emb);
   m.unit_backward_done(final_unit, last);
@@ -288,8 +296,11 @@ float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> to
   model::UnitModel* g = &model;
   forward_blocks(model, tokens, Purpose::evaluation);
   double* loss_slot = m.scalar(Impl::Scalar::loss);
-  q.enqueue(m.compute, "forward head", {reads(m.params_id(final_unit)), reads(m.params_id(emb)), writes(m.loss_id)},
-            [g, targets, loss_slot, pf = m.params(final_unit), pe = m.params(emb)] {
+  const bool tied = m.tied_head;
+  std::vector<BufferAccess> head_reads{reads(m.params_id(final_unit)), writes(m.loss_id)};
+  if (tied) head_reads.push_back(reads(m.params_id(emb)));
+  q.enqueue(m.compute, "forward head", head_reads,
+            [g, targets, loss_slot, pf = m.params(final_unit), pe = tied ? m.params(emb) : nullptr] {
               g->evaluate_head(targets, pf, pe, loss_slot);
             });
   m.release(final_unit);

@@ -52,6 +52,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<FlatParamUnit>>& units;
   StepTiming& timing;
   int n_layer;
+  bool tied_head;  // the LM head reads the embedding unit (GPT-2; a Llama with tie_embeddings)
   int n_units;
 
   const Logger* log;
@@ -152,6 +153,7 @@ struct Engine::Impl {
         units(u),
         timing(t),
         n_layer(l.config().n_layer),
+        tied_head(l.config().tied_head()),
         n_units(l.num_units()),
         log(logger),
         st(strategy(options.strategy)) {
@@ -243,7 +245,8 @@ struct Engine::Impl {
   }
 
   // ---- parameters -------------------------------------------------------------------------------------
-  // Units (ModelLayout): the embedding (tied to the LM head), the blocks, the final unit (the final norm).
+  // Units (ModelLayout): the embedding (read again by a tied LM head), the blocks, the final unit (the final norm;
+  // a Llama's untied LM head).
   static constexpr int kEmbedding = model::ModelLayout::embedding_unit();
   static constexpr int block_unit(int block) { return model::ModelLayout::block_unit(block); }
   int final_unit() const { return n_layer + 1; }

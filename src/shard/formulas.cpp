@@ -156,8 +156,21 @@ std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& o, int
     bytes += 3 * bc * largest;
   if (!st.params_whole) {
     bytes += (o.grad_accum > 1 && !st.reduce_every_micro_batch) ? 4 * padded_total : 3 * 4 * largest;
-    if (bp != 4 && o.param_dtype != o.compute_dtype) bytes += bp * largest;
-    if (o.compute_dtype != DType::f32 && o.zeropp.quantized_weights) bytes += 4 * largest;
+    // Each gather in flight (at most 3: a gathered copy outlives its gather's staging) stages, for the largest
+    // unit: exact, param dtype not fp32: its shard converted, and the whole received when the compute dtype differs;
+    // qwZ (forward): the int8 shard, the n received, and one slice's fp32 values when the compute dtype is not
+    // fp32; hpZ
+    // (backward): the whole received when the compute dtype differs from the param dtype.
+    const std::int64_t shard = largest / shard_size;
+    const bool converts = o.param_dtype != o.compute_dtype;
+    std::int64_t gather = 0;
+    if (bp != 4) gather = bp * shard + (converts ? bp * largest : 0);
+    if (o.zeropp.quantized_weights) {
+      const auto msg = static_cast<std::int64_t>(
+          message_bytes(static_cast<std::size_t>(shard), {quant::Bits::int8, o.zeropp.block}));
+      gather = std::max(gather, (1 + shard_size) * msg + (o.compute_dtype != DType::f32 ? 4 * shard : 0));
+    }
+    bytes += 3 * gather;
   }
   const bool hierarchical = st.shard_scope == comm::ShardScope::self && hierarchical_ddp(nodes, ranks_per_node);
   if (hierarchical) {  // each bucket: the whole, padded to p blocks, and this rank's block (engine_impl.hpp)
@@ -169,7 +182,20 @@ std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& o, int
   } else if (br != 4) {
     bytes += br * (st.params_whole ? padded_total : 3 * largest);
   }
-  if (st.shard_scope != comm::ShardScope::self) bytes += br * shard_total;
+  // qgZ (when it quantizes: hybrid, or nodes > 1) keeps an fp32 sum per unit where the reduce-scatter keeps its
+  // receive buffer, and each reduction in flight (3 units) holds its hops' messages: the last hop's send and receive
+  // (nodes' slices; hybrid: one per shard rank), and with p > 1 ranks per node the first hop's (p x nodes).
+  const bool qgz = o.zeropp.quantized_gradients && !st.params_whole && (st.hybrid || nodes > 1);
+  if (qgz) {
+    const std::int64_t largest_shard = largest / shard_size;
+    const auto msg = static_cast<std::int64_t>(
+        message_bytes(static_cast<std::size_t>(largest_shard), {o.zeropp.grad_bits, o.zeropp.block}));
+    const std::int64_t hop_nodes = st.hybrid ? shard_size : nodes;
+    const std::int64_t hop_p = st.hybrid ? 1 : ranks_per_node;
+    bytes += 4 * shard_total + 3 * (2 * hop_nodes * msg + (hop_p > 1 ? 2 * hop_p * hop_nodes * msg : 0));
+  } else if (st.shard_scope != comm::ShardScope::self) {
+    bytes += br * shard_total;
+  }
   if (o.zeropp.hpz_partition_size > 0) bytes += bp * hpz_units / o.zeropp.hpz_partition_size;
   return bytes + kStepScalarBytes;
 }

@@ -141,7 +141,11 @@ TEST(MeshGroups, HpzThatDoesNotDivideTheNode_IsAConfigError) {
 
 TEST(PlanTraffic, AllRanksAndBusiestRankByNodeSymmetry_EqualTheOnesOverEveryRank) {
   const PlanModel gpt = gpt_model(config(3, 3, 48, 17, 101, 101), "test");
-  const PlanModel llama = llama_model({3, 64, 4, 16, 96, 101}, "tiny-llama");
+  model::GptConfig tiny_llama = config(3, 4, 64, 17, 101, 101);
+  tiny_llama.arch = model::Arch::llama;
+  tiny_llama.n_kv_head = 1;
+  tiny_llama.ffn_dim = 96;
+  const PlanModel llama = gpt_model(tiny_llama, "tiny-llama");
   const std::vector<Mesh> meshes = {{2, 2, Placement::block},
                                     {3, 4, Placement::block},
                                     {4, 3, Placement::cyclic},

@@ -186,9 +186,8 @@ ConfigDeck build_deck(const Flags& f, const std::vector<std::pair<std::string, s
     text << file.rdbuf();
     deck = ConfigDeck::from_text(text.str(), "deck '" + *f.config + "'");
   }
-  if (f.model && f.model->rfind("gpt2", 0) == 0) {
-    const auto named = hsdp::plan::named_model(*f.model);
-    const hsdp::model::GptConfig& g = *named.gpt;
+  if (f.model) {
+    const hsdp::model::GptConfig g = hsdp::plan::named_config(*f.model);
     for (const auto& [key, value] :
          std::vector<std::pair<std::string, int>>{{"model.n_layer", g.n_layer},
                                                   {"model.n_head", g.n_head},
@@ -197,6 +196,11 @@ ConfigDeck build_deck(const Flags& f, const std::vector<std::pair<std::string, s
                                                   {"model.vocab_size", g.vocab_size},
                                                   {"model.padded_vocab_size", g.padded_vocab_size}}) {
       deck.set(key, std::to_string(value));
+    }
+    deck.set("model.arch", hsdp::model::arch_name(g.arch));
+    if (g.llama()) {
+      deck.set("model.n_kv_head", std::to_string(g.n_kv_head));
+      deck.set("model.ffn_dim", std::to_string(g.ffn_dim));
     }
   }
   for (const auto& [key, value] : overrides) deck.set(key, value);
@@ -220,28 +224,8 @@ std::string model_overrides_text(const Overrides& overrides) {
   return text;
 }
 
-// A Llama shape with the command line's model.n_layer and model.vocab_size; other model keys have no meaning there.
-hsdp::plan::PlanModel llama_of(const std::string& name, const hsdp::train::TrainOptions& d,
-                               const Overrides& overrides) {
-  hsdp::plan::LlamaShape shape = hsdp::plan::llama_shape(name);
-  for (const auto& [key, value] : overrides) {
-    if (key == "model.n_layer") {
-      shape.n_layer = d.model.n_layer;
-    } else if (key == "model.vocab_size") {
-      shape.vocab = d.model.vocab_size;
-    } else if (key.rfind("model.", 0) == 0 && key != "model.seed") {
-      hsdp::throw_config("--" + key + ": a Llama shape (--model " + name +
-                         ") takes model.n_layer and model.vocab_size only (its heads, KV width, MLP size and "
-                         "untied head follow from n_embd in ways the deck has no keys for)");
-    }
-  }
-  return hsdp::plan::llama_model(shape, name + model_overrides_text(overrides));
-}
-
 hsdp::plan::PlanModel model_of(const Flags& f, const hsdp::train::TrainOptions& d, const Overrides& overrides,
                                std::int64_t seq_len) {
-  if (f.model && f.model->rfind("llama", 0) == 0) return llama_of(*f.model, d, overrides);
-  if (f.model) hsdp::plan::named_model(*f.model);  // an unknown name fails here, naming --model
   hsdp::model::GptConfig c = d.model;
   if (c.padded_vocab_size == 0) c.padded_vocab_size = (c.vocab_size + 127) / 128 * 128;  // as hsdp-train
   if (c.padded_vocab_size < c.vocab_size) {

@@ -1,6 +1,7 @@
 #pragma once
-// Gpt<T>: the forward and backward passes of GPT-2 (nanoGPT's architecture, llm.c's kernels) over
-// parameters it does NOT own. Parameters and gradients arrive as one pointer per unit (ModelLayout), so
+// Gpt<T>: the forward and backward passes of a GPT-style model over parameters it does NOT own: GPT-2 (nanoGPT's
+// architecture, llm.c's kernels) or a Llama (model.arch=llama: RMSNorm, RoPE, grouped-query attention, SwiGLU; the
+// layers of llama_layers.hpp). Parameters and gradients arrive as one pointer per unit (ModelLayout), so
 // the sharding engine can gather a unit just before its forward_block/backward_block and free it after.
 //
 // Gpt owns the activations and the backward scratch, allocated once at construction for (B, T) and
@@ -82,12 +83,37 @@ class Gpt {
     T* fch;
     T* fch_gelu;
   };
+  // A Llama block's: ln1, q (rotated), k (rotated), v, att, atty, res2, ln2, gate, up, swiglu, the norms' rstd.
+  struct LlamaActivations {
+    T* ln1;
+    T* ln1_rstd;
+    T* q;
+    T* k;
+    T* v;
+    T* att;
+    T* atty;
+    T* res2;
+    T* ln2;
+    T* ln2_rstd;
+    T* gate;
+    T* up;
+    T* swiglu;
+  };
   std::size_t block_activation_numel() const;
   void tick() const {
     if (between_kernels_) between_kernels_();
   }
   std::function<void()> between_kernels_;
+  T* block_set(int block);
   BlockActivations block_activations(int block);
+  LlamaActivations llama_activations(int block);
+  void llama_block_forward_into(const LlamaActivations& a, const T* x, T* y, const T* params);
+  void llama_block_backward(const LlamaActivations& a, const T* x, const T* params, T* grads);
+  void gpt2_block_backward(const BlockActivations& a, const T* x, const T* params, T* grads);
+  void forward_into(int block, const T* x, T* y, const T* params);
+  // The final norm (LayerNorm or RMSNorm) and the LM head's weight (wte, or a Llama's own lm_head).
+  void final_norm_forward(const T* lnf_params);
+  const T* head_weight(const T* lnf_params, const T* emb_params) const;
   T* residual(int index) { return residual_.data() + static_cast<std::size_t>(index) * N_ * C_; }
   void check_block(int block) const;
   void check_units(std::size_t count, const char* what) const;
@@ -96,7 +122,8 @@ class Gpt {
   T head_forward(std::span<const std::int32_t> targets, const T* lnf_params, const T* emb_params, bool keep_probs);
 
   ModelLayout layout_;
-  int B_, T_, C_, NH_, L_, V_, Vp_;
+  bool llama_;
+  int B_, T_, C_, NH_, NKV_, K_, F_, L_, V_, Vp_;
   std::int64_t N_;
   bool checkpointing_;
   int resident_block_ = -1;  // with checkpointing: the block whose activations the single set holds
@@ -110,7 +137,9 @@ class Gpt {
   Buffer<T> losses_;
   // backward scratch
   Buffer<T> dresidual_;      // d loss / d x_i, carried down the residual stream
-  Buffer<T> dln_, dqkv_, datty_, dfch_, dfch_gelu_, datt_row_;
+  // dqkv: GPT-2's [N, 3C], a Llama's dq | dk | dv ([N, C + 2K]); dfch and dfch_gelu: GPT-2's, a Llama's d-gate and
+  // d-swiglu, dup a Llama's d-up ([N, F] each); datt_row GPT-2's attention backward row.
+  Buffer<T> dln_, dqkv_, datty_, dfch_, dfch_gelu_, dup_, datt_row_;
 };
 
 extern template class Gpt<float>;

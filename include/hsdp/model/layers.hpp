@@ -15,7 +15,7 @@ namespace hsdp::model {
 
 inline constexpr double kLayerNormEps = 1e-5;
 
-// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]; wpe (and dwpe) null: no position table (a Llama's embedding).
 template <typename T>
 void encoder_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C);
 template <typename T>

@@ -1,12 +1,18 @@
 #pragma once
 // ModelLayout: the named offset table of a GPT's parameters. Parameters are grouped into units, one flat
-// buffer each, so the sharding engine can gather and free them one at a time:
+// buffer each, so the sharding engine can gather and free them one at a time. GPT-2:
 //   unit 0        "embedding"   transformer.wte.weight, transformer.wpe.weight
 //   unit 1 + i    "block.<i>"   transformer.h.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}
 //   unit L + 1    "final_norm"  transformer.ln_f.{weight, bias}
 // Names, order and shapes are nanoGPT's state_dict (Linear weights are [out, in]). The LM head is tied to
-// wte and has no entry of its own (nanoGPT's lm_head.weight is the same tensor). Parameters are packed
-// back to back inside a unit without padding.
+// wte and has no entry of its own (nanoGPT's lm_head.weight is the same tensor). A Llama (model.arch=llama), with
+// Hugging Face's LlamaForCausalLM names:
+//   unit 0        "embedding"   model.embed_tokens.weight
+//   unit 1 + i    "block.<i>"   model.layers.<i>.{input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+//                               mlp.{gate,up,down}_proj}.weight
+//   unit L + 1    "final_norm"  model.norm.weight, lm_head.weight (absent with tie_embeddings: the head reads
+//                               embed_tokens, as GPT-2's)
+// Parameters are packed back to back inside a unit without padding.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -43,15 +49,21 @@ struct UnitInfo {
 };
 
 // Offsets (in elements, within the unit) of the parameters the kernels read.
+inline constexpr std::size_t kNoOffset = static_cast<std::size_t>(-1);  // a parameter this architecture lacks
 struct EmbeddingOffsets {
-  std::size_t wte, wpe;
+  std::size_t wte, wpe;  // Llama: embed_tokens, and no wpe (kNoOffset)
 };
 struct BlockOffsets {
   std::size_t ln_1_weight, ln_1_bias, c_attn_weight, c_attn_bias, attn_proj_weight, attn_proj_bias;
   std::size_t ln_2_weight, ln_2_bias, c_fc_weight, c_fc_bias, mlp_proj_weight, mlp_proj_bias;
 };
+struct LlamaBlockOffsets {
+  std::size_t input_norm, q_proj, k_proj, v_proj, o_proj, post_norm, gate_proj, up_proj, down_proj;
+};
+// GPT-2: weight and bias of ln_f, no head. Llama: model.norm's weight, no bias (kNoOffset), and lm_head.weight
+// [padded_vocab_size, C] (kNoOffset when tied).
 struct FinalNormOffsets {
-  std::size_t weight, bias;
+  std::size_t weight, bias, head = kNoOffset;
 };
 
 class ModelLayout {
@@ -78,7 +90,8 @@ class ModelLayout {
   std::size_t logical_numel() const;  // as exported (wte [vocab_size, C])
 
   const EmbeddingOffsets& embedding_offsets() const { return embedding_offsets_; }
-  const BlockOffsets& block_offsets() const { return block_offsets_; }  // the same in every block
+  const BlockOffsets& block_offsets() const { return block_offsets_; }  // the same in every block (GPT-2)
+  const LlamaBlockOffsets& llama_block_offsets() const { return llama_block_offsets_; }  // (Llama)
   const FinalNormOffsets& final_norm_offsets() const { return final_norm_offsets_; }
 
  private:
@@ -86,12 +99,15 @@ class ModelLayout {
   void add_param(std::string name, std::vector<std::int64_t> shape, std::vector<std::int64_t> logical_shape,
                  bool weight_decay, ParamInit init, double init_std);
   std::size_t offset_in_unit(int unit, std::string_view name) const;
+  void add_gpt2();
+  void add_llama();
 
   GptConfig config_;
   std::vector<UnitInfo> units_;
   std::vector<ParamInfo> params_;
   EmbeddingOffsets embedding_offsets_{};
   BlockOffsets block_offsets_{};
+  LlamaBlockOffsets llama_block_offsets_{};
   FinalNormOffsets final_norm_offsets_{};
 };
 

@@ -112,12 +112,14 @@ std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size, bool over
 //                      prefetched one, and the tied embedding at the head): 3 x b_c x largest unit;
 //   full gradients     fp32, sharded strategies: 3 units (the one computing, two whose reductions are in flight);
 //                      with grad_accum > 1 and not hybrid every unit's (4 Pp), kept across micro-batches;
-//   staging            param-dtype receive buffer of one gather (when neither fp32 nor the compute dtype); qwZ's fp32
-//                      values of one gather (compute dtype not fp32); reduce-dtype copies of gradients in
+//   staging            3 gathers in flight, each the largest unit's: a param dtype that is not fp32 stages the shard
+//                      and (compute dtype differs) the whole received; qwZ the int8 shard, the n received and
+//                      (compute dtype not fp32) one slice's fp32 values; reduce-dtype copies of gradients in
 //                      flight (no_shard, zero1: all of them; others: 3 units); no_shard on several nodes of several
 //                      ranks (nodes, ranks_per_node): each bucket's whole and 1/p part in the reduce dtype instead;
 //                      the reduce-scatter receive buffers of every unit (reduce bytes x sum of shards: hsdp completes
-//                      them at the latest before AdamW);
+//                      them at the latest before AdamW); with qgZ instead an fp32 sum per unit's shard and the
+//                      int4 messages of 3 units' hops (send and receive of each hop);
 //   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k;
 //   step scalars       the loss, the squared norm and the overflow flag, three doubles (kStepScalarBytes).
 // An upper bound where the host runs ahead of the device (a GPU): the engine waits before it allocates a fourth

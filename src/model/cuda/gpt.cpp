@@ -25,6 +25,10 @@ namespace {
 
 // The CPU model's checks (model::Gpt), before anything is allocated.
 int checked_seq_len(const ModelLayout& layout, int B, int T) {
+  if (layout.config().llama()) {
+    throw_config("model.arch=llama has no GPU kernels yet: train it with device.type=cpu (RMSNorm, RoPE, SwiGLU and "
+                 "grouped-query attention on the GPU are issue 38's part 4, not written)");
+  }
   if (B <= 0) throw_config("train.micro_batch (" + std::to_string(B) + ") must be positive");
   if (T <= 0) throw_config("train.seq_len (" + std::to_string(T) + ") must be positive");
   if (T > layout.config().block_size) {
