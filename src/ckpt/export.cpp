@@ -55,7 +55,8 @@ void write_safetensors(const std::string& path, const model::ModelLayout& layout
     tensors.push_back({p.name, p.logical_shape, param_data(unit_params, p)});
   }
   if (options.tied_lm_head) {
-    const model::ParamInfo& wte = layout.param("transformer.wte.weight");
+    const model::ParamInfo& wte =
+        layout.param(layout.config().llama() ? "model.embed_tokens.weight" : "transformer.wte.weight");
     tensors.push_back({"lm_head.weight", wte.logical_shape, param_data(unit_params, wte)});
   }
   safetensors::write_file(path, tensors, options.metadata);

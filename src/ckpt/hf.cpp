@@ -2,6 +2,7 @@
 
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -28,13 +29,14 @@ constexpr const char* kPaddedVocabKey = "hsdp_padded_vocab_size";
 constexpr int kGpt2Vocab = 50257;
 constexpr int kGpt2EndOfText = 50256;
 
-// GPT-2's Conv1D layers (the 2-D weights inside a block) store [in, out]; hsdp's Linear stores [out, in].
-bool is_conv1d(const model::ParamInfo& p) {
-  return p.unit != model::ModelLayout::embedding_unit() && p.shape.size() == 2;
+// GPT-2's Conv1D layers (the 2-D weights inside a block) store [in, out]; hsdp's Linear stores [out, in]. A Llama's
+// are nn.Linear, [out, in] as hsdp's.
+bool is_conv1d(const model::GptConfig& c, const model::ParamInfo& p) {
+  return !c.llama() && p.unit != model::ModelLayout::embedding_unit() && p.shape.size() == 2;
 }
 
-std::vector<std::int64_t> hf_shape(const model::ParamInfo& p) {
-  if (is_conv1d(p)) return {p.shape[1], p.shape[0]};
+std::vector<std::int64_t> hf_shape(const model::GptConfig& c, const model::ParamInfo& p) {
+  if (is_conv1d(c, p)) return {p.shape[1], p.shape[0]};
   return p.logical_shape;
 }
 
@@ -80,9 +82,14 @@ class ConfigReader {
     if (value == "null") return std::nullopt;
     return value;
   }
+  // The key is there and not JSON null (an object counts).
+  bool present(const char* key) const {
+    const auto node = root_.get_child_optional(boost::property_tree::ptree::path_type(key, '\0'));
+    return node && (!node->empty() || node->get_value<std::string>() != "null");
+  }
   int integer(const char* key) const {
     const std::optional<std::string> value = text(key);
-    if (!value) fail(path_, std::string("has no '") + key + "' (GPT2Config's model shape)");
+    if (!value) fail(path_, std::string("has no '") + key + "' (the model's shape)");
     try {
       std::size_t used = 0;
       const int n = std::stoi(*value, &used);
@@ -91,7 +98,18 @@ class ConfigReader {
     }
     fail(path_, std::string("'") + key + "' is '" + *value + "', not an integer");
   }
-  // Refuses a present key whose value is not `expected` (for GPT2Config switches hsdp's model does not have).
+  double real(const char* key, double fallback) const {
+    const std::optional<std::string> value = text(key);
+    if (!value) return fallback;
+    try {
+      std::size_t used = 0;
+      const double x = std::stod(*value, &used);
+      if (used == value->size()) return x;
+    } catch (const std::exception&) {
+    }
+    fail(path_, std::string("'") + key + "' is '" + *value + "', not a number");
+  }
+  // Refuses a present key whose value is not `expected` (for config switches hsdp's model does not have).
   void require(const char* key, const std::string& expected, const std::string& why) const {
     const std::optional<std::string> value = text(key);
     if (value && *value != expected) {
@@ -104,10 +122,37 @@ class ConfigReader {
   boost::property_tree::ptree root_;
 };
 
+// LlamaConfig's keys (transformers' defaults for absent ones: rms_norm_eps 1e-6, rope_theta 10000, untied).
+model::GptConfig read_llama_config(const ConfigReader& in) {
+  in.require("hidden_act", "silu", "SwiGLU's gate is SiLU");
+  in.require("attention_bias", "false", "a Llama without biases");
+  in.require("mlp_bias", "false", "a Llama without biases");
+  in.require("pretraining_tp", "1", "no tensor-parallel slicing of the MLP");
+  if (in.present("rope_scaling")) fail(in.path(), "'rope_scaling' is set; hsdp's RoPE has no scaling (null only)");
+  model::GptConfig c;
+  c.arch = model::Arch::llama;
+  c.n_layer = in.integer("num_hidden_layers");
+  c.n_head = in.integer("num_attention_heads");
+  c.n_embd = in.integer("hidden_size");
+  c.n_kv_head = in.text("num_key_value_heads") ? in.integer("num_key_value_heads") : c.n_head;
+  c.ffn_dim = in.integer("intermediate_size");
+  c.block_size = in.integer("max_position_embeddings");
+  c.vocab_size = in.integer("vocab_size");
+  c.norm_eps = in.real("rms_norm_eps", 1e-6);
+  c.rope_theta = in.real("rope_theta", 10000.0);
+  const std::optional<std::string> tied = in.text("tie_word_embeddings");
+  c.tie_embeddings = tied && *tied == "true";
+  if (in.text("head_dim") && c.n_head > 0 && in.integer("head_dim") * c.n_head != c.n_embd) {
+    fail(in.path(), "'head_dim' is " + *in.text("head_dim") + "; hsdp's heads are hidden_size / num_attention_heads");
+  }
+  return c;
+}
+
 model::GptConfig read_config(const ConfigReader& in) {
   const std::optional<std::string> type = in.text("model_type");
+  if (type && *type == "llama") return read_llama_config(in);
   if (!type || *type != "gpt2") {
-    fail(in.path(), "model_type is '" + type.value_or("(none)") + "'; only GPT-2 (model_type gpt2) is imported");
+    fail(in.path(), "model_type is '" + type.value_or("(none)") + "'; only GPT-2 (gpt2) and Llama (llama) are imported");
   }
   const std::optional<std::string> activation = in.text("activation_function");
   if (activation && *activation != "gelu_new" && *activation != "gelu_pytorch_tanh") {
@@ -142,9 +187,10 @@ model::GptConfig read_config(const ConfigReader& in) {
   return c;
 }
 
-// transformers' names for a GPT2LMHeadModel carry "transformer."; a GPT2Model's (and the hub's gpt2) do not.
-std::string canonical_name(const std::string& name) {
-  if (name.starts_with(kPrefix) || name == "lm_head.weight") return name;
+// transformers' names for a GPT2LMHeadModel carry "transformer."; a GPT2Model's (and the hub's gpt2) do not. A
+// Llama's are LlamaForCausalLM's as they stand.
+std::string canonical_name(const model::GptConfig& c, const std::string& name) {
+  if (c.llama() || name.starts_with(kPrefix) || name == "lm_head.weight") return name;
   return kPrefix + name;
 }
 
@@ -153,9 +199,53 @@ bool is_mask_buffer(const std::string& name) {
   return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
 }
 
+std::string json_object(const std::vector<std::pair<const char*, std::string>>& keys) {
+  std::string text = "{\n";
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    text += "  " + JsonLine::quote(keys[i].first) + ": " + keys[i].second + (i + 1 < keys.size() ? ",\n" : "\n");
+  }
+  return text + "}\n";
+}
+
+// The shortest text that reads back as x (1e-05, 10000, 500000).
+std::string number(double x) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof text, x);
+  return error == std::errc{} ? std::string(text, end) : std::to_string(x);
+}
+
+// LlamaConfig as transformers writes it, sorted by key. No BOS or EOS: hsdp's token files have none.
+std::string llama_config_json(const model::GptConfig& c) {
+  return json_object({{"architectures", "[" + JsonLine::quote("LlamaForCausalLM") + "]"},
+                      {"attention_bias", "false"},
+                      {"attention_dropout", "0.0"},
+                      {"bos_token_id", "null"},
+                      {"eos_token_id", "null"},
+                      {"head_dim", std::to_string(c.head_size())},
+                      {"hidden_act", JsonLine::quote("silu")},
+                      {"hidden_size", std::to_string(c.n_embd)},
+                      {"initializer_range", "0.02"},
+                      {"intermediate_size", std::to_string(c.ffn())},
+                      {"max_position_embeddings", std::to_string(c.block_size)},
+                      {"mlp_bias", "false"},
+                      {"model_type", JsonLine::quote("llama")},
+                      {"num_attention_heads", std::to_string(c.n_head)},
+                      {"num_hidden_layers", std::to_string(c.n_layer)},
+                      {"num_key_value_heads", std::to_string(c.kv_heads())},
+                      {"pretraining_tp", "1"},
+                      {"rms_norm_eps", number(c.norm_eps)},
+                      {"rope_scaling", "null"},
+                      {"rope_theta", number(c.rope_theta)},
+                      {"tie_word_embeddings", c.tie_embeddings ? "true" : "false"},
+                      {"torch_dtype", JsonLine::quote("float32")},
+                      {"use_cache", "true"},
+                      {"vocab_size", std::to_string(c.vocab_size)}});
+}
+
 }  // namespace
 
 std::string hf_config_json(const model::GptConfig& c) {
+  if (c.llama()) return llama_config_json(c);
   const bool gpt2_vocab = c.vocab_size == kGpt2Vocab;
   const std::string end_token = gpt2_vocab ? std::to_string(kGpt2EndOfText) : "null";
   // Sorted by key, as transformers' save_pretrained writes them.
@@ -183,11 +273,7 @@ std::string hf_config_json(const model::GptConfig& c) {
       {"torch_dtype", JsonLine::quote("float32")},
       {"use_cache", "true"},
       {"vocab_size", std::to_string(c.vocab_size)}};
-  std::string text = "{\n";
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    text += "  " + JsonLine::quote(keys[i].first) + ": " + keys[i].second + (i + 1 < keys.size() ? ",\n" : "\n");
-  }
-  return text + "}\n";
+  return json_object(keys);
 }
 
 std::string hf_tokenizer_config_json(int model_max_length) {
@@ -203,11 +289,7 @@ std::string hf_tokenizer_config_json(int model_max_length) {
       {"sp_model_kwargs", "{}"},
       {"tokenizer_class", JsonLine::quote("LlamaTokenizer")},
       {"unk_token", JsonLine::quote("<unk>")}};
-  std::string text = "{\n";
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    text += "  " + JsonLine::quote(keys[i].first) + ": " + keys[i].second + (i + 1 < keys.size() ? ",\n" : "\n");
-  }
-  return text + "}\n";
+  return json_object(keys);
 }
 
 void write_hf_tokenizer(const std::string& dir, const std::string& model_bytes, int model_max_length) {
@@ -228,12 +310,12 @@ void write_hf(const std::string& dir, const model::ModelLayout& layout, const st
   std::vector<safetensors::TensorView> tensors;
   for (const model::ParamInfo& p : layout.params()) {
     const float* data = unit_params[static_cast<std::size_t>(p.unit)].data() + p.offset;
-    if (is_conv1d(p)) {
+    if (is_conv1d(layout.config(), p)) {
       transposed.emplace_back(p.numel);
       transpose(data, p.shape[0], p.shape[1], transposed.back().data());
       data = transposed.back().data();  // a vector's storage stays put when the outer vector grows
     }
-    tensors.push_back({p.name, hf_shape(p), data});
+    tensors.push_back({p.name, hf_shape(layout.config(), p), data});
   }
   safetensors::write_file(file_in(dir, kHfWeightsFile), tensors,
                           {{"format", "pt"}, {kPaddedVocabKey, std::to_string(layout.config().padded_vocab_size)}});
@@ -245,13 +327,13 @@ void write_hf(const std::string& dir, const model::ModelLayout& layout, const st
 
 HfModel read_hf(const std::string& dir, int padded_vocab_size) {
   if (!std::filesystem::is_directory(dir)) {
-    fail(dir, "not a directory (a Hugging Face GPT-2 directory holds config.json and model.safetensors)");
+    fail(dir, "not a directory (a Hugging Face model directory holds config.json and model.safetensors)");
   }
   const std::string config_path = file_in(dir, kHfConfigFile);
   const std::string weights_path = file_in(dir, kHfWeightsFile);
   for (const std::string& path : {config_path, weights_path}) {
     if (!std::filesystem::exists(path))
-      fail(path, "missing (a Hugging Face GPT-2 directory holds config.json and model.safetensors)");
+      fail(path, "missing (a Hugging Face model directory holds config.json and model.safetensors)");
   }
   HfModel m;
   m.config = read_config(ConfigReader(config_path));
@@ -268,23 +350,27 @@ HfModel read_hf(const std::string& dir, int padded_vocab_size) {
     fail(config_path, std::string("describes a model hsdp cannot build: ") + e.what());
   }
   const model::ModelLayout layout(m.config);
+  const model::GptConfig& c = layout.config();
   for (const model::UnitInfo& u : layout.units()) m.unit_params.emplace_back(u.numel);
 
   std::set<std::string> seen;
+  const bool head_param = layout.find_param("lm_head.weight") != nullptr;  // an untied Llama's
   for (const auto& [stored_name, entry] : weights.tensors()) {
-    if (is_mask_buffer(stored_name)) continue;
-    const std::string name = canonical_name(stored_name);
+    if (!c.llama() && is_mask_buffer(stored_name)) continue;
+    const std::string name = canonical_name(c, stored_name);
     if (!seen.insert(name).second) fail(weights_path, "holds '" + name + "' twice (with and without 'transformer.')");
-    if (name == "lm_head.weight") continue;  // checked against wte below
+    if (name == "lm_head.weight" && !head_param) continue;  // tied: checked against the embedding below
     const model::ParamInfo* p = layout.find_param(name);
-    if (p == nullptr) fail(weights_path, "tensor '" + stored_name + "' is not a parameter of hsdp's GPT-2");
-    if (entry.shape != hf_shape(*p)) {
+    if (p == nullptr) {
+      fail(weights_path, "tensor '" + stored_name + "' is not a parameter of hsdp's " + (c.llama() ? "Llama" : "GPT-2"));
+    }
+    if (entry.shape != hf_shape(c, *p)) {
       fail(weights_path, "tensor '" + stored_name + "' has shape " + shape_text(entry.shape) +
-                             "; config.json's model needs " + shape_text(hf_shape(*p)));
+                             "; config.json's model needs " + shape_text(hf_shape(c, *p)));
     }
     const std::vector<float> values = weights.floats(stored_name);
     float* dest = m.unit_params[static_cast<std::size_t>(p->unit)].data() + p->offset;
-    if (is_conv1d(*p)) {
+    if (is_conv1d(c, *p)) {
       transpose(values.data(), p->shape[1], p->shape[0], dest);
     } else {
       std::memcpy(dest, values.data(), values.size() * sizeof(float));
@@ -293,12 +379,12 @@ HfModel read_hf(const std::string& dir, int padded_vocab_size) {
   for (const model::ParamInfo& p : layout.params()) {
     if (!seen.contains(p.name)) fail(weights_path, "has no tensor '" + p.name + "'");
   }
-  if (seen.contains("lm_head.weight")) {
-    const model::ParamInfo& wte = layout.param("transformer.wte.weight");
+  if (seen.contains("lm_head.weight") && !head_param) {
+    const model::ParamInfo& wte = layout.param(c.llama() ? "model.embed_tokens.weight" : "transformer.wte.weight");
     const std::vector<float> head = weights.floats("lm_head.weight");
     const float* embedding = m.unit_params[static_cast<std::size_t>(wte.unit)].data() + wte.offset;
     if (head.size() != wte.logical_numel() || std::memcmp(head.data(), embedding, head.size() * sizeof(float)) != 0) {
-      fail(weights_path, "lm_head.weight differs from transformer.wte.weight; hsdp ties the LM head to the embedding");
+      fail(weights_path, "lm_head.weight differs from " + wte.name + "; config.json ties the LM head to the embedding");
     }
   }
   return m;

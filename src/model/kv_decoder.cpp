@@ -5,6 +5,7 @@
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/model/layers.hpp"
+#include "hsdp/model/llama_layers.hpp"
 
 namespace hsdp::model {
 namespace {
@@ -21,19 +22,23 @@ KvDecoder<T>::KvDecoder(const ModelLayout& layout, MemoryAccountant& accountant)
   L_ = cfg.n_layer;
   V_ = cfg.vocab_size;
   Vp_ = cfg.padded_vocab_size;
+  K_ = cfg.kv_heads() * cfg.head_size();
+  F_ = cfg.ffn();
   const auto c = static_cast<std::size_t>(C_);
-  kv_.reset(static_cast<std::size_t>(L_) * static_cast<std::size_t>(cfg.block_size) * 2 * c, &accountant, kActs);
+  const auto k = static_cast<std::size_t>(K_), f = static_cast<std::size_t>(F_);
+  kv_.reset(static_cast<std::size_t>(L_) * static_cast<std::size_t>(cfg.block_size) * 2 * k, &accountant, kActs);
   x_.reset(c, &accountant, kActs);
   ln_.reset(c, &accountant, kActs);
   mean_.reset(1, &accountant, kActs);
   rstd_.reset(1, &accountant, kActs);
-  qkv_.reset(3 * c, &accountant, kActs);
+  qkv_.reset(c + 2 * k, &accountant, kActs);
   atty_.reset(c, &accountant, kActs);
   att_row_.reset(static_cast<std::size_t>(NH_) * static_cast<std::size_t>(cfg.block_size), &accountant, kActs);
   branch_out_.reset(c, &accountant, kActs);
   res2_.reset(c, &accountant, kActs);
-  fch_.reset(4 * c, &accountant, kActs);
-  fch_gelu_.reset(4 * c, &accountant, kActs);
+  fch_.reset(f, &accountant, kActs);
+  fch_gelu_.reset(f, &accountant, kActs);
+  if (cfg.llama()) swiglu_.reset(f, &accountant, kActs);
   logits_.reset(static_cast<std::size_t>(Vp_), &accountant, kActs);
 }
 
@@ -57,6 +62,35 @@ void KvDecoder<T>::block_step(int block, const T* p) {
   residual_forward(x_.data(), res2_.data(), branch_out_.data(), c);
 }
 
+// The same sequence of kernels as Gpt::llama_block_forward_into on the one row; q and k turn by the angle of the
+// position, so the cache holds every key already rotated.
+template <typename T>
+void KvDecoder<T>::llama_block_step(int block, const T* p) {
+  const LlamaBlockOffsets& o = layout_.llama_block_offsets();
+  const GptConfig& cfg = layout_.config();
+  const int C = C_, hs = cfg.head_size(), NKV = cfg.kv_heads();
+  const auto c = static_cast<std::size_t>(C), k = static_cast<std::size_t>(K_);
+  T* kv = kv_.data() + static_cast<std::size_t>(block) * static_cast<std::size_t>(capacity()) * 2 * k;
+  T* q = qkv_.data();
+  T* kv_row = kv + static_cast<std::size_t>(position_) * 2 * k;  // k | v, written in place
+  const T* none = nullptr;
+  rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), p + o.input_norm, 1, C, cfg.norm_eps);
+  matmul_forward(q, ln_.data(), p + o.q_proj, none, 1, C, C);
+  matmul_forward(kv_row, ln_.data(), p + o.k_proj, none, 1, C, K_);
+  matmul_forward(kv_row + k, ln_.data(), p + o.v_proj, none, 1, C, K_);
+  rope_forward(q, 1, 1, NH_, hs, cfg.rope_theta, position_);
+  rope_forward(kv_row, 1, 1, NKV, hs, cfg.rope_theta, position_);
+  gqa_attention_decode_forward(atty_.data(), att_row_.data(), q, kv, position_, NH_, NKV, hs);
+  matmul_forward(branch_out_.data(), atty_.data(), p + o.o_proj, none, 1, C, C);
+  residual_forward(res2_.data(), x_.data(), branch_out_.data(), c);
+  rmsnorm_forward(ln_.data(), rstd_.data(), res2_.data(), p + o.post_norm, 1, C, cfg.norm_eps);
+  matmul_forward(fch_.data(), ln_.data(), p + o.gate_proj, none, 1, C, F_);
+  matmul_forward(fch_gelu_.data(), ln_.data(), p + o.up_proj, none, 1, C, F_);
+  swiglu_forward(swiglu_.data(), fch_.data(), fch_gelu_.data(), static_cast<std::size_t>(F_));
+  matmul_forward(branch_out_.data(), swiglu_.data(), p + o.down_proj, none, 1, F_, C);
+  residual_forward(x_.data(), res2_.data(), branch_out_.data(), c);
+}
+
 template <typename T>
 std::span<const T> KvDecoder<T>::step(std::int32_t token, std::span<const T* const> params) {
   if (params.size() != static_cast<std::size_t>(layout_.num_units())) {
@@ -72,13 +106,20 @@ std::span<const T> KvDecoder<T>::step(std::int32_t token, std::span<const T* con
   }
   const T* emb = params[ModelLayout::embedding_unit()];
   const EmbeddingOffsets& e = layout_.embedding_offsets();
-  // wpe row `position_` as the row 0 of a one-position sequence
-  encoder_forward(x_.data(), &token, emb + e.wte, emb + e.wpe + static_cast<std::size_t>(position_) * C_, 1, 1, C_);
-  for (int i = 0; i < L_; ++i) block_step(i, params[ModelLayout::block_unit(i)]);
   const T* fin = params[layout_.final_norm_unit()];
   const FinalNormOffsets& f = layout_.final_norm_offsets();
-  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x_.data(), fin + f.weight, fin + f.bias, 1, C_);
-  lm_head_forward(logits_.data(), ln_.data(), emb + e.wte, 1, C_, V_, Vp_);
+  if (layout_.config().llama()) {
+    encoder_forward(x_.data(), &token, emb + e.wte, static_cast<const T*>(nullptr), 1, 1, C_);
+    for (int i = 0; i < L_; ++i) llama_block_step(i, params[ModelLayout::block_unit(i)]);
+    rmsnorm_forward(ln_.data(), rstd_.data(), x_.data(), fin + f.weight, 1, C_, layout_.config().norm_eps);
+    lm_head_forward(logits_.data(), ln_.data(), f.head != kNoOffset ? fin + f.head : emb + e.wte, 1, C_, V_, Vp_);
+  } else {
+    // wpe row `position_` as the row 0 of a one-position sequence
+    encoder_forward(x_.data(), &token, emb + e.wte, emb + e.wpe + static_cast<std::size_t>(position_) * C_, 1, 1, C_);
+    for (int i = 0; i < L_; ++i) block_step(i, params[ModelLayout::block_unit(i)]);
+    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x_.data(), fin + f.weight, fin + f.bias, 1, C_);
+    lm_head_forward(logits_.data(), ln_.data(), emb + e.wte, 1, C_, V_, Vp_);
+  }
   ++position_;
   return logits_.span().first(static_cast<std::size_t>(V_));
 }

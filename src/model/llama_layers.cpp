@@ -155,6 +155,42 @@ void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, i
       static_cast<std::int64_t>(T_) * hs);
 }
 
+// One row of gqa_attention_forward: scores, the softmax and the weighted values in the same order of operations.
+template <typename T>
+void gqa_attention_decode_forward(T* out, T* att_row, const T* q, const T* kv, int t, int NH, int NKV, int hs) {
+  const int group = NH / NKV;
+  const std::int64_t ks = static_cast<std::int64_t>(NKV) * hs, row = 2 * ks;
+  const T scale = T(1) / std::sqrt(static_cast<T>(hs));
+  device::parallel_for(
+      NH,
+      [&](std::int64_t h) {
+        const std::int64_t kvh = h / group;
+        const T* qr = q + h * hs;
+        T* a = att_row + h * (t + 1);
+        T max_score = -std::numeric_limits<T>::infinity();
+        for (std::int64_t j = 0; j <= t; ++j) {
+          const T* kr = kv + j * row + kvh * hs;
+          T dot = 0;
+          for (int i = 0; i < hs; ++i) dot += qr[i] * kr[i];
+          a[j] = dot * scale;
+          max_score = a[j] > max_score ? a[j] : max_score;
+        }
+        T sum = 0;
+        for (std::int64_t j = 0; j <= t; ++j) {
+          a[j] = std::exp(a[j] - max_score);
+          sum += a[j];
+        }
+        for (std::int64_t j = 0; j <= t; ++j) a[j] /= sum;
+        T* o = out + h * hs;
+        for (int i = 0; i < hs; ++i) o[i] = T(0);
+        for (std::int64_t j = 0; j <= t; ++j) {
+          const T* vr = kv + j * row + ks + kvh * hs;
+          for (int i = 0; i < hs; ++i) o[i] += a[j] * vr[i];
+        }
+      },
+      static_cast<std::int64_t>(t + 1) * hs);
+}
+
 // Per (batch, key/value head): the group's query heads in order, each row t in order, so every dk and dv element is
 // summed by one thread in a fixed order.
 template <typename T>
@@ -211,6 +247,7 @@ void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, cons
   template void swiglu_forward<T>(T*, const T*, const T*, std::size_t);                                           \
   template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, std::size_t);                            \
   template void gqa_attention_forward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, int);          \
+  template void gqa_attention_decode_forward<T>(T*, T*, const T*, const T*, int, int, int, int);               \
   template void gqa_attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, int, int, \
                                           int, int, int);
 HSDP_LLAMA_LAYERS(float)

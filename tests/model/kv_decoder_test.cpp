@@ -34,7 +34,8 @@ GptConfig decoder_config() {
 template <typename T>
 void random_params(const ModelLayout& layout, UnitBuffers<T>& params) {
   for (const ParamInfo& p : layout.params()) {
-    const bool is_ln_weight = p.name.find("ln_") != std::string::npos && p.name.ends_with(".weight");
+    const bool is_ln_weight = (p.name.find("ln_") != std::string::npos && p.name.ends_with(".weight")) ||
+                              p.name.find("norm") != std::string::npos;  // a Llama's RMSNorm weights
     const auto values =
         testing::random_values(p.logical_numel(), stream_seed(5, p.name), 0.3, is_ln_weight ? 1.0 : 0.0);
     std::transform(values.begin(), values.end(), params.param(p).begin(), [](double v) { return static_cast<T>(v); });
@@ -50,9 +51,19 @@ std::vector<std::int32_t> random_tokens(int n, int vocab) {
 
 // max over positions and vocabulary of |decoded - full| / max |full|: logits of the cached decode against the
 // rows of one full forward (Gpt::evaluate) of the same tokens.
+// The same shape as a Llama: 4 query heads over 2 key/value heads (or tied, multi-head), SwiGLU width 96.
+GptConfig llama_decoder_config(bool tied) {
+  GptConfig c = decoder_config();
+  c.arch = Arch::llama;
+  c.n_kv_head = tied ? 0 : 2;
+  c.ffn_dim = 96;
+  c.tie_embeddings = tied;
+  return c;
+}
+
 template <typename T>
-double decode_vs_full_forward() {
-  const ModelLayout layout(decoder_config());
+double decode_vs_full_forward(const GptConfig& config = decoder_config()) {
+  const ModelLayout layout(config);
   const GptConfig& c = layout.config();
   UnitBuffers<T> params(layout);
   random_params(layout, params);
@@ -90,6 +101,19 @@ TEST(KvDecoder, CachedDecodeLogits_EqualFullForwardLogits_AtEveryPosition_Float)
   const double difference = decode_vs_full_forward<float>();
   std::cout << "float: max |cached - full| / max |full| = " << difference << "\n";
   EXPECT_LE(difference, 1e-5);
+}
+
+// A Llama: the cache holds keys rotated at their positions and the query turns by the new position's angle (the
+// same angle code as the full forward), attention is gqa_attention_forward's row code; the GEMMs' K <= 96 here, so
+// the same bounds hold.
+TEST(KvDecoder, Llama_CachedDecodeLogits_EqualFullForwardLogits_AtEveryPosition) {
+  for (const bool tied : {false, true}) {
+    const double d = decode_vs_full_forward<double>(llama_decoder_config(tied));
+    const double f = decode_vs_full_forward<float>(llama_decoder_config(tied));
+    std::cout << (tied ? "llama tied" : "llama GQA") << ": double " << d << ", float " << f << "\n";
+    EXPECT_LE(d, 1e-12);
+    EXPECT_LE(f, 1e-5);
+  }
 }
 
 TEST(KvDecoder, Reset_DecodesTheSameLogitsAgain_BitForBit) {

@@ -56,7 +56,10 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 
 std::string describe_model(const model::GptConfig& c) {
   const model::ModelLayout layout(c);
-  return "n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
+  const std::string llama = c.llama() ? "llama (n_kv_head " + std::to_string(c.kv_heads()) + ", ffn_dim " +
+                                            std::to_string(c.ffn()) + (c.tie_embeddings ? ", tied head), " : "), ")
+                                      : "";
+  return llama + "n_layer " + std::to_string(c.n_layer) + ", n_head " + std::to_string(c.n_head) + ", n_embd " +
          std::to_string(c.n_embd) + ", block_size " + std::to_string(c.block_size) + ", vocab_size " +
          std::to_string(c.vocab_size) + " (padded " + std::to_string(c.padded_vocab_size) +
          "): " + std::to_string(layout.logical_numel()) + " parameters";
@@ -196,7 +199,12 @@ int run_export(const std::vector<std::string>& args) {
                         "  llmc         llm.c's GPT-2 model file (train_gpt2.c, version 3, fp32): 256-int32 header\n"
                         "               {20240326, 3, maxT, V, L, NH, C, Vp}, then the tensors in llm.c's order with\n"
                         "               wte padded to Vp rows of zeros.\n"
-                        "  hf           a Hugging Face transformers GPT-2 directory: OUT/config.json (GPT2Config:\n"
+                        "               A Llama's names are LlamaForCausalLM's (lm_head.weight its own unless\n"
+                        "               tied). llmc is GPT-2 only.\n"
+                        "  hf           a Hugging Face transformers directory. A Llama: OUT/config.json (LlamaConfig)\n"
+                        "               and OUT/model.safetensors (LlamaForCausalLM names, [out, in], q/k in\n"
+                        "               transformers' rotate_half layout: no permutation), for\n"
+                        "               LlamaForCausalLM.from_pretrained(OUT). A GPT-2: OUT/config.json (GPT2Config:\n"
                         "               vocab_size not padded, n_positions = n_ctx = block_size, gelu_new,\n"
                         "               layer_norm_epsilon 1e-05, tie_word_embeddings) and OUT/model.safetensors\n"
                         "               (GPT2LMHeadModel names; Conv1D weights [in, out], the transpose of nanoGPT's;\n"
@@ -216,7 +224,7 @@ int run_export(const std::vector<std::string>& args) {
   const model::ModelLayout layout(full.config);
   if (format == "safetensors") {
     ckpt::SafetensorsOptions st;
-    st.tied_lm_head = !(*vm)["no-lm-head"].as<bool>();
+    st.tied_lm_head = full.config.tied_head() && !(*vm)["no-lm-head"].as<bool>();
     st.metadata = {{"format", "pt"},
                    {"source", path},
                    {"step", std::to_string(full.state.step)},
@@ -224,6 +232,10 @@ int run_export(const std::vector<std::string>& args) {
                    {"hsdp_version", HSDP_VERSION}};
     ckpt::write_safetensors(output, layout, full.params, st);
   } else if (format == "llmc") {
+    if (full.config.llama()) {
+      throw Error(ErrorKind::config, "--format llmc: llm.c's model file holds GPT-2 only, and '" + path +
+                                         "' is a Llama (model.arch=llama); use --format hf or safetensors");
+    }
     ckpt::write_llmc(output, layout, full.params);
   } else {
     const data::Tokenizer tokenizer =
@@ -261,7 +273,9 @@ int run_import(const std::vector<std::string>& args) {
                         "import into a run directory and write its name into <dir>/latest yourself.\n"
                         "  llmc  llm.c's model file; its padded vocabulary rows are not kept (a warning says if they\n"
                         "        were not zero).\n"
-                        "  hf    DIR/config.json and DIR/model.safetensors of a GPT-2 (hsdp-ckpt export --format hf, or\n"
+                        "  hf    DIR/config.json and DIR/model.safetensors of a Llama (model_type llama: SiLU, no biases,\n"
+                        "        no rope_scaling; the deck gets its model.arch=llama keys) or of a GPT-2 (hsdp-ckpt\n"
+                        "        export --format hf, or\n"
                         "        transformers' save_pretrained: names with or without 'transformer.', F32). The model\n"
                         "        must be one hsdp runs: gelu_new, layer_norm_epsilon 1e-05, n_inner 4 * n_embd, a\n"
                         "        tied head (lm_head.weight, if present, must equal wte); exit 2 naming the key if not.\n"
@@ -297,15 +311,21 @@ int run_import(const std::vector<std::string>& args) {
     ckpt::HfModel imported = ckpt::read_hf(input, padded);
     full = ckpt::empty_checkpoint(imported.config);
     full.params = std::move(imported.unit_params);
-    source = "Hugging Face GPT-2 directory";
+    source = std::string("Hugging Face ") + (imported.config.llama() ? "Llama" : "GPT-2") + " directory";
   }
   const model::GptConfig& c = full.config;
   std::ostringstream deck;
   deck << "# Imported from '" << input << "' (" << source << ") by hsdp-ckpt import.\n"
        << "[model]\n"
+       << "arch = " << model::arch_name(c.arch) << "\n"
        << "n_layer = " << c.n_layer << "\nn_head = " << c.n_head << "\nn_embd = " << c.n_embd
        << "\nblock_size = " << c.block_size << "\nvocab_size = " << c.vocab_size
        << "\npadded_vocab_size = " << c.padded_vocab_size << "\n";
+  if (c.llama()) {
+    deck.precision(17);
+    deck << "n_kv_head = " << c.kv_heads() << "\nffn_dim = " << c.ffn() << "\nrope_theta = " << c.rope_theta
+         << "\nnorm_eps = " << c.norm_eps << "\ntie_embeddings = " << (c.tie_embeddings ? "true" : "false") << "\n";
+  }
   full.state.deck_text = deck.str();
   full.state.strategy = "imported";
   full.state.world_size = 1;

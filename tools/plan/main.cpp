@@ -34,11 +34,10 @@ sends per link class (summed over all ranks: the job-wide figure, as hsdp-train'
 bytes_inter; the busiest rank's, as its *_max_rank; and rank 0's), a predicted step time, and a recommendation
 with its reason (also why a row predicted faster is not recommended) and the deck keys that select it in hsdp-train.
 
-The model: the deck's [model] (GPT-2, planned with hsdp's ModelLayout and the formulas the engine is tested
-against), or --model (GPT-2 shapes the same way; Llama shapes as embedding, L equal blocks and a final unit holding
-the norm and the untied LM head, with Llama's parameter counts; their activations as GPT-2-style blocks of Llama's
-width and MLP size). --model replaces the deck's [model]; --model.KEY=VALUE given on the command line then changes
-the named shape (GPT-2: every model key; Llama: model.n_layer and model.vocab_size, other keys are an error).
+The model: the deck's [model] (GPT-2 or model.arch=llama, planned with hsdp's ModelLayout and the formulas the
+engine is tested against), or --model (a named shape, the same way: a Llama's units are the embedding, L blocks
+and a final unit holding the norm and the untied LM head). --model replaces the deck's [model]; --model.KEY=VALUE
+given on the command line then changes the named shape (any model key, e.g. --model.n_layer=6).
 micro-batch, sequence length, grad_accum, train.activation_checkpointing (true: every row is planned with it),
 precision, prefetch, bucket size and the [zeropp] block and grad_bits come from the deck, with or without --model;
 the flags below override them. Nodes are emulated as hsdp-train's

@@ -1,5 +1,15 @@
 #pragma once
-// A Hugging Face transformers GPT-2 directory, from (and to) hsdp's unit buffers:
+// A Hugging Face transformers directory, from (and to) hsdp's unit buffers. A Llama (model.arch=llama):
+//   DIR/config.json        LlamaConfig: model_type llama, architectures [LlamaForCausalLM], hidden_size,
+//                          intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+//                          max_position_embeddings = block_size, rms_norm_eps, rope_theta, rope_scaling null,
+//                          tie_word_embeddings, hidden_act silu, no biases, vocab_size (not padded)
+//   DIR/model.safetensors  LlamaForCausalLM's names (hsdp's own: model.embed_tokens.weight, model.layers.<i>.self_attn.
+//                          q_proj.weight, ..., lm_head.weight unless tied), nn.Linear [out, in] as hsdp's; q_proj and
+//                          k_proj need no permutation: hsdp's RoPE is transformers' rotate_half layout already (the
+//                          permutation transformers' convert_llama_weights_to_hf applies to Meta's interleaved
+//                          checkpoints produces that layout)
+// so that LlamaForCausalLM.from_pretrained(DIR) loads it. A GPT-2:
 //   DIR/config.json        GPT2Config: model_type gpt2, architectures [GPT2LMHeadModel], vocab_size (not padded),
 //                          n_positions = n_ctx = block_size, n_embd, n_layer, n_head, activation_function gelu_new
 //                          (hsdp's tanh GELU), layer_norm_epsilon 1e-5, tie_word_embeddings true, dropouts 0
@@ -40,7 +50,8 @@ struct HfModel {
   model::GptConfig config;
   std::vector<Buffer<float>> unit_params;  // one per unit of ModelLayout(config); padded wte rows zero
 };
-// Reads a GPT-2 directory written by write_hf or by transformers' save_pretrained (names with or without the
+// Reads a Llama directory (model_type llama: the keys above; transformers' defaults for absent rms_norm_eps 1e-6,
+// rope_theta 1e4, untied head) or a GPT-2 directory written by write_hf or by transformers' save_pretrained (names with or without the
 // "transformer." prefix; the attention-mask buffers attn.bias / attn.masked_bias of older files are skipped;
 // lm_head.weight, if present, must equal wte). padded_vocab_size: 0 takes the file's hsdp_padded_vocab_size, else
 // vocab_size rounded up to a multiple of 128 (hsdp-train's default). A checkpoint Error names the file and the key

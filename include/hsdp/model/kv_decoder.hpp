@@ -1,9 +1,10 @@
 #pragma once
-// KvDecoder<T>: GPT-2 inference one position at a time with a key/value cache, for text generation.
+// KvDecoder<T>: inference one position at a time with a key/value cache, for text generation (GPT-2 or Llama).
 //
 // step(token) runs the next position through the embedding, every block and the head with the layers' own kernels
 // (one row each), appends the position's keys and values to its block's cache ([block_size, 2C] per block: k | v
-// per row) and attends over the cached positions (attention_decode_forward). Decoding n tokens therefore evaluates
+// per row; a Llama's [block_size, 2K], its keys rotated at their position) and attends over the cached positions
+// (attention_decode_forward, gqa_attention_decode_forward). Decoding n tokens therefore evaluates
 // each block n times on one row, instead of the n (n + 1) / 2 rows of a full forward per new token.
 //
 // The logits of position t equal the row t of Gpt::evaluate over the same tokens up to rounding: attention runs
@@ -36,14 +37,15 @@ class KvDecoder {
 
  private:
   void block_step(int block, const T* params);
+  void llama_block_step(int block, const T* params);
 
   ModelLayout layout_;
-  int C_, NH_, L_, V_, Vp_;
+  int C_, NH_, L_, V_, Vp_, K_, F_;
   int position_ = 0;
 
-  Buffer<T> kv_;  // [L, block_size, 2C]
-  // one row of activations
-  Buffer<T> x_, ln_, mean_, rstd_, qkv_, atty_, att_row_, branch_out_, res2_, fch_, fch_gelu_, logits_;
+  Buffer<T> kv_;  // [L, block_size, 2C] (a Llama's: 2K)
+  // one row of activations (a Llama's: qkv_ q | k | v, fch_ gate, fch_gelu_ up, swiglu_)
+  Buffer<T> x_, ln_, mean_, rstd_, qkv_, atty_, att_row_, branch_out_, res2_, fch_, fch_gelu_, swiglu_, logits_;
 };
 
 extern template class KvDecoder<float>;

@@ -39,6 +39,11 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
 // the diagonal). NH must be a multiple of NKV.
 template <typename T>
 void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int B, int T_, int NH, int NKV, int hs);
+// The attention of one new position t (a single sequence) over a key/value cache kv [t + 1, 2 K] (row j: k_j | v_j,
+// K = NKV * hs): out [NH * hs] and att_row [NH, t + 1] are row t of gqa_attention_forward over the same keys and
+// values, computed by the same code (q: the new position's query, already rotated).
+template <typename T>
+void gqa_attention_decode_forward(T* out, T* att_row, const T* q, const T* kv, int t, int NH, int NKV, int hs);
 template <typename T>
 void gqa_attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* q, const T* k, const T* v, const T* att,
                             int B, int T_, int NH, int NKV, int hs);
