@@ -411,10 +411,6 @@ train::TrainOptions train_options(const ConfigDeck& deck) {
                  ") must be 0 or >= model.vocab_size (" + std::to_string(o.model.vocab_size) + ")");
   }
   o.model.validate();
-  if (o.model.llama() && o.device_type == device::DeviceType::cuda) {
-    throw_config("model.arch=llama has no GPU kernels yet: use device.type=cpu (RMSNorm, RoPE, SwiGLU and "
-                 "grouped-query attention on the GPU are not written)");
-  }
   if (o.seq_len > o.model.block_size) {
     throw_config("train.seq_len (" + std::to_string(o.seq_len) + ") exceeds model.block_size (" +
                  std::to_string(o.model.block_size) + ")");

@@ -1,5 +1,7 @@
 #include "hsdp/model/gpu_activations.hpp"
 
+#include <algorithm>
+
 namespace hsdp::model {
 
 namespace {
@@ -22,6 +24,10 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t m
                                         bool checkpointing, std::size_t e) {
   const auto n = static_cast<std::size_t>(micro_batch * seq_len);
   const auto c = static_cast<std::size_t>(a.n_embd), f = static_cast<std::size_t>(a.ffn);
+  const bool llama = a.arch == Arch::llama;
+  const std::size_t qkv = c + 2 * (llama ? static_cast<std::size_t>(a.kv_width) : c);
+  const std::size_t llama_f = llama ? f : 0;  // swiglu, d_up
+  const std::size_t mean = llama ? 0 : 1;     // LayerNorm's mean; RMSNorm has none
   const auto scores = static_cast<std::size_t>(micro_batch * a.n_head * seq_len * seq_len);
   GpuActivationArena arena;
   const auto take = [&arena](std::size_t bytes) {
@@ -33,17 +39,18 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t m
   // In GpuSlice's order.
   for (const std::size_t bytes :
        {i32 * n, i32 * n, e * static_cast<std::size_t>(a.n_layer + 1) * n * c, e * n * c,
-        e * n * static_cast<std::size_t>(a.padded_vocab), f32 * n, f32 * n, f32 * n, e * n * c, e * n * c, e * n * c,
-        e * 3 * n * c, e * n * f, e * n * f, f32 * gpu_column_scratch_floats(a.ffn, 2),
-        gpu_attention_scratch_bytes(seq_len, a.n_head)}) {
+        e * n * static_cast<std::size_t>(a.padded_vocab), f32 * n * mean, f32 * n, f32 * n, e * n * c, e * n * c,
+        e * n * c, e * n * qkv, e * n * f, e * n * f, f32 * gpu_column_scratch_floats(std::max(a.ffn, a.n_embd), 2),
+        gpu_attention_scratch_bytes(seq_len, a.n_head), e * n * llama_f}) {
     arena.shared.push_back(take(bytes));
   }
   const std::int64_t sets = checkpointing ? 1 : a.n_layer;
   for (std::int64_t s = 0; s < sets; ++s) {
     std::vector<GpuActivationArena::Slice>& block = arena.blocks.emplace_back();
     // In GpuBlockSlice's order.
-    for (const std::size_t bytes : {e * n * c, e * 3 * n * c, e * scores, e * n * c, e * n * c, e * n * c, e * n * c,
-                                    e * n * f, e * n * f, e * n * c, f32 * n, f32 * n, f32 * n, f32 * n}) {
+    for (const std::size_t bytes : {e * n * c, e * n * qkv, e * scores, e * n * c, e * n * c, e * n * c, e * n * c,
+                                    e * n * f, e * n * f, e * n * c, f32 * n * mean, f32 * n, f32 * n * mean, f32 * n,
+                                    e * n * llama_f}) {
       block.push_back(take(bytes));
     }
   }

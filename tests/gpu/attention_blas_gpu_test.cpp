@@ -9,6 +9,7 @@
 #include "hsdp/device/cuda/blas.hpp"
 #include "hsdp/model/cuda/layers.hpp"
 #include "hsdp/model/layers.hpp"
+#include "hsdp/model/llama_layers.hpp"
 
 namespace hsdp::gpu_testing {
 namespace {
@@ -75,6 +76,67 @@ TYPED_TEST(AttentionBlasGpu, Attention_ForwardAndBackward_MatchCpu) {
                            s.C, s.NH, this->stream());
     const auto again = this->download(d_again);
     EXPECT_EQ(0, std::memcmp(again.data(), got_dqkv.data(), again.size() * sizeof(T))) << "not deterministic";
+  }
+}
+
+// Grouped-query attention over q | k | v rows against the CPU's gqa_attention on separate buffers: 4 query heads over
+// 2 and over 1 key/value heads (T = 67: not a multiple of the softmax kernels' blocks), head size 24 (not a multiple
+// of the warp); and 2 over 2, which is GPT-2's attention_forward on the same rows, bit for bit.
+TYPED_TEST(AttentionBlasGpu, GroupedQueryAttention_ForwardAndBackward_MatchCpu) {
+  using T = TypeParam;
+  struct Shape {
+    int B, T_, NH, NKV, hs;
+  };
+  for (const Shape s : {Shape{2, 67, 4, 2, 24}, Shape{1, 40, 4, 1, 24}, Shape{2, 33, 2, 2, 32}}) {
+    const int C = s.NH * s.hs, K = s.NKV * s.hs, RS = C + 2 * K, N = s.B * s.T_;
+    const std::size_t att_n = static_cast<std::size_t>(s.B) * s.NH * s.T_ * s.T_;
+    const auto rows = inputs<T>(static_cast<std::size_t>(N) * RS, 60, -2.0f, 2.0f);
+    const auto dout = inputs<T>(static_cast<std::size_t>(N) * C, 61);
+    std::vector<float> q, k, v;
+    for (int n = 0; n < N; ++n) {
+      q.insert(q.end(), rows.begin() + n * RS, rows.begin() + n * RS + C);
+      k.insert(k.end(), rows.begin() + n * RS + C, rows.begin() + n * RS + C + K);
+      v.insert(v.end(), rows.begin() + n * RS + C + K, rows.begin() + (n + 1) * RS);
+    }
+    std::vector<float> out(static_cast<std::size_t>(N) * C), att(att_n);
+    model::gqa_attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s.B, s.T_, s.NH, s.NKV, s.hs);
+
+    auto d_rows = this->upload(as<T>(rows)), d_dout = this->upload(as<T>(dout));
+    cuda::DeviceBuffer<T> d_out(out.size()), d_att(att_n);
+    cuda::DeviceBuffer<std::uint8_t> scratch(mc::attention_scratch_bytes(s.T_, s.NH));
+    cuda::BlasLt blas;
+    mc::gqa_attention_forward(blas, d_out.data(), d_att.data(), d_rows.data(), scratch.data(), s.B, s.T_, s.NH, s.NKV,
+                              s.hs, this->stream());
+    const auto got_out = this->download(d_out);
+    const auto got_att = floats(this->download(d_att));
+    EXPECT_TRUE(close(floats(got_out), out, tol<T>())) << "out, NKV=" << s.NKV;
+    EXPECT_TRUE(close(got_att, att, tol<T>())) << "att, NKV=" << s.NKV;
+
+    // The backward reference takes the GPU's probabilities (as the GPT-2 test above).
+    std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+    model::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                                  got_att.data(), s.B, s.T_, s.NH, s.NKV, s.hs);
+    auto d_drows = this->upload(as<T>(std::vector<float>(rows.size(), 0.0f)));
+    mc::gqa_attention_backward(blas, d_drows.data(), scratch.data(), d_dout.data(), d_rows.data(), d_att.data(), s.B,
+                               s.T_, s.NH, s.NKV, s.hs, this->stream());
+    const auto got = floats(this->download(d_drows));
+    std::vector<float> got_dq, got_dk, got_dv;
+    for (int n = 0; n < N; ++n) {
+      got_dq.insert(got_dq.end(), got.begin() + n * RS, got.begin() + n * RS + C);
+      got_dk.insert(got_dk.end(), got.begin() + n * RS + C, got.begin() + n * RS + C + K);
+      got_dv.insert(got_dv.end(), got.begin() + n * RS + C + K, got.begin() + (n + 1) * RS);
+    }
+    EXPECT_TRUE(close(got_dq, dq, tol<T>())) << "dq, NKV=" << s.NKV;
+    EXPECT_TRUE(close(got_dk, dk, tol<T>())) << "dk, NKV=" << s.NKV;
+    EXPECT_TRUE(close(got_dv, dv, tol<T>())) << "dv, NKV=" << s.NKV;
+
+    if (s.NKV == s.NH) {  // multi-head: GPT-2's entry point on the same q | k | v rows gives the same bits
+      cuda::DeviceBuffer<T> d_out2(out.size()), d_att2(att_n);
+      mc::attention_forward(blas, d_out2.data(), d_att2.data(), d_rows.data(), scratch.data(), s.B, s.T_, C, s.NH,
+                            this->stream());
+      const auto out2 = this->download(d_out2);
+      EXPECT_EQ(0, std::memcmp(out2.data(), got_out.data(), out2.size() * sizeof(T))) << "GPT-2 entry point differs";
+    }
   }
 }
 

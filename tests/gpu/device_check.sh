@@ -15,7 +15,8 @@
 #                                                   pack's BASELINE (DIR/build)
 #   tests/gpu/device_check.sh run [DIR] [OUT] [all|tests|cpu]
 #                                                   there: the gtests (kernels, GPT by unit, DeviceOps, executor);
-#                                                   then (all) hsdp-selfcheck --device cuda on 1 rank, on 2x2 ranks
+#                                                   then (all) hsdp-selfcheck --device cuda on 1 rank (GPT-2, and
+#                                                   3 rows of a Llama), on 2x2 ranks
 #                                                   sharing the GPU (comm.intra=mpi) and with device.streams=check,
 #                                                   the checkpoint round trip 4 GPU ranks <-> 1 CPU rank, GPT-2 124M
 #                                                   through the engine (bench and hsdp-train) beside the baseline's
@@ -276,6 +277,10 @@ run() {
   echo "== hsdp-selfcheck, 1 cuda rank"
   "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --work "$out/selfcheck_1" \
     --json "$out/selfcheck.jsonl" || status=1
+  echo "== hsdp-selfcheck, 1 cuda rank, a Llama (input/llama_tiny.ini: RMSNorm, RoPE, SwiGLU, GQA kernels)"
+  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
+    --rows no_shard,full_shard\ bf16,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_llama" \
+    --json "$out/selfcheck_llama.jsonl" || status=1
   echo "== hsdp-selfcheck, 2x2 cuda ranks sharing the GPU"
   "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 10 --set comm.intra=mpi \
     --work "$out/selfcheck_2x2" --json "$out/selfcheck_2x2.jsonl" || status=1

@@ -14,6 +14,7 @@
 #include "gpu_test_util.hpp"
 #include "hsdp/model/cuda/layers.hpp"
 #include "hsdp/model/layers.hpp"
+#include "hsdp/model/llama_layers.hpp"
 
 namespace hsdp::gpu_testing {
 namespace {
@@ -94,6 +95,85 @@ TYPED_TEST(LayersGpu, LayerNorm_ForwardAndBackward_MatchCpu) {
     EXPECT_TRUE(close(this->download(d_dw), dw, kF32Reduction)) << "dweight, C=" << C;
     EXPECT_TRUE(close(this->download(d_db), db, kF32Reduction)) << "dbias, C=" << C;
   }
+}
+
+// The Llama family's layers. RMSNorm: C = 768 and 100 (not a multiple of the warp), N = 37 rows.
+TYPED_TEST(LayersGpu, RmsNorm_ForwardAndBackward_MatchCpu) {
+  using T = TypeParam;
+  for (const int C : {768, 100}) {
+    const int N = 37;
+    const double eps = 1e-5;
+    const auto x = inputs<T>(N * C, 20, -2.0f, 3.0f), w = inputs<T>(C, 21, 0.5f, 1.5f), dout = inputs<T>(N * C, 22);
+    std::vector<float> out(N * C), rstd(N), dinp(N * C, 0.0f), dw(C, 0.0f);
+    model::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+    model::rmsnorm_backward(dinp.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+
+    auto d_x = this->upload(as<T>(x)), d_w = this->upload(as<T>(w)), d_dout = this->upload(as<T>(dout));
+    cuda::DeviceBuffer<T> d_out(out.size());
+    cuda::DeviceBuffer<float> d_rstd(N), d_dw(C), scratch(mc::column_sum_scratch_floats(C, 1));
+    auto d_dinp = this->upload(as<T>(std::vector<float>(N * C, 0.0f)));
+    cuda::zero_on_device(d_dw.data(), C, this->stream());
+    mc::rmsnorm_forward(d_out.data(), d_rstd.data(), d_x.data(), d_w.data(), N, C, static_cast<float>(eps),
+                        this->stream());
+    mc::rmsnorm_backward(d_dinp.data(), d_dw.data(), scratch.data(), d_dout.data(), d_x.data(), d_w.data(),
+                         d_rstd.data(), N, C, this->stream());
+    EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>(kF32Reduction))) << "out, C=" << C;
+    EXPECT_TRUE(close(this->download(d_rstd), rstd, kF32Reduction)) << "rstd, C=" << C;
+    EXPECT_TRUE(close(floats(this->download(d_dinp)), dinp, tol<T>(kF32Reduction))) << "dinp, C=" << C;
+    EXPECT_TRUE(close(this->download(d_dw), dw, kF32Reduction)) << "dweight, C=" << C;
+  }
+}
+
+// RoPE on the q and k parts of q | k | v rows (4 query heads, 2 key/value heads of 16 channels, T = 37 positions of
+// 2 sequences), forward and backward, against the CPU on separate q and k buffers; the backward undoes the forward.
+TYPED_TEST(LayersGpu, Rope_OnStridedRows_MatchesCpu_AndBackwardUndoesIt) {
+  using T = TypeParam;
+  const int B = 2, T_ = 37, NH = 4, NKV = 2, hs = 16, C = NH * hs, K = NKV * hs, RS = C + 2 * K;
+  const double theta = 10000.0;
+  const auto rows = inputs<T>(static_cast<std::size_t>(B) * T_ * RS, 23, -2.0f, 2.0f);
+  std::vector<float> q, k;
+  for (int n = 0; n < B * T_; ++n) {
+    q.insert(q.end(), rows.begin() + n * RS, rows.begin() + n * RS + C);
+    k.insert(k.end(), rows.begin() + n * RS + C, rows.begin() + n * RS + C + K);
+  }
+  model::rope_forward(q.data(), B, T_, NH, hs, theta);
+  model::rope_forward(k.data(), B, T_, NKV, hs, theta);
+  auto d_rows = this->upload(as<T>(rows));
+  mc::rope_forward(d_rows.data(), B, T_, NH, hs, RS, theta, this->stream());
+  mc::rope_forward(d_rows.data() + C, B, T_, NKV, hs, RS, theta, this->stream());
+  const auto got = floats(this->download(d_rows));
+  std::vector<float> got_q, got_k, got_v, want_v;
+  for (int n = 0; n < B * T_; ++n) {
+    got_q.insert(got_q.end(), got.begin() + n * RS, got.begin() + n * RS + C);
+    got_k.insert(got_k.end(), got.begin() + n * RS + C, got.begin() + n * RS + C + K);
+    got_v.insert(got_v.end(), got.begin() + n * RS + C + K, got.begin() + (n + 1) * RS);
+    want_v.insert(want_v.end(), rows.begin() + n * RS + C + K, rows.begin() + (n + 1) * RS);
+  }
+  EXPECT_TRUE(close(got_q, q, tol<T>(kF32Elementwise))) << "q";
+  EXPECT_TRUE(close(got_k, k, tol<T>(kF32Elementwise))) << "k";
+  EXPECT_EQ(got_v, want_v) << "v must stay untouched";
+  mc::rope_backward(d_rows.data(), B, T_, NH, hs, RS, theta, this->stream());
+  mc::rope_backward(d_rows.data() + C, B, T_, NKV, hs, RS, theta, this->stream());
+  // Turning back: the inputs again, up to two roundings (fp32: a few ulps of values below 2; bf16: two bf16 roundings).
+  EXPECT_TRUE(close(floats(this->download(d_rows)), rows, tol<T>(kF32Elementwise))) << "rope_backward(rope_forward(x))";
+}
+
+TYPED_TEST(LayersGpu, SwiGlu_ForwardAndBackward_MatchCpu_BackwardAdds) {
+  using T = TypeParam;
+  const std::size_t n = 1000;
+  const auto gate = inputs<T>(n, 24, -4.0f, 4.0f), up = inputs<T>(n, 25), dout = inputs<T>(n, 26);
+  const auto dgate0 = inputs<T>(n, 27), dup0 = inputs<T>(n, 28);
+  std::vector<float> out(n), dgate = dgate0, dup = dup0;
+  model::swiglu_forward(out.data(), gate.data(), up.data(), n);
+  model::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+  auto d_gate = this->upload(as<T>(gate)), d_up = this->upload(as<T>(up)), d_dout = this->upload(as<T>(dout));
+  auto d_dgate = this->upload(as<T>(dgate0)), d_dup = this->upload(as<T>(dup0));
+  cuda::DeviceBuffer<T> d_out(n);
+  mc::swiglu_forward(d_out.data(), d_gate.data(), d_up.data(), n, this->stream());
+  mc::swiglu_backward(d_dgate.data(), d_dup.data(), d_dout.data(), d_gate.data(), d_up.data(), n, this->stream());
+  EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>(kF32Elementwise))) << "out";
+  EXPECT_TRUE(close(floats(this->download(d_dgate)), dgate, tol<T>(kF32Elementwise))) << "dgate (added)";
+  EXPECT_TRUE(close(floats(this->download(d_dup)), dup, tol<T>(kF32Elementwise))) << "dup (added)";
 }
 
 TYPED_TEST(LayersGpu, GeluAndResidual_MatchCpu_BackwardAdds) {

@@ -22,20 +22,32 @@ std::vector<Case> cases() {
   GptConfig tiny;
   tiny.n_layer = 3, tiny.n_head = 5, tiny.n_embd = 40, tiny.block_size = 33, tiny.vocab_size = 70;
   tiny.padded_vocab_size = 77;  // sizes that are no multiple of the alignment
+  GptConfig llama = tiny;       // 6 query heads of 8 channels over 2 key/value heads, SwiGLU 100
+  llama.arch = Arch::llama, llama.n_head = 6, llama.n_embd = 48, llama.n_kv_head = 2, llama.ffn_dim = 100;
+  GptConfig narrow = llama;     // an MLP narrower than the model: the column sums' scratch follows C
+  narrow.ffn_dim = 20;
   return {{tiny, 3, 33, false, 4},
           {tiny, 1, 17, true, 2},
           {GptConfig::gpt2_124m(), 8, 1024, false, 2},
-          {GptConfig::gpt2_124m(), 8, 1024, true, 4}};
+          {GptConfig::gpt2_124m(), 8, 1024, true, 4},
+          {llama, 3, 33, false, 2},
+          {llama, 2, 20, true, 4},
+          {narrow, 1, 9, false, 4}};
 }
 
 // Unaligned bytes of everything, from the list in gpu_activations.hpp: the arena adds less than one alignment per
-// slice (16 shared, 14 per set).
+// slice (17 shared, 15 per set). A Llama: q | k | v of C + 2K, a swiglu slice per set and d_up, no LayerNorm means.
 std::int64_t closed_form(const Case& c) {
-  const std::int64_t n = c.B * c.T, C = c.config.n_embd, F = 4 * C, L = c.config.n_layer, H = c.config.n_head;
+  const GptConfig& g = c.config;
+  const bool llama = g.llama();
+  const std::int64_t n = c.B * c.T, C = g.n_embd, F = g.ffn(), L = g.n_layer, H = g.n_head;
+  const std::int64_t K = std::int64_t{g.kv_heads()} * g.head_size();
   const std::int64_t e = static_cast<std::int64_t>(c.element), sets = c.checkpointing ? 1 : L;
-  const std::int64_t shared = 8 * n + e * n * ((L + 1) * C + C + c.config.padded_vocab_size + 6 * C + 2 * F) + 12 * n +
-                              4 * 2 * kGpuColumnChunks * F + 8 * H * c.T * c.T;
-  const std::int64_t per_set = e * (9 * n * C + 2 * n * F + c.B * H * c.T * c.T) + 16 * n;
+  const std::int64_t means = llama ? 0 : 4 * n, up = llama ? F : 0;
+  const std::int64_t shared = 8 * n + e * n * ((L + 1) * C + C + g.padded_vocab_size + 3 * C + (C + 2 * K) + 2 * F + up) +
+                              means + 8 * n + 4 * 2 * kGpuColumnChunks * std::max(F, C) + 8 * H * c.T * c.T;
+  const std::int64_t per_set = e * (6 * n * C + n * (C + 2 * K) + 2 * n * F + n * up + c.B * H * c.T * c.T) +
+                               2 * means + 8 * n;
   return shared + sets * per_set;
 }
 
@@ -46,7 +58,7 @@ TEST(GpuActivations, TheArenaHoldsTheClosedFormWithLessThanOneAlignmentPerSlice)
     const std::int64_t sets = c.checkpointing ? 1 : c.config.n_layer;
     ASSERT_EQ(arena.shared.size(), static_cast<std::size_t>(GpuSlice::count));
     ASSERT_EQ(arena.blocks.size(), static_cast<std::size_t>(sets));
-    const std::int64_t slices = 16 + 14 * sets, exact = closed_form(c);
+    const std::int64_t slices = 17 + 15 * sets, exact = closed_form(c);
     const auto bytes = static_cast<std::int64_t>(arena.bytes);
     EXPECT_GE(bytes, exact);
     EXPECT_LT(bytes, exact + slices * static_cast<std::int64_t>(kGpuArenaAlignment));
@@ -60,11 +72,21 @@ TEST(GpuActivations, EverySliceIsAlignedAndNoTwoOverlap) {
   for (const Case& c : cases()) {
     const GpuActivationArena arena =
         gpu_activation_arena(activation_shape(c.config), c.B, c.T, c.checkpointing, c.element);
+    // The slices an architecture does not use are empty: GPT-2's d_up and swiglu, a Llama's LayerNorm means.
+    const bool llama = c.config.llama();
+    EXPECT_EQ(arena[GpuSlice::d_up].bytes == 0, !llama);
+    EXPECT_EQ(arena[GpuSlice::lnf_mean].bytes == 0, llama);
     std::vector<std::pair<std::size_t, std::size_t>> spans;
-    for (const auto& s : arena.shared) spans.emplace_back(s.offset, s.offset + s.bytes);
+    for (const auto& s : arena.shared) {
+      if (s.bytes > 0) spans.emplace_back(s.offset, s.offset + s.bytes);
+    }
     for (const auto& set : arena.blocks) {
       ASSERT_EQ(set.size(), static_cast<std::size_t>(GpuBlockSlice::count));
-      for (const auto& s : set) spans.emplace_back(s.offset, s.offset + s.bytes);
+      EXPECT_EQ(set[static_cast<std::size_t>(GpuBlockSlice::swiglu)].bytes == 0, !llama);
+      EXPECT_EQ(set[static_cast<std::size_t>(GpuBlockSlice::ln1_mean)].bytes == 0, llama);
+      for (const auto& s : set) {
+        if (s.bytes > 0) spans.emplace_back(s.offset, s.offset + s.bytes);
+      }
     }
     std::sort(spans.begin(), spans.end());
     for (std::size_t i = 0; i < spans.size(); ++i) {

@@ -12,6 +12,9 @@
 //            attention scores and their gradients (8 H T^2 bytes)
 //   s sets   ln1, atty, attproj, residual2, ln2, fcproj (e N C each), qkv (e 3 N C), fch, fch_gelu (e N F each),
 //            the attention probabilities (e B H T^2), two LayerNorms' mean and rstd (float, N each)
+// A Llama (K = n_kv_head x head size): qkv and d_qkv hold q | k | v (e N (C + 2K)); fch, fch_gelu are the gate and up
+// projections, d_fch, d_fch_gelu their gradients' gate and swiglu, d_up (shared) and swiglu (per set) e N F each;
+// RMSNorm keeps no mean (those slices are empty); fcproj is down_proj's output. GPT-2's d_up and swiglu are empty.
 // gpu_activation_bytes adds the cuBLASLt workspace (kGpuBlasWorkspaceBytes), which cuBLASLt's handle owns.
 #include <cstddef>
 #include <cstdint>
@@ -42,6 +45,7 @@ enum class GpuSlice : int {
   d_fch_gelu,
   column_scratch,
   att_scratch,
+  d_up,
   count
 };
 enum class GpuBlockSlice : int {
@@ -59,6 +63,7 @@ enum class GpuBlockSlice : int {
   ln1_rstd,
   ln2_mean,
   ln2_rstd,
+  swiglu,
   count
 };
 

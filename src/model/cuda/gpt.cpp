@@ -25,10 +25,6 @@ namespace {
 
 // The CPU model's checks (model::Gpt), before anything is allocated.
 int checked_seq_len(const ModelLayout& layout, int B, int T) {
-  if (layout.config().llama()) {
-    throw_config("model.arch=llama has no GPU kernels yet: train it with device.type=cpu (RMSNorm, RoPE, SwiGLU and "
-                 "grouped-query attention on the GPU are issue 38's part 4, not written)");
-  }
   if (B <= 0) throw_config("train.micro_batch (" + std::to_string(B) + ") must be positive");
   if (T <= 0) throw_config("train.seq_len (" + std::to_string(T) + ") must be positive");
   if (T > layout.config().block_size) {
@@ -46,6 +42,9 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
       cfg_(layout.config()),
       B_(B),
       T_(checked_seq_len(layout, B, seq_len)),
+      llama_(layout.config().llama()),
+      K_(layout.config().kv_heads() * layout.config().head_size()),
+      F_(layout.config().ffn()),
       N_(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq_len)),
       total_(layout.total_numel()),
       checkpointing_(activation_checkpointing),
@@ -53,6 +52,13 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
       unit_base_(unit_offsets(layout)),
       blas_(dc::BlasLt::kDefaultWorkspaceBytes) {
   static_assert(dc::BlasLt::kDefaultWorkspaceBytes == kGpuBlasWorkspaceBytes);
+  if (llama_) {  // q, k and v run as one product over their weights back to back (ModelLayout's order)
+    const auto& o = layout.llama_block_offsets();
+    const std::size_t c = static_cast<std::size_t>(cfg_.n_embd), k = static_cast<std::size_t>(K_);
+    if (o.k_proj != o.q_proj + c * c || o.v_proj != o.k_proj + k * c) {
+      throw_internal("GptCuda: q_proj, k_proj and v_proj are not back to back in the block unit");
+    }
+  }
   const GpuActivationArena plan = gpu_activation_arena(activation_shape(cfg_), B, T_, checkpointing_, sizeof(T));
   arena_ = dc::DeviceBuffer<std::uint8_t>(plan.bytes);
   // Points a slice member at its place in the arena (its element type is the member's).
@@ -73,6 +79,7 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
   place(d_qkv_, plan[GpuSlice::d_qkv]);
   place(d_fch_, plan[GpuSlice::d_fch]);
   place(d_fch_gelu_, plan[GpuSlice::d_fch_gelu]);
+  place(d_up_, plan[GpuSlice::d_up]);
   place(column_scratch_, plan[GpuSlice::column_scratch]);
   place(att_scratch_, plan[GpuSlice::att_scratch]);
   using A = BlockActivations;
@@ -81,7 +88,8 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
                                                            {&A::att, S::att},           {&A::atty, S::atty},
                                                            {&A::attproj, S::attproj},   {&A::residual2, S::residual2},
                                                            {&A::ln2, S::ln2},           {&A::fch, S::fch},
-                                                           {&A::fch_gelu, S::fch_gelu}, {&A::fcproj, S::fcproj}};
+                                                           {&A::fch_gelu, S::fch_gelu}, {&A::fcproj, S::fcproj},
+                                                           {&A::swiglu, S::swiglu}};
   static constexpr std::pair<FloatBuffer A::*, S> kStatistics[] = {{&A::ln1_mean, S::ln1_mean},
                                                                    {&A::ln1_rstd, S::ln1_rstd},
                                                                    {&A::ln2_mean, S::ln2_mean},
@@ -128,13 +136,17 @@ void GptCuda<T>::upload_ids(Slice<std::int32_t> dest, std::span<const std::int32
 template <typename T>
 void GptCuda<T>::embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream) {
   const auto& e = layout_.embedding_offsets();
-  encoder_forward(residual(0), tokens, emb + e.wte, emb + e.wpe, B_, T_, cfg_.n_embd, stream);
+  encoder_forward(residual(0), tokens, emb + e.wte, llama_ ? nullptr : emb + e.wpe, B_, T_, cfg_.n_embd, stream);
   tokens_in_use_ = tokens;
   resident_block_ = -1;
 }
 
 template <typename T>
 void GptCuda<T>::block_forward(int block, const T* p, cudaStream_t stream) {
+  if (llama_) {
+    llama_block_forward(block, p, stream);
+    return;
+  }
   const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
   const auto& o = layout_.block_offsets();
   BlockActivations& a = activations(block);
@@ -155,14 +167,61 @@ void GptCuda<T>::block_forward(int block, const T* p, cudaStream_t stream) {
   resident_block_ = block;
 }
 
+// Gpt<T>::llama_block_forward_into's sequence: RMSNorm, q, k, v, RoPE on q and k, grouped-query attention, o_proj,
+// residual, RMSNorm, gate and up, SwiGLU, down_proj, residual.
+template <typename T>
+void GptCuda<T>::llama_block_forward(int block, const T* p, cudaStream_t stream) {
+  const int C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.kv_heads(), hs = cfg_.head_size(), N = static_cast<int>(N_);
+  const int RS = C + 2 * K_;
+  const auto& o = layout_.llama_block_offsets();
+  BlockActivations& a = activations(block);
+  const T* x = residual(block);
+  const auto eps = static_cast<float>(cfg_.norm_eps);
+  T* q = a.qkv.data();
+  rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), x, p + o.input_norm, N, C, eps, stream);
+  // q, k and v as one product: their weights lie back to back in the unit ([C + 2K, C], q_proj's rows first).
+  matmul_forward(blas_, q, a.ln1.data(), p + o.q_proj, static_cast<const T*>(nullptr), N, C, RS, stream);
+  rope_forward(q, B_, T_, NH, hs, RS, cfg_.rope_theta, stream);
+  rope_forward(q + C, B_, T_, NKV, hs, RS, cfg_.rope_theta, stream);
+  gqa_attention_forward(blas_, a.atty.data(), a.att.data(), q, att_scratch_.data(), B_, T_, NH, NKV, hs, stream);
+  matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.o_proj, static_cast<const T*>(nullptr), N, C, C, stream);
+  residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
+  rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.post_norm, N, C, eps, stream);
+  matmul_forward(blas_, a.fch.data(), a.ln2.data(), p + o.gate_proj, static_cast<const T*>(nullptr), N, C, F_, stream);
+  matmul_forward(blas_, a.fch_gelu.data(), a.ln2.data(), p + o.up_proj, static_cast<const T*>(nullptr), N, C, F_,
+                 stream);
+  swiglu_forward(a.swiglu.data(), a.fch.data(), a.fch_gelu.data(), N_ * F_, stream);
+  matmul_forward(blas_, a.fcproj.data(), a.swiglu.data(), p + o.down_proj, static_cast<const T*>(nullptr), N, F_, C,
+                 stream);
+  residual_forward(residual(block + 1), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
+  resident_block_ = block;
+}
+
+template <typename T>
+const T* GptCuda<T>::head_weight(const T* lnf, const T* emb) const {
+  const std::size_t head = layout_.final_norm_offsets().head;
+  return head != kNoOffset ? lnf + head : emb + layout_.embedding_offsets().wte;
+}
+
+template <typename T>
+float* GptCuda<T>::head_grads(float* lnf_grads, float* emb_grads) const {
+  const std::size_t head = layout_.final_norm_offsets().head;
+  return head != kNoOffset ? lnf_grads + head : emb_grads + layout_.embedding_offsets().wte;
+}
+
 template <typename T>
 void GptCuda<T>::head_forward(const std::int32_t* targets, const T* lnf, const T* emb, float dloss_per_row,
                               bool for_backward, cudaStream_t stream) {
   const int C = cfg_.n_embd, N = static_cast<int>(N_);
   const auto& f = layout_.final_norm_offsets();
-  layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual(cfg_.n_layer), lnf + f.weight,
-                    lnf + f.bias, N, C, stream);
-  lm_head_forward(blas_, logits_.data(), lnf_.data(), emb + layout_.embedding_offsets().wte, N, C, cfg_.vocab_size,
+  if (llama_) {
+    rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), residual(cfg_.n_layer), lnf + f.weight, N, C,
+                    static_cast<float>(cfg_.norm_eps), stream);
+  } else {
+    layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual(cfg_.n_layer), lnf + f.weight,
+                      lnf + f.bias, N, C, stream);
+  }
+  lm_head_forward(blas_, logits_.data(), lnf_.data(), head_weight(lnf, emb), N, C, cfg_.vocab_size,
                   cfg_.padded_vocab_size, stream);
   if (for_backward) {
     // Loss and d-logits in one pass, written over the logits.
@@ -180,19 +239,28 @@ template <typename T>
 void GptCuda<T>::head_backward(const T* lnf, const T* emb, float* lnf_grads, float* emb_grads, cudaStream_t stream) {
   const int C = cfg_.n_embd, N = static_cast<int>(N_);
   const auto& f = layout_.final_norm_offsets();
-  const std::size_t wte = layout_.embedding_offsets().wte;
   dc::zero_on_device(d_ln_.data(), N_ * C, stream);
-  lm_head_backward(blas_, d_ln_.data(), emb_grads + wte, logits_.data(), lnf_.data(), emb + wte, N, C, cfg_.vocab_size,
-                   cfg_.padded_vocab_size, stream);
+  lm_head_backward(blas_, d_ln_.data(), head_grads(lnf_grads, emb_grads), logits_.data(), lnf_.data(),
+                   head_weight(lnf, emb), N, C, cfg_.vocab_size, cfg_.padded_vocab_size, stream);
   dc::zero_on_device(dresidual_.data(), N_ * C, stream);
-  layernorm_backward(dresidual_.data(), lnf_grads + f.weight, lnf_grads + f.bias, column_scratch_.data(), d_ln_.data(),
-                     residual(cfg_.n_layer), lnf + f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C, stream);
+  if (llama_) {
+    rmsnorm_backward(dresidual_.data(), lnf_grads + f.weight, column_scratch_.data(), d_ln_.data(),
+                     residual(cfg_.n_layer), lnf + f.weight, lnf_rstd_.data(), N, C, stream);
+  } else {
+    layernorm_backward(dresidual_.data(), lnf_grads + f.weight, lnf_grads + f.bias, column_scratch_.data(),
+                       d_ln_.data(), residual(cfg_.n_layer), lnf + f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C,
+                       stream);
+  }
 }
 
 template <typename T>
 void GptCuda<T>::block_backward(int block, const T* p, float* g, cudaStream_t stream) {
   // Recompute this block's activations from its kept input: the same kernels, the same values as the forward.
   if (checkpointing_ && resident_block_ != block) block_forward(block, p, stream);
+  if (llama_) {
+    llama_block_backward(block, p, g, stream);
+    return;
+  }
   const int C = cfg_.n_embd, NH = cfg_.n_head, N = static_cast<int>(N_);
   const auto& o = layout_.block_offsets();
   BlockActivations& a = activations(block);
@@ -221,11 +289,53 @@ void GptCuda<T>::block_backward(int block, const T* p, float* g, cudaStream_t st
                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream);
 }
 
+// The forward's products in reverse; every activation gradient zeroed before the first kernel that adds into it.
+template <typename T>
+void GptCuda<T>::llama_block_backward(int block, const T* p, float* g, cudaStream_t stream) {
+  const int C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.kv_heads(), hs = cfg_.head_size(), N = static_cast<int>(N_);
+  const int RS = C + 2 * K_;
+  const auto& o = layout_.llama_block_offsets();
+  BlockActivations& a = activations(block);
+  const T* x = residual(block);
+  float* scratch = column_scratch_.data();
+  float* const none = nullptr;
+  const std::size_t NF = N_ * static_cast<std::size_t>(F_);
+  // y = res2 + down(swiglu(gate(ln2), up(ln2)))
+  dc::zero_on_device(d_fch_gelu_.data(), NF, stream);  // d swiglu
+  matmul_backward(blas_, d_fch_gelu_.data(), g + o.down_proj, none, scratch, dresidual_.data(), a.swiglu.data(),
+                  p + o.down_proj, N, F_, C, stream);
+  dc::zero_on_device(d_fch_.data(), NF, stream);  // d gate
+  dc::zero_on_device(d_up_.data(), NF, stream);
+  swiglu_backward(d_fch_.data(), d_up_.data(), d_fch_gelu_.data(), a.fch.data(), a.fch_gelu.data(), NF, stream);
+  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+  matmul_backward(blas_, d_ln_.data(), g + o.gate_proj, none, scratch, d_fch_.data(), a.ln2.data(), p + o.gate_proj, N,
+                  C, F_, stream);
+  matmul_backward(blas_, d_ln_.data(), g + o.up_proj, none, scratch, d_up_.data(), a.ln2.data(), p + o.up_proj, N, C,
+                  F_, stream);
+  rmsnorm_backward(dresidual_.data(), g + o.post_norm, scratch, d_ln_.data(), a.residual2.data(), p + o.post_norm,
+                   a.ln2_rstd.data(), N, C, stream);
+  // res2 = x + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
+  dc::zero_on_device(d_atty_.data(), N_ * C, stream);
+  matmul_backward(blas_, d_atty_.data(), g + o.o_proj, none, scratch, dresidual_.data(), a.atty.data(), p + o.o_proj, N,
+                  C, C, stream);
+  dc::zero_on_device(d_qkv_.data(), N_ * RS, stream);
+  gqa_attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_,
+                         NH, NKV, hs, stream);
+  rope_backward(d_qkv_.data(), B_, T_, NH, hs, RS, cfg_.rope_theta, stream);
+  rope_backward(d_qkv_.data() + C, B_, T_, NKV, hs, RS, cfg_.rope_theta, stream);
+  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+  // q_proj, k_proj, v_proj are back to back in the unit: one [C + 2K, C] product, as in the forward.
+  matmul_backward(blas_, d_ln_.data(), g + o.q_proj, none, scratch, d_qkv_.data(), a.ln1.data(), p + o.q_proj, N, C, RS,
+                  stream);
+  rmsnorm_backward(dresidual_.data(), g + o.input_norm, scratch, d_ln_.data(), x, p + o.input_norm, a.ln1_rstd.data(),
+                   N, C, stream);
+}
+
 template <typename T>
 void GptCuda<T>::embedding_backward(float* emb_grads, cudaStream_t stream) {
   const auto& e = layout_.embedding_offsets();
-  encoder_backward(emb_grads + e.wte, emb_grads + e.wpe, dresidual_.data(), tokens_in_use_, B_, T_, cfg_.n_embd,
-                   stream);
+  encoder_backward(emb_grads + e.wte, llama_ ? nullptr : emb_grads + e.wpe, dresidual_.data(), tokens_in_use_, B_, T_,
+                   cfg_.n_embd, stream);
 }
 
 // ------------------------------------------------------------------------------------------------- by unit

@@ -1,4 +1,5 @@
-// Encoder, layer norm, bias gradient, GELU, residual and conversions on the GPU (see layers.hpp).
+// Encoder, layer norm, RMSNorm, RoPE, bias gradient, GELU, SwiGLU, residual and conversions on the GPU (see
+// layers.hpp).
 #include <cmath>
 #include <string>
 
@@ -38,7 +39,9 @@ __global__ void encoder_forward_kernel(T* out, const std::int32_t* tokens, const
     const std::size_t n = i / static_cast<std::size_t>(C);
     const std::size_t c = i % static_cast<std::size_t>(C);
     const std::size_t t = n % static_cast<std::size_t>(T_);
-    store(out + i, load(wte + static_cast<std::size_t>(tokens[n]) * C + c) + load(wpe + t * C + c));
+    const float position = wpe != nullptr ? load(wpe + t * C + c) : 0.0f;  // a Llama has no position table
+    store(out + i, wpe != nullptr ? load(wte + static_cast<std::size_t>(tokens[n]) * C + c) + position
+                                  : load(wte + static_cast<std::size_t>(tokens[n]) * C + c));
   }
 }
 
@@ -112,6 +115,18 @@ struct LayerNormTerms {
     const float d = load(dout + i);
     v[0] = (load(inp + i) - mean[n]) * rstd[n] * d;
     v[1] = d;
+  }
+};
+
+template <typename T>
+struct RmsNormTerms {
+  const T* dout;
+  const T* inp;
+  const float* rstd;
+  int C;
+  __device__ void operator()(int n, int c, float* v) const {
+    const std::size_t i = static_cast<std::size_t>(n) * C + c;
+    v[0] = load(dout + i) * load(inp + i) * rstd[n];
   }
 };
 
@@ -245,6 +260,60 @@ __global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, 
   }
 }
 
+// ---- RMSNorm (one warp per row) ----
+
+template <typename T>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= N) return;
+  const T* x = inp + static_cast<std::size_t>(row) * C;
+  float sq = 0.0f;
+  for (int c = lane; c < C; c += kWarp) sq += load(x + c) * load(x + c);
+  const float s = 1.0f / sqrtf(detail::warp_sum(sq) / static_cast<float>(C) + eps);
+  T* o = out + static_cast<std::size_t>(row) * C;
+  for (int c = lane; c < C; c += kWarp) store(o + c, load(x + c) * s * load(weight + c));
+  if (lane == 0) rstd[row] = s;
+}
+
+// d x_j = r (w_j dy_j - x_j r^2 mean_c(w_c dy_c x_c))
+template <typename T>
+__global__ void rmsnorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight, const float* rstd, int N,
+                                        int C) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= N) return;
+  const std::size_t base = static_cast<std::size_t>(row) * C;
+  const float s = rstd[row];
+  float dot = 0.0f;
+  for (int c = lane; c < C; c += kWarp) dot += load(weight + c) * load(dout + base + c) * load(inp + base + c);
+  const float k = s * s * detail::warp_sum(dot) / static_cast<float>(C);
+  for (int c = lane; c < C; c += kWarp) {
+    const float dx = s * (load(weight + c) * load(dout + base + c) - load(inp + base + c) * k);
+    store(dinp + base + c, load(dinp + base + c) + dx);
+  }
+}
+
+// ---- RoPE: thread per (row, pair i, head); the angle in double as the CPU's, then fp32 ----
+
+template <typename T>
+__global__ void rope_kernel(T* x, int rows, int T_, int H, int hs, int row_stride, double theta, double sign) {
+  const int half = hs / 2;
+  const std::size_t total = static_cast<std::size_t>(rows) * half * H;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < total;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const int h = static_cast<int>(i % H);
+    const int pair = static_cast<int>((i / H) % half);
+    const std::size_t row = i / (static_cast<std::size_t>(H) * half);
+    const double angle = sign * static_cast<double>(row % T_) * pow(theta, -2.0 * pair / hs);
+    const float c = static_cast<float>(cos(angle)), sn = static_cast<float>(sin(angle));
+    T* head = x + row * row_stride + static_cast<std::size_t>(h) * hs;
+    const float a = load(head + pair), b = load(head + pair + half);
+    store(head + pair, a * c - b * sn);
+    store(head + pair + half, b * c + a * sn);
+  }
+}
+
 // ---- elementwise ----
 
 __device__ __forceinline__ float gelu_of(float x) {
@@ -295,6 +364,27 @@ __global__ void residual_forward_kernel(T* out, const T* inp1, const T* inp2, st
 }
 
 template <typename T>
+__global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = load(gate + i);
+    store(out + i, g / (1.0f + expf(-g)) * load(up + i));
+  }
+}
+
+// silu(g) = g sigmoid(g); silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
+template <typename T>
+__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = load(gate + i), d = load(dout + i);
+    const float sig = 1.0f / (1.0f + expf(-g));
+    store(dgate + i, load(dgate + i) + d * load(up + i) * sig * (1.0f + g * (1.0f - sig)));
+    store(dup + i, load(dup + i) + d * g * sig);
+  }
+}
+
+template <typename T>
 __global__ void residual_backward_kernel(T* dinp1, T* dinp2, const T* dout, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
@@ -337,6 +427,7 @@ void encoder_backward(float* dwte, float* dwpe, const T* dout, const std::int32_
   if (N == 0 || C == 0) return;
   encoder_backward_wte_kernel<<<N, kThreads, 0, stream>>>(dwte, dout, tokens, N, C);
   check_launch("encoder_backward_wte_kernel");
+  if (dwpe == nullptr) return;
   const std::size_t positions = static_cast<std::size_t>(T_) * C;
   encoder_backward_wpe_kernel<<<grid_for(positions, kThreads), kThreads, 0, stream>>>(dwpe, dout, B, T_, C);
   check_launch("encoder_backward_wpe_kernel");
@@ -367,6 +458,53 @@ void layernorm_backward(T* dinp, float* dweight, float* dbias, float* scratch, c
   }
   check_launch("layernorm_backward_kernel");
   column_sums<2>(dweight, dbias, scratch, LayerNormTerms<T>{dout, inp, mean, rstd, C}, N, C, stream);
+}
+
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps, cudaStream_t stream) {
+  if (N == 0) return;
+  rmsnorm_forward_kernel<<<warp_rows_grid(N), kThreads, 0, stream>>>(out, rstd, inp, weight, N, C, eps);
+  check_launch("rmsnorm_forward_kernel");
+}
+
+template <typename T>
+void rmsnorm_backward(T* dinp, float* dweight, float* scratch, const T* dout, const T* inp, const T* weight,
+                      const float* rstd, int N, int C, cudaStream_t stream) {
+  if (N == 0) return;
+  rmsnorm_backward_kernel<<<warp_rows_grid(N), kThreads, 0, stream>>>(dinp, dout, inp, weight, rstd, N, C);
+  check_launch("rmsnorm_backward_kernel");
+  column_sums<1>(dweight, nullptr, scratch, RmsNormTerms<T>{dout, inp, rstd, C}, N, C, stream);
+}
+
+template <typename T>
+void rope_forward(T* x, int B, int T_, int H, int hs, int row_stride, double theta, cudaStream_t stream) {
+  const std::size_t total = static_cast<std::size_t>(B) * T_ * H * (hs / 2);
+  if (total == 0) return;
+  rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(x, B * T_, T_, H, hs, row_stride, theta, 1.0);
+  check_launch("rope_kernel");
+}
+
+// A rotation's transpose is the rotation by the opposite angle.
+template <typename T>
+void rope_backward(T* dx, int B, int T_, int H, int hs, int row_stride, double theta, cudaStream_t stream) {
+  const std::size_t total = static_cast<std::size_t>(B) * T_ * H * (hs / 2);
+  if (total == 0) return;
+  rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(dx, B * T_, T_, H, hs, row_stride, theta, -1.0);
+  check_launch("rope_kernel");
+}
+
+template <typename T>
+void swiglu_forward(T* out, const T* gate, const T* up, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(out, gate, up, n);
+  check_launch("swiglu_forward_kernel");
+}
+
+template <typename T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dgate, dup, dout, gate, up, n);
+  check_launch("swiglu_backward_kernel");
 }
 
 template <typename T>
@@ -434,7 +572,14 @@ void convert(float* out, const bf16_t* in, std::size_t n, cudaStream_t stream) {
   template void gelu_forward<T>(T*, const T*, std::size_t, cudaStream_t);                                        \
   template void gelu_backward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                             \
   template void residual_forward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                          \
-  template void residual_backward<T>(T*, T*, const T*, std::size_t, cudaStream_t);
+  template void residual_backward<T>(T*, T*, const T*, std::size_t, cudaStream_t);                              \
+  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int, int, float, cudaStream_t);              \
+  template void rmsnorm_backward<T>(T*, float*, float*, const T*, const T*, const T*, const float*, int, int,    \
+                                    cudaStream_t);                                                               \
+  template void rope_forward<T>(T*, int, int, int, int, int, double, cudaStream_t);                             \
+  template void rope_backward<T>(T*, int, int, int, int, int, double, cudaStream_t);                            \
+  template void swiglu_forward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                           \
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, std::size_t, cudaStream_t);
 
 HSDP_INSTANTIATE_LAYERS(float)
 HSDP_INSTANTIATE_LAYERS(bf16_t)

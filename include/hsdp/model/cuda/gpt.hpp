@@ -1,6 +1,6 @@
 #pragma once
-// GPT-2 (hsdp/model/gpt.hpp's model, the same layout and offset table) on one GPU, as kernels enqueued on a
-// stream. T is the compute dtype: the storage type of the activations and of the compute copy of the weights
+// A GPT-style model (hsdp/model/gpt.hpp's: GPT-2 or a Llama, the same layout and offset table) on one GPU, as
+// kernels enqueued on a stream. T is the compute dtype: the storage type of the activations and of the compute copy of the weights
 // (bf16_t for training: cuBLASLt bf16 GEMMs with fp32 accumulation; float: true fp32, for checks against the CPU).
 // Parameter gradients, layer-norm statistics and losses are fp32 (hsdp/model/cuda/layers.hpp). Nothing here waits
 // for the GPU.
@@ -86,8 +86,10 @@ class GptCuda final : public UnitModel {
   using FloatBuffer = Slice<float>;
   // One block's activations, kept from forward to backward (one set with checkpointing). The block's input and
   // output are residual(l) and residual(l + 1).
+  // A Llama's: qkv holds q | k | v (q and k rotated), fch and fch_gelu the gate and up projections, swiglu their
+  // product, fcproj down_proj's output; no means.
   struct BlockActivations {
-    Buffer ln1, qkv, att, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj;
+    Buffer ln1, qkv, att, atty, attproj, residual2, ln2, fch, fch_gelu, fcproj, swiglu;
     FloatBuffer ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
   };
 
@@ -101,6 +103,11 @@ class GptCuda final : public UnitModel {
   // The passes, on `stream`; tokens and targets are device ids.
   void embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream);
   void block_forward(int block, const T* p, cudaStream_t stream);
+  void llama_block_forward(int block, const T* p, cudaStream_t stream);
+  void llama_block_backward(int block, const T* p, float* g, cudaStream_t stream);
+  // The LM head's weight and gradient: the embedding's (tied) or the final unit's lm_head (an untied Llama).
+  const T* head_weight(const T* lnf, const T* emb) const;
+  float* head_grads(float* lnf_grads, float* emb_grads) const;
   void head_forward(const std::int32_t* targets, const T* lnf, const T* emb, float dloss_per_row, bool for_backward,
                     cudaStream_t stream);
   void head_backward(const T* lnf, const T* emb, float* lnf_grads, float* emb_grads, cudaStream_t stream);
@@ -110,6 +117,8 @@ class GptCuda final : public UnitModel {
   const ModelLayout& layout_;
   const GptConfig& cfg_;
   int B_, T_;
+  bool llama_;
+  int K_, F_;  // key/value width and MLP width
   std::size_t N_, total_;
   bool checkpointing_;
   cudaStream_t stream_;
@@ -122,7 +131,7 @@ class GptCuda final : public UnitModel {
   Buffer residuals_;                                // x_0 .. x_L: the input of every block and of the head
   Buffer lnf_, logits_;
   FloatBuffer lnf_mean_, lnf_rstd_, losses_;
-  Buffer dresidual_, d_ln_, d_atty_, d_qkv_, d_fch_, d_fch_gelu_;
+  Buffer dresidual_, d_ln_, d_atty_, d_qkv_, d_fch_, d_fch_gelu_, d_up_;
   FloatBuffer column_scratch_;
   Slice<std::uint8_t> att_scratch_;
   std::vector<BlockActivations> blocks_;

@@ -22,7 +22,7 @@
 
 namespace hsdp::model::cuda {
 
-// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]; wpe (and dwpe) null: no position table (a Llama's embedding).
 template <typename T>
 void encoder_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
                      cudaStream_t stream);
@@ -38,6 +38,27 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 template <typename T>
 void layernorm_backward(T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
                         const T* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
+
+// ---- the Llama family's layers (hsdp/model/llama_layers.hpp) ----
+// RMSNorm: out = x * rstd * weight, rstd [N] (fp32) kept; backward adds into dinp and dweight (dweight's column
+// sums in a fixed order; scratch: column_sum_scratch_floats(C, 1) floats).
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int N, int C, float eps, cudaStream_t stream);
+template <typename T>
+void rmsnorm_backward(T* dinp, float* dweight, float* scratch, const T* dout, const T* inp, const T* weight,
+                      const float* rstd, int N, int C, cudaStream_t stream);
+// RoPE in place on H heads of hs channels at the start of each row of x (row n = position n % T_ of its sequence;
+// rows row_stride elements apart: q, k inside a q | k | v row), the rotate-half layout; backward turns the gradient
+// back. The angles are computed in double, as on the CPU, and rounded to fp32.
+template <typename T>
+void rope_forward(T* x, int B, int T_, int H, int hs, int row_stride, double theta, cudaStream_t stream);
+template <typename T>
+void rope_backward(T* dx, int B, int T_, int H, int hs, int row_stride, double theta, cudaStream_t stream);
+// SwiGLU: out = silu(gate) * up; backward adds into dgate and dup.
+template <typename T>
+void swiglu_forward(T* out, const T* gate, const T* up, std::size_t n, cudaStream_t stream);
+template <typename T>
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n, cudaStream_t stream);
 
 // dbias[c] += sum over rows n of dout[n, c] (the bias gradient of a matmul); scratch: column_sum_scratch_floats(C, 1).
 template <typename T>
@@ -119,5 +140,16 @@ void attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scratch
 template <typename T>
 void attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, const T* qkv, const T* att, int B, int T_,
                         int C, int NH, cudaStream_t stream);
+// Grouped-query attention (a Llama's): NH query heads over NKV key/value heads of hs channels; rows of qkv are
+// q (NH hs) | k (NKV hs) | v (NKV hs), query head h reads key/value head h / (NH / NKV); out [B, T, NH hs]. The same
+// GEMMs and kernels as attention_forward (which is the case NKV = NH), batched per position in the group: query
+// heads g, g + G, ... share a batch (G = NH / NKV); the gradients of a key/value head add its G query heads in
+// order g = 0..G-1, so results repeat bit for bit.
+template <typename T>
+void gqa_attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scratch, int B, int T_, int NH, int NKV,
+                           int hs, cudaStream_t stream);
+template <typename T>
+void gqa_attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, const T* qkv, const T* att, int B,
+                            int T_, int NH, int NKV, int hs, cudaStream_t stream);
 
 }  // namespace hsdp::model::cuda
