@@ -92,6 +92,12 @@ const std::vector<OptionSpec>& option_table() {
       boolean("model.tie_embeddings", "false",
               "llama: the LM head reads the token embedding (no lm_head.weight); GPT-2's head is always tied")
           .into([](V v, O o) { o.model.tie_embeddings = v.boolean(); }),
+      choice("model.attention", "unfused",
+             "how a GPU computes attention: unfused = cuBLASLt products with the T x T probabilities stored (the "
+             "validated path); fused = FlashAttention-2's algorithm, no T x T scores in memory (head sizes up to 128; "
+             "written, not yet validated on a GPU: docs/gpu.md). The CPU has one attention and ignores it",
+             "unfused|fused")
+          .into([](V v, O o) { o.model.fused_attention = v.text() == "fused"; }),
       integer("model.seed", "1337", "seed of the parameter initialisation", 0).into([](V v, O o) {
         o.model_seed = static_cast<std::uint64_t>(v.integer());
       }),

@@ -81,7 +81,7 @@ ActivationShape activation_shape(const GptConfig& config) {
   return {config.arch,          config.n_layer,
           config.n_embd,        config.n_head,
           config.ffn(),         config.padded_vocab_size,
-          std::int64_t{config.kv_heads()} * config.head_size()};
+          std::int64_t{config.kv_heads()} * config.head_size(), config.fused_attention};
 }
 
 std::int64_t activation_bytes_per_token(const ActivationShape& a, std::int64_t seq_len, bool checkpointing) {

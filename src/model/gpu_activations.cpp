@@ -29,6 +29,10 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t m
   const std::size_t llama_f = llama ? f : 0;  // swiglu, d_up
   const std::size_t mean = llama ? 0 : 1;     // LayerNorm's mean; RMSNorm has none
   const auto scores = static_cast<std::size_t>(micro_batch * a.n_head * seq_len * seq_len);
+  const auto rows = static_cast<std::size_t>(micro_batch * a.n_head * seq_len);  // fused: one float per row
+  const std::size_t att = a.fused_attention ? sizeof(float) * rows : e * scores;
+  const std::size_t att_scratch =
+      a.fused_attention ? sizeof(float) * rows : gpu_attention_scratch_bytes(seq_len, a.n_head);
   GpuActivationArena arena;
   const auto take = [&arena](std::size_t bytes) {
     const GpuActivationArena::Slice slice{arena.bytes, bytes};
@@ -41,14 +45,14 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t m
        {i32 * n, i32 * n, e * static_cast<std::size_t>(a.n_layer + 1) * n * c, e * n * c,
         e * n * static_cast<std::size_t>(a.padded_vocab), f32 * n * mean, f32 * n, f32 * n, e * n * c, e * n * c,
         e * n * c, e * n * qkv, e * n * f, e * n * f, f32 * gpu_column_scratch_floats(std::max(a.ffn, a.n_embd), 2),
-        gpu_attention_scratch_bytes(seq_len, a.n_head), e * n * llama_f}) {
+        att_scratch, e * n * llama_f}) {
     arena.shared.push_back(take(bytes));
   }
   const std::int64_t sets = checkpointing ? 1 : a.n_layer;
   for (std::int64_t s = 0; s < sets; ++s) {
     std::vector<GpuActivationArena::Slice>& block = arena.blocks.emplace_back();
     // In GpuBlockSlice's order.
-    for (const std::size_t bytes : {e * n * c, e * n * qkv, e * scores, e * n * c, e * n * c, e * n * c, e * n * c,
+    for (const std::size_t bytes : {e * n * c, e * n * qkv, att, e * n * c, e * n * c, e * n * c, e * n * c,
                                     e * n * f, e * n * f, e * n * c, f32 * n * mean, f32 * n, f32 * n * mean, f32 * n,
                                     e * n * llama_f}) {
       block.push_back(take(bytes));

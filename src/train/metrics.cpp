@@ -42,6 +42,7 @@ std::string to_json(const StepMetrics& m, const MemoryAccountant& memory) {
   j.add("data", std::string(data)).add("world_size", m.world_size).add("strategy", m.strategy);
   j.add("tokens_per_s", m.tokens_per_s).add("step_ms", m.step_ms).add("comm_ms", m.comm_ms);
   j.add("exposed_comm_ms", m.exposed_comm_ms);
+  if (m.mfu >= 0) j.add("mfu", m.mfu);
   if (m.skipped) j.add("skipped", true);
   j.add("bytes_intra", m.bytes.intra).add("bytes_inter", m.bytes.inter);
   j.add("bytes_intra_max_rank", m.bytes_max_rank.intra).add("bytes_inter_max_rank", m.bytes_max_rank.inter);
@@ -79,12 +80,14 @@ std::string mib(double bytes) {
 
 std::string progress_line(const StepMetrics& m, std::int64_t total_steps, const MemoryAccountant& memory,
                           double eta_s) {
-  char text[320];
+  char text[352];
+  char mfu[24] = "";
+  if (m.mfu >= 0) std::snprintf(mfu, sizeof mfu, " (MFU %.3f)", m.mfu);
   std::snprintf(text, sizeof text,
-                "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | %.1f ms (comm %.1f, exposed %.1f) | mem %s | "
+                "step %lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s%s | %.1f ms (comm %.1f, exposed %.1f) | mem %s | "
                 "all ranks intra %s inter %s | ETA %s",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_s, m.step_ms, m.comm_ms, m.exposed_comm_ms, mib(static_cast<double>(memory.current_total())).c_str(),
+                m.tokens_per_s, mfu, m.step_ms, m.comm_ms, m.exposed_comm_ms, mib(static_cast<double>(memory.current_total())).c_str(),
                 mib(static_cast<double>(m.bytes.intra)).c_str(), mib(static_cast<double>(m.bytes.inter)).c_str(),
                 format_duration(eta_s).c_str());
   return text;

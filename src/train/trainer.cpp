@@ -29,6 +29,7 @@
 #include "hsdp/data/tokenizer.hpp"
 #include "hsdp/device/blas_info.hpp"
 #include "hsdp/device/threads.hpp"
+#include "hsdp/model/flops.hpp"
 #include "hsdp/model/gpu_activations.hpp"
 #include "hsdp/model/layout.hpp"
 #include "hsdp/optim/grad_clip.hpp"
@@ -806,6 +807,10 @@ class Run {
     m.exposed_comm_ms = backend.timing().exposed_comm_ms;
     m.skipped = skipped;
     m.tokens_per_s = static_cast<double>(tokens_per_step_) / (m.step_ms / 1e3);
+    if (const double peak = backend.peak_tflops(); peak > 0) {  // every rank's device alike: world x its peak
+      m.mfu = model::train_flops(o_.model, tokens_per_step_, o_.seq_len) / (m.step_ms / 1e3) /
+              (peak * 1e12 * world_.size());
+    }
     comm::LinkBytes mine = mesh_.total_counters().total();
     mine += backend.own_bytes();
     const JobBytes job = job_bytes(world_, mine, outer.bytes);

@@ -1,6 +1,8 @@
 // Attention and the cuBLASLt GEMM layers against the CPU reference (hsdp::model layers in float).
 // Tolerances as in layers_gpu_test.cpp: float {1e-4, 1e-5} (fp32 sums in another order; the float GEMMs run
 // true fp32, no TF32), bf16 {1e-2, 1e-2} (outputs stored in bf16, fp32 accumulation).
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -140,6 +142,90 @@ TYPED_TEST(AttentionBlasGpu, GroupedQueryAttention_ForwardAndBackward_MatchCpu) 
   }
 }
 
+// The fused kernels against the CPU's attention from the same q | k | v rows: head sizes 64 and 128 (the GPU models'),
+// 24 (not a multiple of the warp: lanes own 1 dim, some none) and 100; T = 67 and 70 cross the kernels' 32-row tiles
+// and 8-row blocks, so the causal mask is checked at their edges; grouped-query (4 over 2, 4 over 1) and multi-head.
+// lse against log sum exp of the CPU's scores. The backward twice: the same bits (no atomics).
+TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Deterministic) {
+  using T = TypeParam;
+  struct Shape {
+    int B, T_, NH, NKV, hs;
+  };
+  for (const Shape s : {Shape{2, 67, 2, 2, 64}, Shape{1, 70, 2, 1, 128}, Shape{2, 67, 4, 2, 24},
+                        Shape{1, 40, 4, 4, 100}}) {
+    ASSERT_TRUE(mc::fused_attention_supports(s.hs));
+    const int C = s.NH * s.hs, K = s.NKV * s.hs, RS = C + 2 * K, N = s.B * s.T_;
+    const auto rows = inputs<T>(static_cast<std::size_t>(N) * RS, 70, -2.0f, 2.0f);
+    const auto dout = inputs<T>(static_cast<std::size_t>(N) * C, 71);
+    std::vector<float> q, k, v;
+    for (int n = 0; n < N; ++n) {
+      q.insert(q.end(), rows.begin() + n * RS, rows.begin() + n * RS + C);
+      k.insert(k.end(), rows.begin() + n * RS + C, rows.begin() + n * RS + C + K);
+      v.insert(v.end(), rows.begin() + n * RS + C + K, rows.begin() + (n + 1) * RS);
+    }
+    std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(s.B) * s.NH * s.T_ * s.T_);
+    model::gqa_attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s.B, s.T_, s.NH, s.NKV, s.hs);
+    // lse[b, h, t] = log sum_{j <= t} exp(q_t . k_j / sqrt(hs)), in double.
+    std::vector<float> lse(static_cast<std::size_t>(s.B) * s.NH * s.T_);
+    for (int b = 0; b < s.B; ++b) {
+      for (int h = 0; h < s.NH; ++h) {
+        const int kvh = h / (s.NH / s.NKV);
+        for (int t = 0; t < s.T_; ++t) {
+          std::vector<double> sc;
+          for (int j = 0; j <= t; ++j) {
+            double dot = 0;
+            for (int d = 0; d < s.hs; ++d)
+              dot += static_cast<double>(q[(static_cast<std::size_t>(b) * s.T_ + t) * C + h * s.hs + d]) *
+                     k[(static_cast<std::size_t>(b) * s.T_ + j) * K + kvh * s.hs + d];
+            sc.push_back(dot / std::sqrt(static_cast<double>(s.hs)));
+          }
+          const double top = *std::max_element(sc.begin(), sc.end());
+          double sum = 0;
+          for (const double x : sc) sum += std::exp(x - top);
+          lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T_ + t] = static_cast<float>(top + std::log(sum));
+        }
+      }
+    }
+    auto d_rows = this->upload(as<T>(rows)), d_dout = this->upload(as<T>(dout));
+    cuda::DeviceBuffer<T> d_out(out.size());
+    cuda::DeviceBuffer<float> d_lse(lse.size());
+    cuda::DeviceBuffer<std::uint8_t> scratch(mc::fused_attention_scratch_bytes(s.B, s.T_, s.NH));
+    mc::fused_attention_forward(d_out.data(), d_lse.data(), d_rows.data(), s.B, s.T_, s.NH, s.NKV, s.hs,
+                                this->stream());
+    const auto got_out = this->download(d_out);
+    EXPECT_TRUE(close(floats(got_out), out, tol<T>())) << "out, hs=" << s.hs << " NKV=" << s.NKV;
+    EXPECT_TRUE(close(this->download(d_lse), lse, kF32)) << "lse, hs=" << s.hs;
+
+    // The backward reference: the CPU's from its own probabilities, with the GPU's output for D = dO . O only
+    // through the algebra (the CPU needs none); bf16 compares the GPU's roundings of q, k, v, O, dO.
+    std::vector<float> dq(q.size(), 0.0f), dk(k.size(), 0.0f), dv(v.size(), 0.0f);
+    model::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                                  att.data(), s.B, s.T_, s.NH, s.NKV, s.hs);
+    std::vector<T> first;
+    for (int pass = 0; pass < 2; ++pass) {
+      auto d_drows = this->upload(as<T>(std::vector<float>(rows.size(), 0.0f)));
+      mc::fused_attention_backward(d_drows.data(), scratch.data(), d_dout.data(), d_out.data(), d_rows.data(),
+                                   d_lse.data(), s.B, s.T_, s.NH, s.NKV, s.hs, this->stream());
+      const auto raw = this->download(d_drows);
+      if (pass == 1) {
+        EXPECT_EQ(0, std::memcmp(raw.data(), first.data(), raw.size() * sizeof(T))) << "not deterministic";
+        break;
+      }
+      first = raw;
+      const auto got = floats(raw);
+      std::vector<float> got_dq, got_dk, got_dv;
+      for (int n = 0; n < N; ++n) {
+        got_dq.insert(got_dq.end(), got.begin() + n * RS, got.begin() + n * RS + C);
+        got_dk.insert(got_dk.end(), got.begin() + n * RS + C, got.begin() + n * RS + C + K);
+        got_dv.insert(got_dv.end(), got.begin() + n * RS + C + K, got.begin() + (n + 1) * RS);
+      }
+      EXPECT_TRUE(close(got_dq, dq, tol<T>())) << "dq, hs=" << s.hs << " NKV=" << s.NKV;
+      EXPECT_TRUE(close(got_dk, dk, tol<T>())) << "dk, hs=" << s.hs << " NKV=" << s.NKV;
+      EXPECT_TRUE(close(got_dv, dv, tol<T>())) << "dv, hs=" << s.hs << " NKV=" << s.NKV;
+    }
+  }
+}
+
 TYPED_TEST(AttentionBlasGpu, Matmul_ForwardAndBackward_MatchCpu_AndAccumulate) {
   using T = TypeParam;
   const int N = 40, IC = 96, OC = 72;
@@ -169,6 +255,15 @@ TYPED_TEST(AttentionBlasGpu, Matmul_ForwardAndBackward_MatchCpu_AndAccumulate) {
   EXPECT_TRUE(close(floats(this->download(d_dinp)), dinp, tol<T>())) << "dinp";
   EXPECT_TRUE(close(this->download(d_dw), dw, kF32)) << "dweight (fp32 accumulation of T inputs)";
   EXPECT_TRUE(close(this->download(d_db), db, kF32)) << "dbias";
+  // Grad::write: dinp is the product alone, whatever the buffer held (the CPU's from zero).
+  std::vector<float> fresh(N * IC, 0.0f), dw_scratch(OC * IC, 0.0f);
+  model::matmul_backward(fresh.data(), dw_scratch.data(), static_cast<float*>(nullptr), dout.data(), inp.data(),
+                         w.data(), N, IC, OC);
+  auto d_written = this->upload(as<T>(dinp_start));
+  auto d_dw2 = this->upload(std::vector<float>(OC * IC, 0.0f));
+  mc::matmul_backward(blas, d_written.data(), d_dw2.data(), static_cast<float*>(nullptr), scratch.data(),
+                      d_dout.data(), d_inp.data(), d_w.data(), N, IC, OC, this->stream(), mc::Grad::write);
+  EXPECT_TRUE(close(floats(this->download(d_written)), fresh, tol<T>())) << "dinp, Grad::write";
   // The second forward call of each shape reuses its plan.
   const std::size_t plans = blas.cached_plans();
   mc::matmul_forward(blas, d_out.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC, this->stream());

@@ -13,7 +13,7 @@
 #   tests/gpu/device_check.sh baseline [DIR]        here: builds in DIR (default /tmp/hsdp-baseline) the bench at
 #                                                   the last commit with the whole-model path ($baseline_rev), for
 #                                                   pack's BASELINE (DIR/build)
-#   tests/gpu/device_check.sh run [DIR] [OUT] [all|tests|cpu]
+#   tests/gpu/device_check.sh run [DIR] [OUT] [all|tests|cpu|speed]
 #                                                   there: the gtests (kernels, GPT by unit, DeviceOps, executor);
 #                                                   then (all) hsdp-selfcheck --device cuda on 1 rank (GPT-2, and
 #                                                   3 rows of a Llama), on 2x2 ranks
@@ -22,7 +22,9 @@
 #                                                   through the engine (bench and hsdp-train) beside the baseline's
 #                                                   whole-model path where packed, GPT-2 XL shapes
 #                                                   full_shard with checkpointing; `cpu`: the pack's MPI checks on
-#                                                   CPU ranks only (no GPU: what CI runs); output under OUT
+#                                                   CPU ranks only (no GPU: what CI runs); `speed`: issue
+#                                                   39's fused vs unfused attention and PyTorch's compiled GPT-2
+#                                                   (B = 8, 16) and XL shapes fused; output under OUT
 #                                                   (default $OUT, else DIR/out)
 # With the device tool: `echo /.gpu/ >> .git/info/exclude; tests/gpu/device_check.sh baseline;
 # tests/gpu/device_check.sh pack build .gpu /tmp/hsdp-baseline/build`, then run with carry [".gpu"] the command
@@ -143,7 +145,7 @@ gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on
   echo "== $1"
   timeout 600 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
   local status=$?
-  grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(float|bf16): ' "$out/$1.log"
+  grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(gpt2 |llama )?(float|bf16): ' "$out/$1.log"
   grep -B2 -A10 'Failure' "$out/$1.log" | head -60
   return $status
 }
@@ -231,6 +233,36 @@ PY
   tail -n 1 "$out/engine.jsonl"
 }
 
+# Issue 39's comparison, on this GPU in this call: GPT-2 124M (T = 1024, bf16, one GPU, no_shard) through the engine
+# with model.attention=unfused and fused at B = 8 and 16, PyTorch's compiled GPT-2 with flash attention
+# (tools/bench/pytorch_gpt2.py, where torch is installed) at the same shapes, and GPT-2 XL shapes (48 x 1600, 25
+# heads, B = 8) fused: every JSON line into speed.jsonl, a table at the end.
+speed() {
+  : >"$out/bench.jsonl"
+  for b in 8 16; do
+    bench "unfused_b$b" --batch "$b"
+    bench "fused_b$b" --batch "$b" --set model.attention=fused
+    if python3 -c "import torch" 2>/dev/null; then
+      echo "== PyTorch GPT-2, B=$b, torch.compile, flash attention"
+      timeout 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" | tee -a "$out/bench.jsonl"
+    else
+      echo "== PyTorch: not installed here"
+    fi
+  done
+  bench xl_fused --n_layer 48 --n_embd 1600 --n_head 25 --steps 5 --warmup 2 --set model.attention=fused
+  cp "$out/bench.jsonl" "$out/speed.jsonl"
+  python3 - "$out/speed.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    print({k: r[k] for k in ("bench", "attention", "batch", "B", "n_layer", "step_ms", "ms_per_step", "tokens_per_s",
+                             "mfu", "device_memory_bytes", "peak_memory_bytes") if k in r})
+PY
+}
+
 run() {
   dir=${1:-.gpu}
   out=${2:-${OUT:-$dir/out}}
@@ -265,6 +297,10 @@ run() {
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
   "$dir/bin/gpu_probe" || { echo "device_check.sh: no GPU visible"; exit 77; }
+  if [[ $what == speed ]]; then
+    speed
+    return
+  fi
   gtest gpu_kernels_test || status=1
   gtest gpu_device_ops_test || status=1
   gtest gpu_executor_test || status=1

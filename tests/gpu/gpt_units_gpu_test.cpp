@@ -61,6 +61,16 @@ struct Llama {
   }
   static constexpr double kBf16Grad = 0.23, kBf16Loss = 0.12;
 };
+// The same two models with model.attention=fused: the bounds stand (the fused kernels round the same values: q, k, v,
+// the output, their gradients; the probabilities stay in fp32 instead of a bf16 store, one rounding fewer).
+template <typename Base>
+struct Fused : Base {
+  static model::GptConfig config() {
+    model::GptConfig c = Base::config();
+    c.fused_attention = true;
+    return c;
+  }
+};
 template <typename Compute, typename Model_>
 struct Case {
   using T = Compute;
@@ -202,7 +212,8 @@ class GptUnitsGpu : public GpuTest {
   std::vector<std::int32_t> tokens_, targets_;
 };
 
-using Cases = ::testing::Types<Case<float, Gpt2>, Case<bf16_t, Gpt2>, Case<float, Llama>, Case<bf16_t, Llama>>;
+using Cases = ::testing::Types<Case<float, Gpt2>, Case<bf16_t, Gpt2>, Case<float, Llama>, Case<bf16_t, Llama>,
+                               Case<float, Fused<Gpt2>>, Case<bf16_t, Fused<Llama>>>;
 TYPED_TEST_SUITE(GptUnitsGpu, Cases);
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

@@ -174,6 +174,13 @@ TYPED_TEST(LayersGpu, SwiGlu_ForwardAndBackward_MatchCpu_BackwardAdds) {
   EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>(kF32Elementwise))) << "out";
   EXPECT_TRUE(close(floats(this->download(d_dgate)), dgate, tol<T>(kF32Elementwise))) << "dgate (added)";
   EXPECT_TRUE(close(floats(this->download(d_dup)), dup, tol<T>(kF32Elementwise))) << "dup (added)";
+  std::vector<float> fresh_gate(n, 0.0f), fresh_up(n, 0.0f);
+  model::swiglu_backward(fresh_gate.data(), fresh_up.data(), dout.data(), gate.data(), up.data(), n);
+  auto w_gate = this->upload(as<T>(dgate0)), w_up = this->upload(as<T>(dup0));  // overwritten whole
+  mc::swiglu_backward(w_gate.data(), w_up.data(), d_dout.data(), d_gate.data(), d_up.data(), n, this->stream(),
+                      mc::Grad::write);
+  EXPECT_TRUE(close(floats(this->download(w_gate)), fresh_gate, tol<T>(kF32Elementwise))) << "dgate, Grad::write";
+  EXPECT_TRUE(close(floats(this->download(w_up)), fresh_up, tol<T>(kF32Elementwise))) << "dup, Grad::write";
 }
 
 TYPED_TEST(LayersGpu, GeluAndResidual_MatchCpu_BackwardAdds) {
@@ -199,6 +206,15 @@ TYPED_TEST(LayersGpu, GeluAndResidual_MatchCpu_BackwardAdds) {
   EXPECT_TRUE(close(floats(this->download(d_sum)), sum, tol<T>(kF32Elementwise))) << "residual";
   EXPECT_TRUE(close(floats(this->download(d_d1)), d1, tol<T>(kF32Elementwise))) << "residual backward 1";
   EXPECT_TRUE(close(floats(this->download(d_d2)), d2, tol<T>(kF32Elementwise))) << "residual backward 2";
+  // Grad::write over whatever the buffer held: the gradient itself (the CPU's from zero), bit for bit the add onto 0.
+  std::vector<float> fresh(n, 0.0f);
+  model::gelu_backward(fresh.data(), x.data(), dout.data(), n);
+  auto d_written = this->upload(as<T>(start)), d_zero = this->upload(as<T>(std::vector<float>(n, 0.0f)));
+  mc::gelu_backward(d_written.data(), d_x.data(), d_dout.data(), n, this->stream(), mc::Grad::write);
+  mc::gelu_backward(d_zero.data(), d_x.data(), d_dout.data(), n, this->stream());
+  const auto written = this->download(d_written);
+  EXPECT_TRUE(close(floats(written), fresh, tol<T>(kF32Elementwise))) << "gelu backward, Grad::write";
+  EXPECT_EQ(floats(written), floats(this->download(d_zero))) << "write != add onto zero";
 }
 
 TYPED_TEST(LayersGpu, SoftmaxXent_ForwardBackwardAndFused_MatchCpu_PaddingUntouched) {

@@ -26,13 +26,19 @@ std::vector<Case> cases() {
   llama.arch = Arch::llama, llama.n_head = 6, llama.n_embd = 48, llama.n_kv_head = 2, llama.ffn_dim = 100;
   GptConfig narrow = llama;     // an MLP narrower than the model: the column sums' scratch follows C
   narrow.ffn_dim = 20;
+  GptConfig fused = tiny;       // model.attention=fused: each row's log-sum-exp instead of the scores
+  fused.fused_attention = true;
+  GptConfig fused_llama = llama;
+  fused_llama.fused_attention = true;
   return {{tiny, 3, 33, false, 4},
           {tiny, 1, 17, true, 2},
           {GptConfig::gpt2_124m(), 8, 1024, false, 2},
           {GptConfig::gpt2_124m(), 8, 1024, true, 4},
           {llama, 3, 33, false, 2},
           {llama, 2, 20, true, 4},
-          {narrow, 1, 9, false, 4}};
+          {narrow, 1, 9, false, 4},
+          {fused, 3, 33, false, 2},
+          {fused_llama, 2, 20, true, 4}};
 }
 
 // Unaligned bytes of everything, from the list in gpu_activations.hpp: the arena adds less than one alignment per
@@ -44,10 +50,11 @@ std::int64_t closed_form(const Case& c) {
   const std::int64_t K = std::int64_t{g.kv_heads()} * g.head_size();
   const std::int64_t e = static_cast<std::int64_t>(c.element), sets = c.checkpointing ? 1 : L;
   const std::int64_t means = llama ? 0 : 4 * n, up = llama ? F : 0;
+  const std::int64_t att = g.fused_attention ? 4 * c.B * H * c.T : e * c.B * H * c.T * c.T;
+  const std::int64_t att_scratch = g.fused_attention ? 4 * c.B * H * c.T : 8 * H * c.T * c.T;
   const std::int64_t shared = 8 * n + e * n * ((L + 1) * C + C + g.padded_vocab_size + 3 * C + (C + 2 * K) + 2 * F + up) +
-                              means + 8 * n + 4 * 2 * kGpuColumnChunks * std::max(F, C) + 8 * H * c.T * c.T;
-  const std::int64_t per_set = e * (6 * n * C + n * (C + 2 * K) + 2 * n * F + n * up + c.B * H * c.T * c.T) +
-                               2 * means + 8 * n;
+                              means + 8 * n + 4 * 2 * kGpuColumnChunks * std::max(F, C) + att_scratch;
+  const std::int64_t per_set = e * (6 * n * C + n * (C + 2 * K) + 2 * n * F + n * up) + att + 2 * means + 8 * n;
   return shared + sets * per_set;
 }
 

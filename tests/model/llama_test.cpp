@@ -10,6 +10,7 @@
 
 #include "gradcheck.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/model/flops.hpp"
 #include "hsdp/model/gpt.hpp"
 #include "hsdp/model/unit_buffers.hpp"
 
@@ -295,6 +296,26 @@ TEST(Llama, Layout_HasHuggingFacesNames_AndTheHeadInTheFinalUnitUnlessTied) {
   seven.vocab_size = seven.padded_vocab_size = 32000;
   EXPECT_EQ(seven.ffn(), 11008);
   EXPECT_EQ(ModelLayout(seven).logical_numel(), 6738415616u);
+}
+
+// The FLOP count's P_matmul is what the GEMMs read per token: every block matrix of the layout and the head's V x C
+// (the vocabulary's real rows), for both architectures; 6 per parameter and token plus 6 L T C.
+TEST(Flops, MatmulParams_AreTheLayoutsMatrices_ForGpt2AndLlama) {
+  for (const GptConfig& c : {GptConfig::gpt2_124m(), tiny_llama(2, false), tiny_llama(4, true)}) {
+    const ModelLayout layout(c);
+    double matrices = 0;
+    for (const ParamInfo& p : layout.params()) {
+      if (p.unit >= ModelLayout::block_unit(0) && p.unit < layout.final_norm_unit() && p.shape.size() == 2) {
+        matrices += static_cast<double>(p.numel);
+      }
+    }
+    EXPECT_EQ(matmul_params(c), matrices + static_cast<double>(c.vocab_size) * c.n_embd) << arch_name(c.arch);
+    EXPECT_EQ(train_flops(c, 10, 8), 10.0 * (6.0 * matmul_params(c) + 6.0 * c.n_layer * 8 * c.n_embd));
+  }
+  EXPECT_EQ(dense_bf16_peak_tflops("NVIDIA H100 80GB HBM3"), 989.0);
+  EXPECT_EQ(dense_bf16_peak_tflops("NVIDIA H100 PCIe"), 756.0);
+  EXPECT_EQ(dense_bf16_peak_tflops("NVIDIA H200"), 989.0);
+  EXPECT_EQ(dense_bf16_peak_tflops("Tesla V100"), 0.0);
 }
 
 TEST(Llama, ImpossibleShapes_AreConfigErrorsNamingTheKey) {

@@ -6,6 +6,7 @@
 
 #include "hsdp/core/json.hpp"
 #include "hsdp/model/config.hpp"
+#include "hsdp/model/flops.hpp"
 
 namespace hsdp::bench {
 
@@ -16,9 +17,7 @@ namespace hsdp::bench {
 //   6 * L * T * C = causal attention, QK^T and AV at 2 * T * C FLOPs per token each over the full T x T, halved
 //              for causality, times 3 for forward + backward (PaLM's 12 * L * T * C, halved).
 inline double step_flops(const model::GptConfig& c, std::int64_t tokens, int seq_len) {
-  const double C = c.n_embd, L = c.n_layer;
-  const double p_matmul = L * 12.0 * C * C + static_cast<double>(c.vocab_size) * C;
-  return static_cast<double>(tokens) * (6.0 * p_matmul + 6.0 * L * seq_len * C);
+  return model::train_flops(c, tokens, seq_len);
 }
 
 // --n_layer, --n_head, --n_embd, --block_size, --vocab_size, --padded_vocab_size into `model` (defaults: its values).

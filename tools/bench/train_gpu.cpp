@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gpt_bench.hpp"
+#include "hsdp/model/flops.hpp"
 #include "hsdp/app/deck.hpp"
 #include "hsdp/comm/agree.hpp"
 #include "hsdp/comm/mpi.hpp"
@@ -64,14 +65,11 @@ struct Peak {
   std::string entry;  // the table row used, or why none
 };
 
-// Dense bf16 tensor-core peaks (NVIDIA data sheets, without sparsity).
+// Dense bf16 tensor-core peaks (NVIDIA data sheets, without sparsity: model::dense_bf16_peak_tflops).
 Peak peak_for(const std::string& name, double override_tflops) {
   if (override_tflops > 0) return {override_tflops, "--peak_tflops"};
-  const auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
-  if (has("H200")) return {989.0, "H200"};
-  if (has("H100") && has("PCIe")) return {756.0, "H100 PCIe"};
-  if (has("H100") && !has("NVL")) return {989.0, "H100 SXM"};
-  if (has("A100")) return {312.0, "A100"};
+  const double peak = hsdp::model::dense_bf16_peak_tflops(name);
+  if (peak > 0) return {peak, name};
   return {0.0, "not in the table (H100 SXM, H100 PCIe, H200, A100): give --peak_tflops"};
 }
 
@@ -244,6 +242,7 @@ int run(const Options& o, const hsdp::Logger& log) {
   hsdp::bench::add_model_fields(json, o.model, layout.total_numel(), o.batch, o.seq_len)
       .add("steps", o.steps)
       .add("activation_checkpointing", o.activation_checkpointing)
+      .add("attention", to.model.fused_attention ? "fused" : "unfused")
       .add("device_memory_bytes", static_cast<std::uint64_t>(total_bytes - free_bytes))
       .add("accounted_peak_bytes", accounted)
       .add("loss", static_cast<double>(loss))

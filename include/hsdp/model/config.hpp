@@ -35,6 +35,9 @@ struct GptConfig {
   double rope_theta = 10000.0;  // RoPE base
   double norm_eps = 1e-5;       // RMSNorm epsilon
   bool tie_embeddings = false;  // the LM head reads embed_tokens (GPT-2: always tied)
+  // How the GPU computes attention (model.attention): fused keeps no T x T scores (hsdp/model/cuda/layers.hpp);
+  // the CPU always runs its one attention. Not part of the model's shape: checkpoints neither record nor compare it.
+  bool fused_attention = false;
 
   // Throws a config Error naming the offending key (model.<key>) if the shape is impossible or beyond the limits.
   void validate() const;
@@ -56,6 +59,7 @@ struct GptConfig {
 struct ActivationShape {
   Arch arch = Arch::gpt2;
   std::int64_t n_layer = 0, n_embd = 0, n_head = 0, ffn = 0, padded_vocab = 0, kv_width = 0;
+  bool fused_attention = false;  // the GPU arena's (the CPU formula has one attention)
 };
 ActivationShape activation_shape(const GptConfig& config);
 

@@ -15,6 +15,8 @@
 // A Llama (K = n_kv_head x head size): qkv and d_qkv hold q | k | v (e N (C + 2K)); fch, fch_gelu are the gate and up
 // projections, d_fch, d_fch_gelu their gradients' gate and swiglu, d_up (shared) and swiglu (per set) e N F each;
 // RMSNorm keeps no mean (those slices are empty); fcproj is down_proj's output. GPT-2's d_up and swiglu are empty.
+// With fused attention (model.attention=fused) no scores are stored: a set's att slice holds the rows' log-sum-exp
+// (float, B H T) and att_scratch the backward's dO.O (float, B H T).
 // gpu_activation_bytes adds the cuBLASLt workspace (kGpuBlasWorkspaceBytes), which cuBLASLt's handle owns.
 #include <cstddef>
 #include <cstdint>

@@ -43,6 +43,9 @@ class Backend {
   virtual const shard::StepTiming& timing() const = 0;
   // Bytes moved this step by communicators the backend owns beyond the mesh's (NCCL), by link.
   virtual comm::LinkBytes own_bytes() const { return {}; }
+  // The device's dense bf16 peak in TFLOP/s (model::dense_bf16_peak_tflops: a GPU's by its name), for the MFU the
+  // step line reports; 0 where none is known (the CPU).
+  virtual double peak_tflops() const { return 0.0; }
 
   // Checkpoints. Host views of this rank's part of the state (fp32 params, Adam m and v), current as of the call
   // (a GPU backend copies device state into them); valid until the next call on the backend.

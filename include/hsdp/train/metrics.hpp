@@ -18,6 +18,7 @@ struct StepMetrics {
   std::int64_t tokens = 0;  // tokens this step, all ranks
   std::uint64_t data = 0;   // data::Sampler::take_fingerprint() of the step: which windows it trained on
   double tokens_per_s = 0;
+  double mfu = -1;  // model FLOPs utilization (model::train_flops over the device's bf16 peak); < 0: no peak known
   double step_ms = 0;
   double comm_ms = 0;          // wall time with at least one collective in flight (<= step_ms)
   double exposed_comm_ms = 0;  // time compute waited for collectives (not hidden behind compute; <= comm_ms)

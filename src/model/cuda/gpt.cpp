@@ -52,6 +52,10 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
       unit_base_(unit_offsets(layout)),
       blas_(dc::BlasLt::kDefaultWorkspaceBytes) {
   static_assert(dc::BlasLt::kDefaultWorkspaceBytes == kGpuBlasWorkspaceBytes);
+  if (cfg_.fused_attention && !fused_attention_supports(cfg_.head_size())) {
+    throw_config("model.attention=fused takes head sizes up to 128; model.n_embd / model.n_head is " +
+                 std::to_string(cfg_.head_size()) + " (use model.attention=unfused)");
+  }
   if (llama_) {  // q, k and v run as one product over their weights back to back (ModelLayout's order)
     const auto& o = layout.llama_block_offsets();
     const std::size_t c = static_cast<std::size_t>(cfg_.n_embd), k = static_cast<std::size_t>(K_);
@@ -154,7 +158,7 @@ void GptCuda<T>::block_forward(int block, const T* p, cudaStream_t stream) {
   layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + o.ln_1_weight, p + o.ln_1_bias, N, C,
                     stream);
   matmul_forward(blas_, a.qkv.data(), a.ln1.data(), p + o.c_attn_weight, p + o.c_attn_bias, N, C, 3 * C, stream);
-  attention_forward(blas_, a.atty.data(), a.att.data(), a.qkv.data(), att_scratch_.data(), B_, T_, C, NH, stream);
+  attend(a, a.qkv.data(), NH, NH, C / NH, stream);
   matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.attn_proj_weight, p + o.attn_proj_bias, N, C, C, stream);
   residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.ln_2_weight,
@@ -183,7 +187,7 @@ void GptCuda<T>::llama_block_forward(int block, const T* p, cudaStream_t stream)
   matmul_forward(blas_, q, a.ln1.data(), p + o.q_proj, static_cast<const T*>(nullptr), N, C, RS, stream);
   rope_forward(q, B_, T_, NH, hs, RS, cfg_.rope_theta, stream);
   rope_forward(q + C, B_, T_, NKV, hs, RS, cfg_.rope_theta, stream);
-  gqa_attention_forward(blas_, a.atty.data(), a.att.data(), q, att_scratch_.data(), B_, T_, NH, NKV, hs, stream);
+  attend(a, q, NH, NKV, hs, stream);
   matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.o_proj, static_cast<const T*>(nullptr), N, C, C, stream);
   residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
   rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.post_norm, N, C, eps, stream);
@@ -195,6 +199,28 @@ void GptCuda<T>::llama_block_forward(int block, const T* p, cudaStream_t stream)
                  stream);
   residual_forward(residual(block + 1), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
   resident_block_ = block;
+}
+
+// Attention over a block's q | k | v rows into atty: the unfused cuBLASLt path (probabilities kept in att) or the
+// fused kernels (att holds the rows' log-sum-exp).
+template <typename T>
+void GptCuda<T>::attend(BlockActivations& a, const T* qkv, int NH, int NKV, int hs, cudaStream_t stream) {
+  if (cfg_.fused_attention) {
+    fused_attention_forward(a.atty.data(), reinterpret_cast<float*>(a.att.data()), qkv, B_, T_, NH, NKV, hs, stream);
+  } else {
+    gqa_attention_forward(blas_, a.atty.data(), a.att.data(), qkv, att_scratch_.data(), B_, T_, NH, NKV, hs, stream);
+  }
+}
+
+template <typename T>
+void GptCuda<T>::attend_backward(BlockActivations& a, int NH, int NKV, int hs, cudaStream_t stream) {
+  if (cfg_.fused_attention) {
+    fused_attention_backward(d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.atty.data(), a.qkv.data(),
+                             reinterpret_cast<const float*>(a.att.data()), B_, T_, NH, NKV, hs, stream);
+  } else {
+    gqa_attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_,
+                           T_, NH, NKV, hs, stream);
+  }
 }
 
 template <typename T>
@@ -266,30 +292,27 @@ void GptCuda<T>::block_backward(int block, const T* p, float* g, cudaStream_t st
   BlockActivations& a = activations(block);
   const T* x = residual(block);
   float* scratch = column_scratch_.data();
-  dc::zero_on_device(d_fch_gelu_.data(), N_ * 4 * C, stream);
+  // Each activation gradient's first writer writes it (Grad::write): no zero-fill passes but d_qkv's, which the
+  // attention backward's several products add into.
+  constexpr Grad write = Grad::write;
   matmul_backward(blas_, d_fch_gelu_.data(), g + o.mlp_proj_weight, g + o.mlp_proj_bias, scratch, dresidual_.data(),
-                  a.fch_gelu.data(), p + o.mlp_proj_weight, N, 4 * C, C, stream);
-  dc::zero_on_device(d_fch_.data(), N_ * 4 * C, stream);
-  gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream);
-  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+                  a.fch_gelu.data(), p + o.mlp_proj_weight, N, 4 * C, C, stream, write);
+  gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream, write);
   matmul_backward(blas_, d_ln_.data(), g + o.c_fc_weight, g + o.c_fc_bias, scratch, d_fch_.data(), a.ln2.data(),
-                  p + o.c_fc_weight, N, C, 4 * C, stream);
+                  p + o.c_fc_weight, N, C, 4 * C, stream, write);
   layernorm_backward(dresidual_.data(), g + o.ln_2_weight, g + o.ln_2_bias, scratch, d_ln_.data(), a.residual2.data(),
                      p + o.ln_2_weight, a.ln2_mean.data(), a.ln2_rstd.data(), N, C, stream);
-  dc::zero_on_device(d_atty_.data(), N_ * C, stream);
   matmul_backward(blas_, d_atty_.data(), g + o.attn_proj_weight, g + o.attn_proj_bias, scratch, dresidual_.data(),
-                  a.atty.data(), p + o.attn_proj_weight, N, C, C, stream);
+                  a.atty.data(), p + o.attn_proj_weight, N, C, C, stream, write);
   dc::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream);
-  attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_, C,
-                     NH, stream);
-  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+  attend_backward(a, NH, NH, C / NH, stream);
   matmul_backward(blas_, d_ln_.data(), g + o.c_attn_weight, g + o.c_attn_bias, scratch, d_qkv_.data(), a.ln1.data(),
-                  p + o.c_attn_weight, N, C, 3 * C, stream);
+                  p + o.c_attn_weight, N, C, 3 * C, stream, write);
   layernorm_backward(dresidual_.data(), g + o.ln_1_weight, g + o.ln_1_bias, scratch, d_ln_.data(), x, p + o.ln_1_weight,
                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream);
 }
 
-// The forward's products in reverse; every activation gradient zeroed before the first kernel that adds into it.
+// The forward's products in reverse.
 template <typename T>
 void GptCuda<T>::llama_block_backward(int block, const T* p, float* g, cudaStream_t stream) {
   const int C = cfg_.n_embd, NH = cfg_.n_head, NKV = cfg_.kv_heads(), hs = cfg_.head_size(), N = static_cast<int>(N_);
@@ -301,32 +324,27 @@ void GptCuda<T>::llama_block_backward(int block, const T* p, float* g, cudaStrea
   float* const none = nullptr;
   const std::size_t NF = N_ * static_cast<std::size_t>(F_);
   // y = res2 + down(swiglu(gate(ln2), up(ln2)))
-  dc::zero_on_device(d_fch_gelu_.data(), NF, stream);  // d swiglu
+  constexpr Grad write = Grad::write;  // each activation gradient's first writer writes it (d_qkv aside)
   matmul_backward(blas_, d_fch_gelu_.data(), g + o.down_proj, none, scratch, dresidual_.data(), a.swiglu.data(),
-                  p + o.down_proj, N, F_, C, stream);
-  dc::zero_on_device(d_fch_.data(), NF, stream);  // d gate
-  dc::zero_on_device(d_up_.data(), NF, stream);
-  swiglu_backward(d_fch_.data(), d_up_.data(), d_fch_gelu_.data(), a.fch.data(), a.fch_gelu.data(), NF, stream);
-  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+                  p + o.down_proj, N, F_, C, stream, write);  // d swiglu
+  swiglu_backward(d_fch_.data(), d_up_.data(), d_fch_gelu_.data(), a.fch.data(), a.fch_gelu.data(), NF, stream,
+                  write);  // d gate, d up
   matmul_backward(blas_, d_ln_.data(), g + o.gate_proj, none, scratch, d_fch_.data(), a.ln2.data(), p + o.gate_proj, N,
-                  C, F_, stream);
+                  C, F_, stream, write);
   matmul_backward(blas_, d_ln_.data(), g + o.up_proj, none, scratch, d_up_.data(), a.ln2.data(), p + o.up_proj, N, C,
                   F_, stream);
   rmsnorm_backward(dresidual_.data(), g + o.post_norm, scratch, d_ln_.data(), a.residual2.data(), p + o.post_norm,
                    a.ln2_rstd.data(), N, C, stream);
   // res2 = x + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
-  dc::zero_on_device(d_atty_.data(), N_ * C, stream);
   matmul_backward(blas_, d_atty_.data(), g + o.o_proj, none, scratch, dresidual_.data(), a.atty.data(), p + o.o_proj, N,
-                  C, C, stream);
+                  C, C, stream, write);
   dc::zero_on_device(d_qkv_.data(), N_ * RS, stream);
-  gqa_attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_, T_,
-                         NH, NKV, hs, stream);
+  attend_backward(a, NH, NKV, hs, stream);
   rope_backward(d_qkv_.data(), B_, T_, NH, hs, RS, cfg_.rope_theta, stream);
   rope_backward(d_qkv_.data() + C, B_, T_, NKV, hs, RS, cfg_.rope_theta, stream);
-  dc::zero_on_device(d_ln_.data(), N_ * C, stream);
   // q_proj, k_proj, v_proj are back to back in the unit: one [C + 2K, C] product, as in the forward.
   matmul_backward(blas_, d_ln_.data(), g + o.q_proj, none, scratch, d_qkv_.data(), a.ln1.data(), p + o.q_proj, N, C, RS,
-                  stream);
+                  stream, write);
   rmsnorm_backward(dresidual_.data(), g + o.input_norm, scratch, d_ln_.data(), x, p + o.input_norm, a.ln1_rstd.data(),
                    N, C, stream);
 }

@@ -339,16 +339,32 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, std::size_t packs) {
   }
 }
 
-template <int P, typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, std::size_t packs) {
+template <int P, bool kAdd, typename T>
+__device__ void gelu_backward_packs(T* dinp, const T* inp, const T* dout, std::size_t packs) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < packs;
        i += std::size_t{gridDim.x} * blockDim.x) {
     const auto xs = detail::load_pack<P>(inp + i * P);
     const auto ds = detail::load_pack<P>(dout + i * P);
-    auto gs = detail::load_pack<P>(dinp + i * P);
-    for (int k = 0; k < P; ++k) store(&gs.v[k], load(&gs.v[k]) + load(&ds.v[k]) * gelu_grad_of(load(&xs.v[k])));
+    detail::Pack<T, P> gs;
+    if constexpr (kAdd) gs = detail::load_pack<P>(dinp + i * P);
+    for (int k = 0; k < P; ++k) {
+      const float d = load(&ds.v[k]) * gelu_grad_of(load(&xs.v[k]));
+      if constexpr (kAdd) {
+        store(&gs.v[k], load(&gs.v[k]) + d);
+      } else {
+        store(&gs.v[k], d);
+      }
+    }
     detail::store_pack(dinp + i * P, gs);
   }
+}
+template <int P, typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, std::size_t packs) {
+  gelu_backward_packs<P, true>(dinp, inp, dout, packs);
+}
+template <int P, typename T>
+__global__ void gelu_backward_write_kernel(T* dinp, const T* inp, const T* dout, std::size_t packs) {
+  gelu_backward_packs<P, false>(dinp, inp, dout, packs);
 }
 
 template <int P, typename T>
@@ -374,13 +390,15 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate, const T* up, std::s
 
 // silu(g) = g sigmoid(g); silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))).
 template <typename T>
-__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n) {
+__global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n,
+                                       bool add) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
     const float g = load(gate + i), d = load(dout + i);
     const float sig = 1.0f / (1.0f + expf(-g));
-    store(dgate + i, load(dgate + i) + d * load(up + i) * sig * (1.0f + g * (1.0f - sig)));
-    store(dup + i, load(dup + i) + d * g * sig);
+    const float dg = d * load(up + i) * sig * (1.0f + g * (1.0f - sig)), du = d * g * sig;
+    store(dgate + i, add ? load(dgate + i) + dg : dg);
+    store(dup + i, add ? load(dup + i) + du : du);
   }
 }
 
@@ -501,9 +519,11 @@ void swiglu_forward(T* out, const T* gate, const T* up, std::size_t n, cudaStrea
 }
 
 template <typename T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n, cudaStream_t stream) {
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n, cudaStream_t stream,
+                     Grad mode) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dgate, dup, dout, gate, up, n);
+  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dgate, dup, dout, gate, up, n,
+                                                                          mode == Grad::add);
   check_launch("swiglu_backward_kernel");
 }
 
@@ -531,9 +551,13 @@ void gelu_forward(T* out, const T* inp, std::size_t n, cudaStream_t stream) {
 }
 
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n, cudaStream_t stream) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n, cudaStream_t stream, Grad mode) {
   if (n == 0) return;
-  HSDP_LAUNCH_PACKED(gelu_backward_kernel, T, n, stream, dinp, inp, dout);
+  if (mode == Grad::add) {
+    HSDP_LAUNCH_PACKED(gelu_backward_kernel, T, n, stream, dinp, inp, dout);
+  } else {
+    HSDP_LAUNCH_PACKED(gelu_backward_write_kernel, T, n, stream, dinp, inp, dout);
+  }
 }
 
 template <typename T>
@@ -570,7 +594,7 @@ void convert(float* out, const bf16_t* in, std::size_t n, cudaStream_t stream) {
                                       const float*, int, int, cudaStream_t);                                     \
   template void bias_backward<T>(float*, float*, const T*, int, int, cudaStream_t);                              \
   template void gelu_forward<T>(T*, const T*, std::size_t, cudaStream_t);                                        \
-  template void gelu_backward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                             \
+  template void gelu_backward<T>(T*, const T*, const T*, std::size_t, cudaStream_t, Grad);                             \
   template void residual_forward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                          \
   template void residual_backward<T>(T*, T*, const T*, std::size_t, cudaStream_t);                              \
   template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int, int, float, cudaStream_t);              \
@@ -579,7 +603,7 @@ void convert(float* out, const bf16_t* in, std::size_t n, cudaStream_t stream) {
   template void rope_forward<T>(T*, int, int, int, int, int, double, cudaStream_t);                             \
   template void rope_backward<T>(T*, int, int, int, int, int, double, cudaStream_t);                            \
   template void swiglu_forward<T>(T*, const T*, const T*, std::size_t, cudaStream_t);                           \
-  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, std::size_t, cudaStream_t);
+  template void swiglu_backward<T>(T*, T*, const T*, const T*, const T*, std::size_t, cudaStream_t, Grad);
 
 HSDP_INSTANTIATE_LAYERS(float)
 HSDP_INSTANTIATE_LAYERS(bf16_t)

@@ -39,14 +39,14 @@ void matmul_forward(BlasLt& blas, T* out, const T* inp, const T* weight, const T
 
 template <typename T>
 void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
-                     const T* weight, int N, int IC, int OC, cudaStream_t stream) {
-  GemmArgs data;  // dinp[N, IC] += dout[N, OC] @ weight[OC, IC]
+                     const T* weight, int N, int IC, int OC, cudaStream_t stream, Grad dinp_mode) {
+  GemmArgs data;  // dinp[N, IC] (+)= dout[N, OC] @ weight[OC, IC]
   data.m = N, data.n = IC, data.k = OC;
   data.a = dout, data.lda = OC;
   data.b = weight, data.ldb = IC;
   data.d = dinp, data.ldd = IC;
   data.ab_type = data.d_type = dtype_v<T>;
-  data.beta = 1.0f;
+  data.beta = dinp_mode == Grad::add ? 1.0f : 0.0f;
   blas.gemm(data, stream);
   GemmArgs wgrad;  // dweight[OC, IC] += dout^T @ inp
   wgrad.trans_a = true;
@@ -108,9 +108,9 @@ template void matmul_forward<float>(BlasLt&, float*, const float*, const float*,
 template void matmul_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, int, int, int,
                                      cudaStream_t);
 template void matmul_backward<float>(BlasLt&, float*, float*, float*, float*, const float*, const float*, const float*,
-                                     int, int, int, cudaStream_t);
+                                     int, int, int, cudaStream_t, Grad);
 template void matmul_backward<bf16_t>(BlasLt&, bf16_t*, float*, float*, float*, const bf16_t*, const bf16_t*,
-                                      const bf16_t*, int, int, int, cudaStream_t);
+                                      const bf16_t*, int, int, int, cudaStream_t, Grad);
 template void lm_head_forward<float>(BlasLt&, float*, const float*, const float*, int, int, int, int, cudaStream_t);
 template void lm_head_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, int, int, int, int, cudaStream_t);
 template void lm_head_backward<float>(BlasLt&, float*, float*, const float*, const float*, const float*, int, int, int,

@@ -112,10 +112,23 @@ void CudaExecutor::enqueue_host_function(int id, std::function<void()> function)
   static_cast<void>(call.release());  // run_host_call owns it now
 }
 
+// Recording again an event a cudaStreamWaitEvent already read is safe: the wait took the work recorded at its call.
 ExecEvent CudaExecutor::record(int id) {
-  auto event = std::make_shared<dc::Event>();
+  std::unique_ptr<dc::Event> event;
+  {
+    const std::lock_guard lock(events_->mutex);
+    if (!events_->free.empty()) {
+      event = std::move(events_->free.back());
+      events_->free.pop_back();
+    }
+  }
+  if (!event) event = std::make_unique<dc::Event>();
   event->record(stream(id));
-  return ExecEvent{id, 0, std::move(event)};
+  std::shared_ptr<dc::Event> held(event.release(), [pool = events_](dc::Event* e) {
+    const std::lock_guard lock(pool->mutex);
+    pool->free.emplace_back(e);
+  });
+  return ExecEvent{id, 0, std::move(held)};
 }
 
 void CudaExecutor::wait(int id, const ExecEvent& event, const std::function<void()>& ordered) {

@@ -12,6 +12,7 @@
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/device/select_device.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
+#include "hsdp/model/flops.hpp"
 #include "hsdp/stream/cuda/device_ops.hpp"
 #include "hsdp/stream/cuda/executor.hpp"
 #include "hsdp/train/cuda_backend.hpp"
@@ -58,6 +59,7 @@ class GpuEngineBackend final : public EngineBackend {
   GpuEngineBackend& operator=(const GpuEngineBackend&) = delete;
 
   static DType compute_dtype() { return std::is_same_v<T, bf16_t> ? DType::bf16 : DType::f32; }
+  double peak_tflops() const override { return peak_tflops_; }
 
   double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
                            std::size_t rows) override {
@@ -82,6 +84,7 @@ class GpuEngineBackend final : public EngineBackend {
   std::vector<float> losses_;
   std::size_t activation_bytes_ = 0;
   MemoryAccountant* memory_ = nullptr;
+  double peak_tflops_ = model::dense_bf16_peak_tflops(dc::current_device_info().name);
 };
 
 }  // namespace

@@ -104,6 +104,8 @@ class GptCuda final : public UnitModel {
   void embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream);
   void block_forward(int block, const T* p, cudaStream_t stream);
   void llama_block_forward(int block, const T* p, cudaStream_t stream);
+  void attend(BlockActivations& a, const T* qkv, int NH, int NKV, int hs, cudaStream_t stream);
+  void attend_backward(BlockActivations& a, int NH, int NKV, int hs, cudaStream_t stream);
   void llama_block_backward(int block, const T* p, float* g, cudaStream_t stream);
   // The LM head's weight and gradient: the embedding's (tied) or the final unit's lm_head (an untied Llama).
   const T* head_weight(const T* lnf, const T* emb) const;

@@ -22,6 +22,10 @@
 
 namespace hsdp::model::cuda {
 
+// What a backward does with the activation gradient it produces: adds into it (the contract above), or writes it
+// (when it is that buffer's first writer in the step's order: no zero-fill pass before it, one read fewer).
+enum class Grad { add, write };
+
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]; wpe (and dwpe) null: no position table (a Llama's embedding).
 template <typename T>
 void encoder_forward(T* out, const std::int32_t* tokens, const T* wte, const T* wpe, int B, int T_, int C,
@@ -58,7 +62,8 @@ void rope_backward(T* dx, int B, int T_, int H, int hs, int row_stride, double t
 template <typename T>
 void swiglu_forward(T* out, const T* gate, const T* up, std::size_t n, cudaStream_t stream);
 template <typename T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n, cudaStream_t stream);
+void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, std::size_t n, cudaStream_t stream,
+                     Grad mode = Grad::add);
 
 // dbias[c] += sum over rows n of dout[n, c] (the bias gradient of a matmul); scratch: column_sum_scratch_floats(C, 1).
 template <typename T>
@@ -70,7 +75,7 @@ std::size_t column_sum_scratch_floats(int C, int quantities);
 template <typename T>
 void gelu_forward(T* out, const T* inp, std::size_t n, cudaStream_t stream);
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n, cudaStream_t stream);
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::size_t n, cudaStream_t stream, Grad mode = Grad::add);
 
 template <typename T>
 void residual_forward(T* out, const T* inp1, const T* inp2, std::size_t n, cudaStream_t stream);
@@ -107,11 +112,11 @@ using device::cuda::BlasLt;
 template <typename T>
 void matmul_forward(BlasLt& blas, T* out, const T* inp, const T* weight, const T* bias, int N, int IC, int OC,
                     cudaStream_t stream);
-// dinp += dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (when dbias is not null; scratch:
-// column_sum_scratch_floats(OC, 1) floats).
+// dinp += dout @ weight (Grad::write: dinp = ...); dweight += dout^T @ inp; dbias += column sums of dout (when dbias is
+// not null; scratch: column_sum_scratch_floats(OC, 1) floats).
 template <typename T>
 void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
-                     const T* weight, int N, int IC, int OC, cudaStream_t stream);
+                     const T* weight, int N, int IC, int OC, cudaStream_t stream, Grad dinp_mode = Grad::add);
 
 // logits[N, :V] (row stride Vp) = inp[N, C] @ wte[:V]^T; padded columns are never written.
 template <typename T>
@@ -151,5 +156,19 @@ void gqa_attention_forward(BlasLt& blas, T* out, T* att, const T* qkv, void* scr
 template <typename T>
 void gqa_attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout, const T* qkv, const T* att, int B,
                             int T_, int NH, int NKV, int hs, cudaStream_t stream);
+
+// Fused causal attention (model.attention=fused, FlashAttention-2's algorithm; flash_attention.cu): the same rows as
+// gqa_attention_forward (NKV = NH: GPT-2's), but the T x T scores are never stored: the forward keeps lse [B, NH, T]
+// (fp32: each row's log-sum-exp of its scaled scores), the backward recomputes the probabilities from it and adds
+// into dqkv. Head sizes 1..128 (fused_attention_supports). scratch: fused_attention_scratch_bytes(B, T, NH) bytes.
+// No atomics: dQ is owned per query row, dK and dV per key row (its G query heads added in order).
+bool fused_attention_supports(int head_size);
+std::size_t fused_attention_scratch_bytes(int B, int T_, int NH);
+template <typename T>
+void fused_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int NH, int NKV, int hs,
+                             cudaStream_t stream);
+template <typename T>
+void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* out, const T* qkv, const float* lse,
+                              int B, int T_, int NH, int NKV, int hs, cudaStream_t stream);
 
 }  // namespace hsdp::model::cuda

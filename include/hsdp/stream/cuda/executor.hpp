@@ -1,6 +1,7 @@
 #pragma once
 // The CUDA executor (hsdp/stream/executor.hpp) on one GPU: each stream a cudaStream_t (the compute stream is the one
-// given, the model's; the others are created non-blocking), an event per record (cudaEventRecord, timing off), waits
+// given, the model's; the others are created non-blocking), an event per record (cudaEventRecord, timing off; the
+// events come from a pool and go back to it when the last ExecEvent holding one is gone, so a step creates none), waits
 // by cudaStreamWaitEvent, host functions by cudaLaunchHostFunc. enqueue binds the stream (`bind`: CudaDeviceOps::
 // use_stream and whatever else launches work, so that its kernels go to that stream), runs the work on the host at
 // once (it launches, the GPU runs it in the stream's order) and unbinds (bind(nullptr): what the host calls between
@@ -54,6 +55,13 @@ class CudaExecutor final : public Executor {
   std::vector<device::cuda::Stream> owned_;
   std::shared_ptr<std::mutex> failure_mutex_;
   std::shared_ptr<std::exception_ptr> failure_;
+  // Events no ExecEvent holds any more, for record() to use again; shared with the deleters of the ones handed out
+  // (which may outlive the executor, and run on whichever thread drops the last reference).
+  struct EventPool {
+    std::mutex mutex;
+    std::vector<std::unique_ptr<device::cuda::Event>> free;
+  };
+  std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
 
   // Timed work whose end event the host has not seen complete yet.
   struct Timed {
