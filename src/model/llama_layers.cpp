@@ -117,6 +117,35 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
       12);
 }
 
+namespace {
+
+// One query row over keys and values 0..t (k_j at k + j * stride, v_j likewise): the scaled scores, their softmax into
+// a[0..t] and the weighted values into o[hs]. The forward's every row and the decoder's one row run this code.
+template <typename T>
+void attend_row(T* o, T* a, const T* qr, const T* k, const T* v, std::int64_t stride, std::int64_t t, int hs, T scale) {
+  T max_score = -std::numeric_limits<T>::infinity();
+  for (std::int64_t j = 0; j <= t; ++j) {
+    const T* kr = k + j * stride;
+    T dot = 0;
+    for (int i = 0; i < hs; ++i) dot += qr[i] * kr[i];
+    a[j] = dot * scale;
+    max_score = a[j] > max_score ? a[j] : max_score;
+  }
+  T sum = 0;
+  for (std::int64_t j = 0; j <= t; ++j) {
+    a[j] = std::exp(a[j] - max_score);
+    sum += a[j];
+  }
+  for (std::int64_t j = 0; j <= t; ++j) a[j] /= sum;
+  for (int i = 0; i < hs; ++i) o[i] = T(0);
+  for (std::int64_t j = 0; j <= t; ++j) {
+    const T* vr = v + j * stride;
+    for (int i = 0; i < hs; ++i) o[i] += a[j] * vr[i];
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, int B, int T_, int NH, int NKV,
                            int hs) {
@@ -127,66 +156,26 @@ void gqa_attention_forward(T* out, T* att, const T* q, const T* k, const T* v, i
       static_cast<std::int64_t>(B) * NH * T_,
       [&](std::int64_t item) {
         const std::int64_t t = item % T_, h = (item / T_) % NH, b = item / (static_cast<std::int64_t>(T_) * NH);
-        const std::int64_t kvh = h / group;
-        const T* qr = q + (b * T_ + t) * qs + h * hs;
+        const std::int64_t kv_at = b * T_ * ks + h / group * hs;
         T* a = att + ((b * NH + h) * T_ + t) * T_;
-        T max_score = -std::numeric_limits<T>::infinity();
-        for (std::int64_t j = 0; j <= t; ++j) {
-          const T* kr = k + (b * T_ + j) * ks + kvh * hs;
-          T dot = 0;
-          for (int i = 0; i < hs; ++i) dot += qr[i] * kr[i];
-          a[j] = dot * scale;
-          max_score = a[j] > max_score ? a[j] : max_score;
-        }
-        T sum = 0;
-        for (std::int64_t j = 0; j <= t; ++j) {
-          a[j] = std::exp(a[j] - max_score);
-          sum += a[j];
-        }
-        for (std::int64_t j = 0; j <= t; ++j) a[j] /= sum;
+        attend_row(out + (b * T_ + t) * qs + h * hs, a, q + (b * T_ + t) * qs + h * hs, k + kv_at, v + kv_at, ks, t,
+                   hs, scale);
         for (std::int64_t j = t + 1; j < T_; ++j) a[j] = T(0);
-        T* o = out + (b * T_ + t) * qs + h * hs;
-        for (int i = 0; i < hs; ++i) o[i] = T(0);
-        for (std::int64_t j = 0; j <= t; ++j) {
-          const T* vr = v + (b * T_ + j) * ks + kvh * hs;
-          for (int i = 0; i < hs; ++i) o[i] += a[j] * vr[i];
-        }
       },
       static_cast<std::int64_t>(T_) * hs);
 }
 
-// One row of gqa_attention_forward: scores, the softmax and the weighted values in the same order of operations.
+// One row of gqa_attention_forward, by the same code (attend_row) over the cache's rows k | v.
 template <typename T>
 void gqa_attention_decode_forward(T* out, T* att_row, const T* q, const T* kv, int t, int NH, int NKV, int hs) {
   const int group = NH / NKV;
-  const std::int64_t ks = static_cast<std::int64_t>(NKV) * hs, row = 2 * ks;
+  const std::int64_t ks = static_cast<std::int64_t>(NKV) * hs;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
   device::parallel_for(
       NH,
       [&](std::int64_t h) {
-        const std::int64_t kvh = h / group;
-        const T* qr = q + h * hs;
-        T* a = att_row + h * (t + 1);
-        T max_score = -std::numeric_limits<T>::infinity();
-        for (std::int64_t j = 0; j <= t; ++j) {
-          const T* kr = kv + j * row + kvh * hs;
-          T dot = 0;
-          for (int i = 0; i < hs; ++i) dot += qr[i] * kr[i];
-          a[j] = dot * scale;
-          max_score = a[j] > max_score ? a[j] : max_score;
-        }
-        T sum = 0;
-        for (std::int64_t j = 0; j <= t; ++j) {
-          a[j] = std::exp(a[j] - max_score);
-          sum += a[j];
-        }
-        for (std::int64_t j = 0; j <= t; ++j) a[j] /= sum;
-        T* o = out + h * hs;
-        for (int i = 0; i < hs; ++i) o[i] = T(0);
-        for (std::int64_t j = 0; j <= t; ++j) {
-          const T* vr = kv + j * row + ks + kvh * hs;
-          for (int i = 0; i < hs; ++i) o[i] += a[j] * vr[i];
-        }
+        const T* k = kv + h / group * hs;
+        attend_row(out + h * hs, att_row + h * (t + 1), q + h * hs, k, k + ks, 2 * ks, t, hs, scale);
       },
       static_cast<std::int64_t>(t + 1) * hs);
 }

@@ -94,12 +94,7 @@ TYPED_TEST(AttentionBlasGpu, GroupedQueryAttention_ForwardAndBackward_MatchCpu) 
     const std::size_t att_n = static_cast<std::size_t>(s.B) * s.NH * s.T_ * s.T_;
     const auto rows = inputs<T>(static_cast<std::size_t>(N) * RS, 60, -2.0f, 2.0f);
     const auto dout = inputs<T>(static_cast<std::size_t>(N) * C, 61);
-    std::vector<float> q, k, v;
-    for (int n = 0; n < N; ++n) {
-      q.insert(q.end(), rows.begin() + n * RS, rows.begin() + n * RS + C);
-      k.insert(k.end(), rows.begin() + n * RS + C, rows.begin() + n * RS + C + K);
-      v.insert(v.end(), rows.begin() + n * RS + C + K, rows.begin() + (n + 1) * RS);
-    }
+    const auto [q, k, v] = split_qkv(rows, N, C, K);
     std::vector<float> out(static_cast<std::size_t>(N) * C), att(att_n);
     model::gqa_attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s.B, s.T_, s.NH, s.NKV, s.hs);
 
@@ -122,12 +117,7 @@ TYPED_TEST(AttentionBlasGpu, GroupedQueryAttention_ForwardAndBackward_MatchCpu) 
     mc::gqa_attention_backward(blas, d_drows.data(), scratch.data(), d_dout.data(), d_rows.data(), d_att.data(), s.B,
                                s.T_, s.NH, s.NKV, s.hs, this->stream());
     const auto got = floats(this->download(d_drows));
-    std::vector<float> got_dq, got_dk, got_dv;
-    for (int n = 0; n < N; ++n) {
-      got_dq.insert(got_dq.end(), got.begin() + n * RS, got.begin() + n * RS + C);
-      got_dk.insert(got_dk.end(), got.begin() + n * RS + C, got.begin() + n * RS + C + K);
-      got_dv.insert(got_dv.end(), got.begin() + n * RS + C + K, got.begin() + (n + 1) * RS);
-    }
+    const auto [got_dq, got_dk, got_dv] = split_qkv(got, N, C, K);
     EXPECT_TRUE(close(got_dq, dq, tol<T>())) << "dq, NKV=" << s.NKV;
     EXPECT_TRUE(close(got_dk, dk, tol<T>())) << "dk, NKV=" << s.NKV;
     EXPECT_TRUE(close(got_dv, dv, tol<T>())) << "dv, NKV=" << s.NKV;
@@ -157,12 +147,7 @@ TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Determin
     const int C = s.NH * s.hs, K = s.NKV * s.hs, RS = C + 2 * K, N = s.B * s.T_;
     const auto rows = inputs<T>(static_cast<std::size_t>(N) * RS, 70, -2.0f, 2.0f);
     const auto dout = inputs<T>(static_cast<std::size_t>(N) * C, 71);
-    std::vector<float> q, k, v;
-    for (int n = 0; n < N; ++n) {
-      q.insert(q.end(), rows.begin() + n * RS, rows.begin() + n * RS + C);
-      k.insert(k.end(), rows.begin() + n * RS + C, rows.begin() + n * RS + C + K);
-      v.insert(v.end(), rows.begin() + n * RS + C + K, rows.begin() + (n + 1) * RS);
-    }
+    const auto [q, k, v] = split_qkv(rows, N, C, K);
     std::vector<float> out(static_cast<std::size_t>(N) * C), att(static_cast<std::size_t>(s.B) * s.NH * s.T_ * s.T_);
     model::gqa_attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s.B, s.T_, s.NH, s.NKV, s.hs);
     // lse[b, h, t] = log sum_{j <= t} exp(q_t . k_j / sqrt(hs)), in double.
@@ -213,12 +198,7 @@ TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Determin
       }
       first = raw;
       const auto got = floats(raw);
-      std::vector<float> got_dq, got_dk, got_dv;
-      for (int n = 0; n < N; ++n) {
-        got_dq.insert(got_dq.end(), got.begin() + n * RS, got.begin() + n * RS + C);
-        got_dk.insert(got_dk.end(), got.begin() + n * RS + C, got.begin() + n * RS + C + K);
-        got_dv.insert(got_dv.end(), got.begin() + n * RS + C + K, got.begin() + (n + 1) * RS);
-      }
+      const auto [got_dq, got_dk, got_dv] = split_qkv(got, N, C, K);
       EXPECT_TRUE(close(got_dq, dq, tol<T>())) << "dq, hs=" << s.hs << " NKV=" << s.NKV;
       EXPECT_TRUE(close(got_dk, dk, tol<T>())) << "dk, hs=" << s.hs << " NKV=" << s.NKV;
       EXPECT_TRUE(close(got_dv, dv, tol<T>())) << "dv, hs=" << s.hs << " NKV=" << s.NKV;

@@ -122,4 +122,21 @@ inline ::testing::AssertionResult close(const std::vector<float>& got, const std
                                        << "; worst error / max|want| = " << worst;
 }
 
+// The q, k and v parts of N rows laid out q (C) | k (K) | v (K), as three row-major buffers (a Llama's and the GPU
+// attention's layout; GPT-2's with K = C).
+struct QkvParts {
+  std::vector<float> q, k, v;
+};
+inline QkvParts split_qkv(const std::vector<float>& rows, int N, int C, int K) {
+  QkvParts parts;
+  const std::size_t rs = static_cast<std::size_t>(C + 2 * K);
+  for (std::size_t n = 0; n < static_cast<std::size_t>(N); ++n) {
+    const auto row = rows.begin() + static_cast<std::ptrdiff_t>(n * rs);
+    parts.q.insert(parts.q.end(), row, row + C);
+    parts.k.insert(parts.k.end(), row + C, row + C + K);
+    parts.v.insert(parts.v.end(), row + C + K, row + C + 2 * K);
+  }
+  return parts;
+}
+
 }  // namespace hsdp::gpu_testing

@@ -131,27 +131,16 @@ TYPED_TEST(LayersGpu, Rope_OnStridedRows_MatchesCpu_AndBackwardUndoesIt) {
   const int B = 2, T_ = 37, NH = 4, NKV = 2, hs = 16, C = NH * hs, K = NKV * hs, RS = C + 2 * K;
   const double theta = 10000.0;
   const auto rows = inputs<T>(static_cast<std::size_t>(B) * T_ * RS, 23, -2.0f, 2.0f);
-  std::vector<float> q, k;
-  for (int n = 0; n < B * T_; ++n) {
-    q.insert(q.end(), rows.begin() + n * RS, rows.begin() + n * RS + C);
-    k.insert(k.end(), rows.begin() + n * RS + C, rows.begin() + n * RS + C + K);
-  }
+  auto [q, k, v] = split_qkv(rows, B * T_, C, K);
   model::rope_forward(q.data(), B, T_, NH, hs, theta);
   model::rope_forward(k.data(), B, T_, NKV, hs, theta);
   auto d_rows = this->upload(as<T>(rows));
   mc::rope_forward(d_rows.data(), B, T_, NH, hs, RS, theta, this->stream());
   mc::rope_forward(d_rows.data() + C, B, T_, NKV, hs, RS, theta, this->stream());
-  const auto got = floats(this->download(d_rows));
-  std::vector<float> got_q, got_k, got_v, want_v;
-  for (int n = 0; n < B * T_; ++n) {
-    got_q.insert(got_q.end(), got.begin() + n * RS, got.begin() + n * RS + C);
-    got_k.insert(got_k.end(), got.begin() + n * RS + C, got.begin() + n * RS + C + K);
-    got_v.insert(got_v.end(), got.begin() + n * RS + C + K, got.begin() + (n + 1) * RS);
-    want_v.insert(want_v.end(), rows.begin() + n * RS + C + K, rows.begin() + (n + 1) * RS);
-  }
-  EXPECT_TRUE(close(got_q, q, tol<T>(kF32Elementwise))) << "q";
-  EXPECT_TRUE(close(got_k, k, tol<T>(kF32Elementwise))) << "k";
-  EXPECT_EQ(got_v, want_v) << "v must stay untouched";
+  const auto got = split_qkv(floats(this->download(d_rows)), B * T_, C, K);
+  EXPECT_TRUE(close(got.q, q, tol<T>(kF32Elementwise))) << "q";
+  EXPECT_TRUE(close(got.k, k, tol<T>(kF32Elementwise))) << "k";
+  EXPECT_EQ(got.v, v) << "v must stay untouched";
   mc::rope_backward(d_rows.data(), B, T_, NH, hs, RS, theta, this->stream());
   mc::rope_backward(d_rows.data() + C, B, T_, NKV, hs, RS, theta, this->stream());
   // Turning back: the inputs again, up to two roundings (fp32: a few ulps of values below 2; bf16: two bf16 roundings).

@@ -15,7 +15,6 @@
 namespace hsdp::model {
 namespace {
 
-using testing::kGradientTolerance;
 using testing::relative_error;
 
 // The tiny config of the whole-model gradient check: L=2, C=8, H=2, V=11 padded to 16.
@@ -71,24 +70,7 @@ TEST(Gpt, FullModelBackward_MatchesFiniteDifferences_ForEveryParameter) {
     std::copy(values.begin(), values.end(), params.param(p).begin());  // padded wte rows stay 0
   }
   const auto tokens = token_ids(B * T, 11, 1), targets = token_ids(B * T, 11, 2);
-  model.forward(tokens, targets, params.const_pointers());
-  model.backward(params.const_pointers(), grads.pointers(), 1.0);
-
-  const double h = testing::kFiniteDifferenceStep;
-  for (const ParamInfo& p : layout.params()) {
-    auto values = params.param(p);
-    std::vector<double> analytic(grads.param(p).begin(), grads.param(p).end()), numeric(p.numel);
-    for (std::size_t i = 0; i < p.numel; ++i) {
-      const double saved = values[i];
-      values[i] = saved + h;
-      const double up = model.evaluate(tokens, targets, params.const_pointers());
-      values[i] = saved - h;
-      const double down = model.evaluate(tokens, targets, params.const_pointers());
-      values[i] = saved;
-      numeric[i] = (up - down) / (2 * h);
-    }
-    EXPECT_LT(relative_error(analytic, numeric), kGradientTolerance) << p.name;
-  }
+  testing::expect_every_parameter_matches_finite_differences(layout, model, params, grads, tokens, targets);
 }
 
 // At init the logits are ~N(0, 0.02^2 * C) ~ 0.16 std, so the loss is ln(V) + O(0.02): within 0.05.

@@ -17,7 +17,14 @@
 #include <functional>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include <span>
+#include <string>
+
+#include "hsdp/model/gpt.hpp"
 #include "hsdp/model/rng.hpp"
+#include "hsdp/model/unit_buffers.hpp"
 
 namespace hsdp::model::testing {
 
@@ -61,6 +68,33 @@ inline std::vector<double> numeric_gradient(std::vector<double>& x, const std::f
     g[i] = (up - down) / (2 * h);
   }
   return g;
+}
+
+// Every parameter of `layout`: the gradient a forward and backward of `model` (Gpt<double>) put into `grads` against
+// central differences of model.evaluate() over each element of `params`, within kGradientTolerance; `label` names the
+// case in a failure.
+inline void expect_every_parameter_matches_finite_differences(const ModelLayout& layout, Gpt<double>& model,
+                                                              UnitBuffers<double>& params, UnitBuffers<double>& grads,
+                                                              std::span<const std::int32_t> tokens,
+                                                              std::span<const std::int32_t> targets,
+                                                              const std::string& label = "") {
+  model.forward(tokens, targets, params.const_pointers());
+  model.backward(params.const_pointers(), grads.pointers(), 1.0);
+  const double h = kFiniteDifferenceStep;
+  for (const ParamInfo& p : layout.params()) {
+    auto values = params.param(p);
+    std::vector<double> analytic(grads.param(p).begin(), grads.param(p).end()), numeric(p.numel);
+    for (std::size_t i = 0; i < p.numel; ++i) {
+      const double saved = values[i];
+      values[i] = saved + h;
+      const double up = model.evaluate(tokens, targets, params.const_pointers());
+      values[i] = saved - h;
+      const double down = model.evaluate(tokens, targets, params.const_pointers());
+      values[i] = saved;
+      numeric[i] = (up - down) / (2 * h);
+    }
+    EXPECT_LT(relative_error(analytic, numeric), kGradientTolerance) << p.name << label;
+  }
 }
 
 }  // namespace hsdp::model::testing

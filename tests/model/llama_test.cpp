@@ -17,8 +17,6 @@
 namespace hsdp::model {
 namespace {
 
-using testing::kGradientTolerance;
-using testing::relative_error;
 
 // L=2, C=16, 4 query heads of 4 channels over `kv_heads` key/value heads, SwiGLU width 12, V=11 padded to 16.
 GptConfig tiny_llama(int kv_heads, bool tied) {
@@ -191,24 +189,9 @@ TEST(Llama, Backward_MatchesFiniteDifferences_ForEveryParameter) {
     UnitBuffers<double> params(layout), grads(layout);
     random_params(layout, params);
     const auto tokens = token_ids(B * T, 11, 1), targets = token_ids(B * T, 11, 2);
-    model.forward(tokens, targets, params.const_pointers());
-    model.backward(params.const_pointers(), grads.pointers(), 1.0);
-    const double h = testing::kFiniteDifferenceStep;
-    for (const ParamInfo& p : layout.params()) {
-      auto values = params.param(p);
-      std::vector<double> analytic(grads.param(p).begin(), grads.param(p).end()), numeric(p.numel);
-      for (std::size_t i = 0; i < p.numel; ++i) {
-        const double saved = values[i];
-        values[i] = saved + h;
-        const double up = model.evaluate(tokens, targets, params.const_pointers());
-        values[i] = saved - h;
-        const double down = model.evaluate(tokens, targets, params.const_pointers());
-        values[i] = saved;
-        numeric[i] = (up - down) / (2 * h);
-      }
-      EXPECT_LT(relative_error(analytic, numeric), kGradientTolerance)
-          << p.name << " (n_kv_head " << kv << (tied ? ", tied)" : ", untied)");
-    }
+    testing::expect_every_parameter_matches_finite_differences(
+        layout, model, params, grads, tokens, targets,
+        " (n_kv_head " + std::to_string(kv) + (tied ? ", tied)" : ", untied)"));
   }
 }
 
