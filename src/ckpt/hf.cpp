@@ -152,7 +152,8 @@ model::GptConfig read_config(const ConfigReader& in) {
   const std::optional<std::string> type = in.text("model_type");
   if (type && *type == "llama") return read_llama_config(in);
   if (!type || *type != "gpt2") {
-    fail(in.path(), "model_type is '" + type.value_or("(none)") + "'; only GPT-2 (gpt2) and Llama (llama) are imported");
+    fail(in.path(),
+         "model_type is '" + type.value_or("(none)") + "'; only GPT-2 (gpt2) and Llama (llama) are imported");
   }
   const std::optional<std::string> activation = in.text("activation_function");
   if (activation && *activation != "gelu_new" && *activation != "gelu_pytorch_tanh") {
@@ -362,7 +363,8 @@ HfModel read_hf(const std::string& dir, int padded_vocab_size) {
     if (name == "lm_head.weight" && !head_param) continue;  // tied: checked against the embedding below
     const model::ParamInfo* p = layout.find_param(name);
     if (p == nullptr) {
-      fail(weights_path, "tensor '" + stored_name + "' is not a parameter of hsdp's " + (c.llama() ? "Llama" : "GPT-2"));
+      fail(weights_path,
+           "tensor '" + stored_name + "' is not a parameter of hsdp's " + (c.llama() ? "Llama" : "GPT-2"));
     }
     if (entry.shape != hf_shape(c, *p)) {
       fail(weights_path, "tensor '" + stored_name + "' has shape " + shape_text(entry.shape) +

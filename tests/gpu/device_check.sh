@@ -240,8 +240,8 @@ PY
 speed() {
   : >"$out/bench.jsonl"
   for b in 8 16; do
-    bench "unfused_b$b" --batch "$b"
-    bench "fused_b$b" --batch "$b" --set model.attention=fused
+    bench "unfused_b$b" --batch "$b" --kernel_breakdown
+    bench "fused_b$b" --batch "$b" --set model.attention=fused --kernel_breakdown
     if python3 -c "import torch" 2>/dev/null; then
       echo "== PyTorch GPT-2, B=$b, torch.compile, flash attention"
       timeout 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" | tee -a "$out/bench.jsonl"
@@ -259,7 +259,7 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     print({k: r[k] for k in ("bench", "attention", "batch", "B", "n_layer", "step_ms", "ms_per_step", "tokens_per_s",
-                             "mfu", "device_memory_bytes", "peak_memory_bytes") if k in r})
+                             "mfu", "device_memory_bytes", "peak_memory_bytes", "kernels_ms") if k in r})
 PY
 }
 

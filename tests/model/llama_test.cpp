@@ -17,7 +17,6 @@
 namespace hsdp::model {
 namespace {
 
-
 // L=2, C=16, 4 query heads of 4 channels over `kv_heads` key/value heads, SwiGLU width 12, V=11 padded to 16.
 GptConfig tiny_llama(int kv_heads, bool tied) {
   GptConfig c;
@@ -42,7 +41,9 @@ std::vector<std::int32_t> token_ids(std::size_t n, int vocab, std::uint64_t seed
   return ids;
 }
 
-bool is_norm(const ParamInfo& p) { return p.name.find("norm") != std::string::npos; }
+bool is_norm(const ParamInfo& p) {
+  return p.name.find("norm") != std::string::npos;
+}
 
 // O(0.3) values (norm weights around 1), so that every path carries a gradient well above the differences' noise.
 void random_params(const ModelLayout& layout, UnitBuffers<double>& params) {
@@ -96,8 +97,8 @@ void rotate_half(Rows& x, int heads, int hs, double theta) {
   }
 }
 
-double reference_loss(const ModelLayout& layout, const UnitBuffers<double>& params, const std::vector<std::int32_t>& tokens,
-                      const std::vector<std::int32_t>& targets, int B, int T) {
+double reference_loss(const ModelLayout& layout, const UnitBuffers<double>& params,
+                      const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets, int B, int T) {
   const GptConfig& c = layout.config();
   const int C = c.n_embd, H = c.n_head, KV = c.kv_heads(), hs = c.head_size(), F = c.ffn(), V = c.vocab_size;
   const auto p = [&](const std::string& name) { return params.param(layout.param(name)).data(); };
@@ -212,11 +213,10 @@ TEST(Llama, ActivationCheckpointing_GivesBitIdenticalLossAndGrads_AndBothPeaksEq
     MemoryAccountant accountant;
     {
       Gpt<float> model(layout, B, T, accountant, ckpt);
-      losses[ckpt] = model.forward(token_ids(B * T, c.vocab_size, 5), token_ids(B * T, c.vocab_size, 6),
-                                   params.const_pointers());
+      losses[ckpt] =
+          model.forward(token_ids(B * T, c.vocab_size, 5), token_ids(B * T, c.vocab_size, 6), params.const_pointers());
       model.backward(params.const_pointers(), grads[ckpt].pointers(), 1.0f);
-      EXPECT_EQ(static_cast<std::int64_t>(model.activation_bytes()),
-                activation_bytes(activation_shape(c), B, T, ckpt));
+      EXPECT_EQ(static_cast<std::int64_t>(model.activation_bytes()), activation_bytes(activation_shape(c), B, T, ckpt));
     }
     peaks[ckpt] = accountant.peak(MemCategory::activations);
     EXPECT_EQ(peaks[ckpt], activation_bytes(activation_shape(c), B, T, ckpt));
@@ -248,10 +248,10 @@ TEST(Llama, Layout_HasHuggingFacesNames_AndTheHeadInTheFinalUnitUnlessTied) {
   const ModelLayout untied(tiny_llama(2, false));
   EXPECT_EQ(untied.num_units(), 4);
   const std::vector<std::string> block = {
-      "model.layers.1.input_layernorm.weight",          "model.layers.1.self_attn.q_proj.weight",
-      "model.layers.1.self_attn.k_proj.weight",         "model.layers.1.self_attn.v_proj.weight",
-      "model.layers.1.self_attn.o_proj.weight",         "model.layers.1.post_attention_layernorm.weight",
-      "model.layers.1.mlp.gate_proj.weight",            "model.layers.1.mlp.up_proj.weight",
+      "model.layers.1.input_layernorm.weight",  "model.layers.1.self_attn.q_proj.weight",
+      "model.layers.1.self_attn.k_proj.weight", "model.layers.1.self_attn.v_proj.weight",
+      "model.layers.1.self_attn.o_proj.weight", "model.layers.1.post_attention_layernorm.weight",
+      "model.layers.1.mlp.gate_proj.weight",    "model.layers.1.mlp.up_proj.weight",
       "model.layers.1.mlp.down_proj.weight"};
   const auto names = [](const std::vector<const ParamInfo*>& ps) {
     std::vector<std::string> out;

@@ -54,6 +54,7 @@ struct Options {
   double peak_tflops = 0.0;
   int gemm_n = 8192;
   bool json_only = false;
+  bool kernel_breakdown = false;
   bool activation_checkpointing = false;
   std::string device = "cuda";
   std::string sharding = "no_shard";
@@ -124,6 +125,9 @@ Options parse(int argc, char** argv) {
       ("activation_checkpointing", po::bool_switch(&o.activation_checkpointing),
        "keep only each block's input; recompute the block in backward")
       ("set", po::value(&o.keys)->composing(), "any hsdp-train deck key, KEY=VALUE (repeatable), e.g. comm.intra=mpi")
+      ("kernel_breakdown", po::bool_switch(&o.kernel_breakdown),
+       "after the timed steps, one more step with the model's kernels timed by kind (CUDA events around each "
+       "group: matmul, attention, layernorm, elementwise, ...): ms and share of that step, JSON kernels_ms")
       ("json", po::bool_switch(&o.json_only), "print only the JSON line");
   // clang-format on
   po::variables_map vm;
@@ -217,6 +221,18 @@ int run(const Options& o, const hsdp::Logger& log) {
     if (s + 1 == o.steps && gpu) cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     marks.push_back(Clock::now());
   }
+  // One more step with the kernels timed (not among the timed steps: the events would be in their time).
+  std::vector<std::pair<std::string, double>> kernels;
+  double kernel_step_ms = 0;
+  if (o.kernel_breakdown && gpu) {
+    backend->time_kernels(true);
+    const auto start = Clock::now();
+    step();
+    cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    kernel_step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    kernels = backend->kernel_times();
+    backend->time_kernels(false);
+  }
   std::vector<double> step_ms;
   for (std::size_t s = 1; s < marks.size(); ++s) {
     step_ms.push_back(std::chrono::duration<double, std::milli>(marks[s] - marks[s - 1]).count());
@@ -256,6 +272,11 @@ int run(const Options& o, const hsdp::Logger& log) {
       .add("gemm_n", o.gemm_n)
       .add("gemm_tflops", gemm_tflops)
       .add("ratio_to_gemm", gemm_tflops > 0 ? tflops_mean / gemm_tflops : 0.0);
+  if (!kernels.empty()) {
+    hsdp::JsonLine k;
+    for (const auto& [kind, ms] : kernels) k.add(kind, ms);
+    json.add_raw("kernels_ms", k.str()).add("kernel_step_ms", kernel_step_ms);
+  }
   if (!o.json_only) {
     std::printf(
         "hsdp-bench-train-gpu: GPT L=%d C=%d H=%d V=%d (Vp=%d), %zu params, B=%d T=%d per rank, %d rank(s) of %s, "
@@ -275,6 +296,14 @@ int run(const Options& o, const hsdp::Logger& log) {
                 static_cast<double>(tokens_per_step) / (mean_ms * 1e-3), mfu, peak.entry.c_str());
     if (gpu) std::printf("; GEMM %.1f TFLOP/s (%d^3, same run)", gemm_tflops, o.gemm_n);
     std::printf("; loss %.4f\n", static_cast<double>(loss));
+    if (!kernels.empty()) {
+      double sum = 0;
+      for (const auto& kind : kernels) sum += kind.second;
+      std::printf("kernels of one more step (%.2f ms, the model's kernels %.2f ms of it):\n", kernel_step_ms, sum);
+      for (const auto& [kind, ms] : kernels) {
+        std::printf("  %-14s %8.2f ms %6.1f%%\n", kind.c_str(), ms, 100 * ms / kernel_step_ms);
+      }
+    }
   }
   std::printf("%s\n", json.str().c_str());
   return 0;

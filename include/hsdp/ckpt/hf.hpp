@@ -51,7 +51,8 @@ struct HfModel {
   std::vector<Buffer<float>> unit_params;  // one per unit of ModelLayout(config); padded wte rows zero
 };
 // Reads a Llama directory (model_type llama: the keys above; transformers' defaults for absent rms_norm_eps 1e-6,
-// rope_theta 1e4, untied head) or a GPT-2 directory written by write_hf or by transformers' save_pretrained (names with or without the
+// rope_theta 1e4, untied head) or a GPT-2 directory written by write_hf or by transformers' save_pretrained (names
+// with or without the
 // "transformer." prefix; the attention-mask buffers attn.bias / attn.masked_bias of older files are skipped;
 // lm_head.weight, if present, must equal wte). padded_vocab_size: 0 takes the file's hsdp_padded_vocab_size, else
 // vocab_size rounded up to a multiple of 128 (hsdp-train's default). A checkpoint Error names the file and the key

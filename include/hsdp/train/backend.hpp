@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hsdp/ckpt/checkpoint.hpp"
@@ -46,6 +47,10 @@ class Backend {
   // The device's dense bf16 peak in TFLOP/s (model::dense_bf16_peak_tflops: a GPU's by its name), for the MFU the
   // step line reports; 0 where none is known (the CPU).
   virtual double peak_tflops() const { return 0.0; }
+  // The model's kernels by kind (hsdp/model/cuda/kernel_timer.hpp), for the steps between time_kernels(true) and
+  // kernel_times() (which waits for them): milliseconds per kind. Empty where the model cannot time them (the CPU).
+  virtual void time_kernels(bool on) { (void)on; }
+  virtual std::vector<std::pair<std::string, double>> kernel_times() { return {}; }
 
   // Checkpoints. Host views of this rank's part of the state (fp32 params, Adam m and v), current as of the call
   // (a GPU backend copies device state into them); valid until the next call on the backend.

@@ -130,8 +130,8 @@ __global__ void flash_dq_kernel(T* dqkv, const T* dout, const T* qkv, const floa
   const int ld = s.hs + 1;
   float* k_s = smem;
   float* v_s = k_s + kTile * ld;
-  float* q_s = v_s + kTile * ld;                 // [kRowsPerBlock][hs]
-  float* do_s = q_s + kRowsPerBlock * s.hs;      // [kRowsPerBlock][hs]
+  float* q_s = v_s + kTile * ld;             // [kRowsPerBlock][hs]
+  float* do_s = q_s + kRowsPerBlock * s.hs;  // [kRowsPerBlock][hs]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
   const int first_row = blockIdx.x * kRowsPerBlock;
@@ -194,9 +194,9 @@ __global__ void flash_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const flo
                                  float scale) {
   extern __shared__ float smem[];
   const int ld = s.hs + 1;
-  float* q_s = smem;                       // [kTile][hs + 1]
-  float* do_s = q_s + kTile * ld;          // [kTile][hs + 1]
-  float* k_s = do_s + kTile * ld;          // [kRowsPerBlock][hs]
+  float* q_s = smem;                        // [kTile][hs + 1]
+  float* do_s = q_s + kTile * ld;           // [kTile][hs + 1]
+  float* k_s = do_s + kTile * ld;           // [kRowsPerBlock][hs]
   float* v_s = k_s + kRowsPerBlock * s.hs;  // [kRowsPerBlock][hs]
   __shared__ float lse_s[kTile], D_s[kTile];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -274,7 +274,9 @@ void check_shape(const Shape& s) {
   }
 }
 
-std::size_t row_tiles_smem(int hs) { return (2 * kTile * (hs + 1)) * sizeof(float); }
+std::size_t row_tiles_smem(int hs) {
+  return (2 * kTile * (hs + 1)) * sizeof(float);
+}
 
 // Calls f(std::integral_constant<int, kPerLane>) for hs <= 128: two variants only (the GPU models' 64 and 128; a lane
 // skips the dims beyond hs), which keeps nvcc's share of the build small.
@@ -289,7 +291,9 @@ void by_head_size(int hs, F&& f) {
 
 }  // namespace
 
-bool fused_attention_supports(int head_size) { return head_size >= 1 && head_size <= kMaxHead; }
+bool fused_attention_supports(int head_size) {
+  return head_size >= 1 && head_size <= kMaxHead;
+}
 
 std::size_t fused_attention_scratch_bytes(int B, int T_, int NH) {
   return static_cast<std::size_t>(B) * NH * T_ * sizeof(float);  // D
@@ -323,11 +327,13 @@ void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* ou
   const std::size_t smem = row_tiles_smem(hs) + 2 * kRowsPerBlock * hs * sizeof(float);
   by_head_size(hs, [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;
-    flash_dq_kernel<T, kPerLane><<<dim3((T_ + kRowsPerBlock - 1) / kRowsPerBlock, NH, B), kRowsPerBlock * kWarp, smem,
-                                   stream>>>(dqkv, dout, qkv, lse, D, s, scale);
+    flash_dq_kernel<T, kPerLane>
+        <<<dim3((T_ + kRowsPerBlock - 1) / kRowsPerBlock, NH, B), kRowsPerBlock * kWarp, smem, stream>>>(
+            dqkv, dout, qkv, lse, D, s, scale);
     check_launch("flash_dq_kernel");
-    flash_dkv_kernel<T, kPerLane><<<dim3((T_ + kRowsPerBlock - 1) / kRowsPerBlock, NKV, B), kRowsPerBlock * kWarp,
-                                    smem, stream>>>(dqkv, dout, qkv, lse, D, s, scale);
+    flash_dkv_kernel<T, kPerLane>
+        <<<dim3((T_ + kRowsPerBlock - 1) / kRowsPerBlock, NKV, B), kRowsPerBlock * kWarp, smem, stream>>>(
+            dqkv, dout, qkv, lse, D, s, scale);
     check_launch("flash_dkv_kernel");
   });
 }

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/model/cuda/kernel_timer.hpp"
 #include "hsdp/model/cuda/layers.hpp"
 #include "hsdp/model/gpu_activations.hpp"
 
@@ -113,6 +114,11 @@ DType GptCuda<T>::compute_dtype() const {
 }
 
 template <typename T>
+void GptCuda<T>::mark(const char* kind, cudaStream_t stream) {
+  if (timer_ != nullptr) timer_->mark(kind, stream);
+}
+
+template <typename T>
 void GptCuda<T>::check_block(int block) const {
   if (block < 0 || block >= cfg_.n_layer) {
     throw_internal("block index " + std::to_string(block) + " out of range [0, " + std::to_string(cfg_.n_layer) + ")");
@@ -140,9 +146,11 @@ void GptCuda<T>::upload_ids(Slice<std::int32_t> dest, std::span<const std::int32
 template <typename T>
 void GptCuda<T>::embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream) {
   const auto& e = layout_.embedding_offsets();
+  mark("encoder", stream);
   encoder_forward(residual(0), tokens, emb + e.wte, llama_ ? nullptr : emb + e.wpe, B_, T_, cfg_.n_embd, stream);
   tokens_in_use_ = tokens;
   resident_block_ = -1;
+  mark(nullptr, stream);
 }
 
 template <typename T>
@@ -155,20 +163,31 @@ void GptCuda<T>::block_forward(int block, const T* p, cudaStream_t stream) {
   const auto& o = layout_.block_offsets();
   BlockActivations& a = activations(block);
   const T* x = residual(block);
+  mark("layernorm", stream);
   layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, p + o.ln_1_weight, p + o.ln_1_bias, N, C,
                     stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.qkv.data(), a.ln1.data(), p + o.c_attn_weight, p + o.c_attn_bias, N, C, 3 * C, stream);
+  mark("attention", stream);
   attend(a, a.qkv.data(), NH, NH, C / NH, stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.attn_proj_weight, p + o.attn_proj_bias, N, C, C, stream);
+  mark("elementwise", stream);
   residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
+  mark("layernorm", stream);
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.ln_2_weight,
                     p + o.ln_2_bias, N, C, stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.fch.data(), a.ln2.data(), p + o.c_fc_weight, p + o.c_fc_bias, N, C, 4 * C, stream);
+  mark("elementwise", stream);
   gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), p + o.mlp_proj_weight, p + o.mlp_proj_bias, N, 4 * C, C,
                  stream);
+  mark("elementwise", stream);
   residual_forward(residual(block + 1), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
   resident_block_ = block;
+  mark(nullptr, stream);
 }
 
 // Gpt<T>::llama_block_forward_into's sequence: RMSNorm, q, k, v, RoPE on q and k, grouped-query attention, o_proj,
@@ -182,23 +201,37 @@ void GptCuda<T>::llama_block_forward(int block, const T* p, cudaStream_t stream)
   const T* x = residual(block);
   const auto eps = static_cast<float>(cfg_.norm_eps);
   T* q = a.qkv.data();
+  mark("rmsnorm", stream);
   rmsnorm_forward(a.ln1.data(), a.ln1_rstd.data(), x, p + o.input_norm, N, C, eps, stream);
   // q, k and v as one product: their weights lie back to back in the unit ([C + 2K, C], q_proj's rows first).
+  mark("matmul", stream);
   matmul_forward(blas_, q, a.ln1.data(), p + o.q_proj, static_cast<const T*>(nullptr), N, C, RS, stream);
+  mark("elementwise", stream);
   rope_forward(q, B_, T_, NH, hs, RS, cfg_.rope_theta, stream);
+  mark("elementwise", stream);
   rope_forward(q + C, B_, T_, NKV, hs, RS, cfg_.rope_theta, stream);
+  mark("attention", stream);
   attend(a, q, NH, NKV, hs, stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.o_proj, static_cast<const T*>(nullptr), N, C, C, stream);
+  mark("elementwise", stream);
   residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
+  mark("rmsnorm", stream);
   rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.post_norm, N, C, eps, stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.fch.data(), a.ln2.data(), p + o.gate_proj, static_cast<const T*>(nullptr), N, C, F_, stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.fch_gelu.data(), a.ln2.data(), p + o.up_proj, static_cast<const T*>(nullptr), N, C, F_,
                  stream);
+  mark("elementwise", stream);
   swiglu_forward(a.swiglu.data(), a.fch.data(), a.fch_gelu.data(), N_ * F_, stream);
+  mark("matmul", stream);
   matmul_forward(blas_, a.fcproj.data(), a.swiglu.data(), p + o.down_proj, static_cast<const T*>(nullptr), N, F_, C,
                  stream);
+  mark("elementwise", stream);
   residual_forward(residual(block + 1), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
   resident_block_ = block;
+  mark(nullptr, stream);
 }
 
 // Attention over a block's q | k | v rows into atty: the unfused cuBLASLt path (probabilities kept in att) or the
@@ -241,22 +274,28 @@ void GptCuda<T>::head_forward(const std::int32_t* targets, const T* lnf, const T
   const int C = cfg_.n_embd, N = static_cast<int>(N_);
   const auto& f = layout_.final_norm_offsets();
   if (llama_) {
+    mark("rmsnorm", stream);
     rmsnorm_forward(lnf_.data(), lnf_rstd_.data(), residual(cfg_.n_layer), lnf + f.weight, N, C,
                     static_cast<float>(cfg_.norm_eps), stream);
   } else {
+    mark("layernorm", stream);
     layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual(cfg_.n_layer), lnf + f.weight,
                       lnf + f.bias, N, C, stream);
   }
+  mark("lm head", stream);
   lm_head_forward(blas_, logits_.data(), lnf_.data(), head_weight(lnf, emb), N, C, cfg_.vocab_size,
                   cfg_.padded_vocab_size, stream);
   if (for_backward) {
     // Loss and d-logits in one pass, written over the logits.
+    mark("cross-entropy", stream);
     softmax_xent_forward_backward(logits_.data(), losses_.data(), logits_.data(), targets, dloss_per_row, N,
                                   cfg_.vocab_size, cfg_.padded_vocab_size, stream);
   } else {
+    mark("cross-entropy", stream);
     softmax_xent_forward(logits_.data(), losses_.data(), logits_.data(), targets, N, cfg_.vocab_size,
                          cfg_.padded_vocab_size, stream);
   }
+  mark(nullptr, stream);
 }
 
 // The residual stream's gradient lives in dresidual_: each residual add passes it through, and each layer norm
@@ -265,18 +304,24 @@ template <typename T>
 void GptCuda<T>::head_backward(const T* lnf, const T* emb, float* lnf_grads, float* emb_grads, cudaStream_t stream) {
   const int C = cfg_.n_embd, N = static_cast<int>(N_);
   const auto& f = layout_.final_norm_offsets();
+  mark("zero fill", stream);
   dc::zero_on_device(d_ln_.data(), N_ * C, stream);
+  mark("lm head", stream);
   lm_head_backward(blas_, d_ln_.data(), head_grads(lnf_grads, emb_grads), logits_.data(), lnf_.data(),
                    head_weight(lnf, emb), N, C, cfg_.vocab_size, cfg_.padded_vocab_size, stream);
+  mark("zero fill", stream);
   dc::zero_on_device(dresidual_.data(), N_ * C, stream);
   if (llama_) {
+    mark("rmsnorm", stream);
     rmsnorm_backward(dresidual_.data(), lnf_grads + f.weight, column_scratch_.data(), d_ln_.data(),
                      residual(cfg_.n_layer), lnf + f.weight, lnf_rstd_.data(), N, C, stream);
   } else {
+    mark("layernorm", stream);
     layernorm_backward(dresidual_.data(), lnf_grads + f.weight, lnf_grads + f.bias, column_scratch_.data(),
                        d_ln_.data(), residual(cfg_.n_layer), lnf + f.weight, lnf_mean_.data(), lnf_rstd_.data(), N, C,
                        stream);
   }
+  mark(nullptr, stream);
 }
 
 template <typename T>
@@ -295,21 +340,31 @@ void GptCuda<T>::block_backward(int block, const T* p, float* g, cudaStream_t st
   // Each activation gradient's first writer writes it (Grad::write): no zero-fill passes but d_qkv's, which the
   // attention backward's several products add into.
   constexpr Grad write = Grad::write;
+  mark("matmul", stream);
   matmul_backward(blas_, d_fch_gelu_.data(), g + o.mlp_proj_weight, g + o.mlp_proj_bias, scratch, dresidual_.data(),
                   a.fch_gelu.data(), p + o.mlp_proj_weight, N, 4 * C, C, stream, write);
+  mark("elementwise", stream);
   gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream, write);
+  mark("matmul", stream);
   matmul_backward(blas_, d_ln_.data(), g + o.c_fc_weight, g + o.c_fc_bias, scratch, d_fch_.data(), a.ln2.data(),
                   p + o.c_fc_weight, N, C, 4 * C, stream, write);
+  mark("layernorm", stream);
   layernorm_backward(dresidual_.data(), g + o.ln_2_weight, g + o.ln_2_bias, scratch, d_ln_.data(), a.residual2.data(),
                      p + o.ln_2_weight, a.ln2_mean.data(), a.ln2_rstd.data(), N, C, stream);
+  mark("matmul", stream);
   matmul_backward(blas_, d_atty_.data(), g + o.attn_proj_weight, g + o.attn_proj_bias, scratch, dresidual_.data(),
                   a.atty.data(), p + o.attn_proj_weight, N, C, C, stream, write);
+  mark("zero fill", stream);
   dc::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream);
+  mark("attention", stream);
   attend_backward(a, NH, NH, C / NH, stream);
+  mark("matmul", stream);
   matmul_backward(blas_, d_ln_.data(), g + o.c_attn_weight, g + o.c_attn_bias, scratch, d_qkv_.data(), a.ln1.data(),
                   p + o.c_attn_weight, N, C, 3 * C, stream, write);
+  mark("layernorm", stream);
   layernorm_backward(dresidual_.data(), g + o.ln_1_weight, g + o.ln_1_bias, scratch, d_ln_.data(), x, p + o.ln_1_weight,
                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C, stream);
+  mark(nullptr, stream);
 }
 
 // The forward's products in reverse.
@@ -325,35 +380,50 @@ void GptCuda<T>::llama_block_backward(int block, const T* p, float* g, cudaStrea
   const std::size_t NF = N_ * static_cast<std::size_t>(F_);
   // y = res2 + down(swiglu(gate(ln2), up(ln2)))
   constexpr Grad write = Grad::write;  // each activation gradient's first writer writes it (d_qkv aside)
+  mark("matmul", stream);
   matmul_backward(blas_, d_fch_gelu_.data(), g + o.down_proj, none, scratch, dresidual_.data(), a.swiglu.data(),
                   p + o.down_proj, N, F_, C, stream, write);  // d swiglu
+  mark("elementwise", stream);
   swiglu_backward(d_fch_.data(), d_up_.data(), d_fch_gelu_.data(), a.fch.data(), a.fch_gelu.data(), NF, stream,
                   write);  // d gate, d up
+  mark("matmul", stream);
   matmul_backward(blas_, d_ln_.data(), g + o.gate_proj, none, scratch, d_fch_.data(), a.ln2.data(), p + o.gate_proj, N,
                   C, F_, stream, write);
+  mark("matmul", stream);
   matmul_backward(blas_, d_ln_.data(), g + o.up_proj, none, scratch, d_up_.data(), a.ln2.data(), p + o.up_proj, N, C,
                   F_, stream);
+  mark("rmsnorm", stream);
   rmsnorm_backward(dresidual_.data(), g + o.post_norm, scratch, d_ln_.data(), a.residual2.data(), p + o.post_norm,
                    a.ln2_rstd.data(), N, C, stream);
   // res2 = x + o(attention(rope(q(ln1)), rope(k(ln1)), v(ln1)))
+  mark("matmul", stream);
   matmul_backward(blas_, d_atty_.data(), g + o.o_proj, none, scratch, dresidual_.data(), a.atty.data(), p + o.o_proj, N,
                   C, C, stream, write);
+  mark("zero fill", stream);
   dc::zero_on_device(d_qkv_.data(), N_ * RS, stream);
+  mark("attention", stream);
   attend_backward(a, NH, NKV, hs, stream);
+  mark("elementwise", stream);
   rope_backward(d_qkv_.data(), B_, T_, NH, hs, RS, cfg_.rope_theta, stream);
+  mark("elementwise", stream);
   rope_backward(d_qkv_.data() + C, B_, T_, NKV, hs, RS, cfg_.rope_theta, stream);
   // q_proj, k_proj, v_proj are back to back in the unit: one [C + 2K, C] product, as in the forward.
+  mark("matmul", stream);
   matmul_backward(blas_, d_ln_.data(), g + o.q_proj, none, scratch, d_qkv_.data(), a.ln1.data(), p + o.q_proj, N, C, RS,
                   stream, write);
+  mark("rmsnorm", stream);
   rmsnorm_backward(dresidual_.data(), g + o.input_norm, scratch, d_ln_.data(), x, p + o.input_norm, a.ln1_rstd.data(),
                    N, C, stream);
+  mark(nullptr, stream);
 }
 
 template <typename T>
 void GptCuda<T>::embedding_backward(float* emb_grads, cudaStream_t stream) {
   const auto& e = layout_.embedding_offsets();
+  mark("encoder", stream);
   encoder_backward(emb_grads + e.wte, llama_ ? nullptr : emb_grads + e.wpe, dresidual_.data(), tokens_in_use_, B_, T_,
                    cfg_.n_embd, stream);
+  mark(nullptr, stream);
 }
 
 // ------------------------------------------------------------------------------------------------- by unit

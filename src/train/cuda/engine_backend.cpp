@@ -12,6 +12,7 @@
 #include "hsdp/device/cuda/runtime.hpp"
 #include "hsdp/device/select_device.hpp"
 #include "hsdp/model/cuda/gpt.hpp"
+#include "hsdp/model/cuda/kernel_timer.hpp"
 #include "hsdp/model/flops.hpp"
 #include "hsdp/stream/cuda/device_ops.hpp"
 #include "hsdp/stream/cuda/executor.hpp"
@@ -60,6 +61,8 @@ class GpuEngineBackend final : public EngineBackend {
 
   static DType compute_dtype() { return std::is_same_v<T, bf16_t> ? DType::bf16 : DType::f32; }
   double peak_tflops() const override { return peak_tflops_; }
+  void time_kernels(bool on) override { gpt_.time_kernels(on ? &kernel_timer_ : nullptr); }
+  std::vector<std::pair<std::string, double>> kernel_times() override { return kernel_timer_.report(); }
 
   double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
                            std::size_t rows) override {
@@ -85,6 +88,7 @@ class GpuEngineBackend final : public EngineBackend {
   std::size_t activation_bytes_ = 0;
   MemoryAccountant* memory_ = nullptr;
   double peak_tflops_ = model::dense_bf16_peak_tflops(dc::current_device_info().name);
+  model::cuda::KernelTimer kernel_timer_;
 };
 
 }  // namespace

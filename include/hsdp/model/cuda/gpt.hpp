@@ -1,7 +1,8 @@
 #pragma once
 // A GPT-style model (hsdp/model/gpt.hpp's: GPT-2 or a Llama, the same layout and offset table) on one GPU, as
-// kernels enqueued on a stream. T is the compute dtype: the storage type of the activations and of the compute copy of the weights
-// (bf16_t for training: cuBLASLt bf16 GEMMs with fp32 accumulation; float: true fp32, for checks against the CPU).
+// kernels enqueued on a stream. T is the compute dtype: the storage type of the activations and of the compute copy
+// of the weights (bf16_t for training: cuBLASLt bf16 GEMMs with fp32 accumulation; float: true fp32, for checks
+// against the CPU).
 // Parameter gradients, layer-norm statistics and losses are fp32 (hsdp/model/cuda/layers.hpp). Nothing here waits
 // for the GPU.
 //
@@ -29,6 +30,8 @@
 
 namespace hsdp::model::cuda {
 
+class KernelTimer;
+
 template <typename T>
 class GptCuda final : public UnitModel {
  public:
@@ -48,6 +51,8 @@ class GptCuda final : public UnitModel {
   std::size_t activation_bytes() const { return activation_bytes_; }
   // Per-position losses of the last forward or head (device, tokens() floats).
   const float* losses() const { return losses_.data(); }
+  // Marks each group of kernels on `timer` (hsdp/model/cuda/kernel_timer.hpp) from now on; null: no more.
+  void time_kernels(KernelTimer* timer) { timer_ = timer; }
 
   // --- by unit (UnitModel) ---------------------------------------------------------------------------
   const ModelLayout& layout() const override { return layout_; }
@@ -104,6 +109,8 @@ class GptCuda final : public UnitModel {
   void embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream);
   void block_forward(int block, const T* p, cudaStream_t stream);
   void llama_block_forward(int block, const T* p, cudaStream_t stream);
+  // The kernels enqueued next on `stream` are of `kind` (nullptr: the pass ends); nothing without a timer.
+  void mark(const char* kind, cudaStream_t stream);
   void attend(BlockActivations& a, const T* qkv, int NH, int NKV, int hs, cudaStream_t stream);
   void attend_backward(BlockActivations& a, int NH, int NKV, int hs, cudaStream_t stream);
   void llama_block_backward(int block, const T* p, float* g, cudaStream_t stream);
@@ -138,6 +145,7 @@ class GptCuda final : public UnitModel {
   Slice<std::uint8_t> att_scratch_;
   std::vector<BlockActivations> blocks_;
   std::size_t activation_bytes_ = 0;
+  KernelTimer* timer_ = nullptr;
 };
 
 extern template class GptCuda<float>;
