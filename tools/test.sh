@@ -33,9 +33,10 @@ status=0
 if (($# > 0)); then
   ctest --output-on-failure --timeout 900 "$@" || status=$?
 else
-  # The unit tests (single processes, no timing in their checks) two at a time, then every other test alone: the
-  # multi-rank, cluster and Slurm tests use every core and time out if they share them.
-  ctest --output-on-failure --timeout 900 -j 2 -L '^unit$' || status=$?
-  ctest --output-on-failure --timeout 900 -LE '^unit$' || status=$?
+  # The unit tests and those labelled parallel (single processes, no timing in their checks: the fuzzers of the file
+  # readers) two at a time, then every other test alone: the multi-rank, cluster and Slurm tests use every core and
+  # time out if they share them.
+  ctest --output-on-failure --timeout 900 -j 2 -L '^(unit|parallel)$' || status=$?
+  ctest --output-on-failure --timeout 900 -LE '^(unit|parallel)$' || status=$?
 fi
 exit $status
