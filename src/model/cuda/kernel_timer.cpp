@@ -1,10 +1,15 @@
 #include "hsdp/model/cuda/kernel_timer.hpp"
 
+#include <cstring>
+
 namespace hsdp::model::cuda {
 
 namespace dc = hsdp::device::cuda;
 
 void KernelTimer::mark(const char* kind, cudaStream_t stream) {
+  // A group of the kind the open one has extends it: no event between them.
+  if (kind != nullptr && !marks_.empty() && marks_.back().kind != nullptr && std::strcmp(marks_.back().kind, kind) == 0)
+    return;
   if (marks_.size() == events_.size()) events_.push_back(std::make_unique<dc::Event>(dc::Event::Timing::on));
   dc::Event* event = events_[marks_.size()].get();
   event->record(stream);
