@@ -98,6 +98,12 @@ const std::vector<OptionSpec>& option_table() {
              "written, not yet validated on a GPU: docs/gpu.md). The CPU has one attention and ignores it",
              "unfused|fused")
           .into([](V v, O o) { o.model.fused_attention = v.text() == "fused"; }),
+      choice("model.gemm_epilogue", "separate",
+             "what a GPU does after a matmul: separate = its own kernels for the GELU, its gradient and the residual "
+             "adds (the validated path); fused = all three in cuBLASLt's GEMM epilogue, one pass over the output "
+             "instead of two or three (written, not yet validated on a GPU: docs/gpu.md). The CPU ignores it",
+             "separate|fused")
+          .into([](V v, O o) { o.model.fused_epilogues = v.text() == "fused"; }),
       integer("model.seed", "1337", "seed of the parameter initialisation", 0).into([](V v, O o) {
         o.model_seed = static_cast<std::uint64_t>(v.integer());
       }),

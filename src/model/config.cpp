@@ -78,10 +78,15 @@ void GptConfig::validate() const {
 }
 
 ActivationShape activation_shape(const GptConfig& config) {
-  return {config.arch,          config.n_layer,
-          config.n_embd,        config.n_head,
-          config.ffn(),         config.padded_vocab_size,
-          std::int64_t{config.kv_heads()} * config.head_size(), config.fused_attention};
+  return {config.arch,
+          config.n_layer,
+          config.n_embd,
+          config.n_head,
+          config.ffn(),
+          config.padded_vocab_size,
+          std::int64_t{config.kv_heads()} * config.head_size(),
+          config.fused_attention,
+          config.fused_epilogues};
 }
 
 std::int64_t activation_bytes_per_token(const ActivationShape& a, std::int64_t seq_len, bool checkpointing) {

@@ -20,6 +20,10 @@ std::size_t gpu_column_scratch_floats(std::int64_t columns, int quantities) {
   return static_cast<std::size_t>(quantities) * kGpuColumnChunks * static_cast<std::size_t>(columns);
 }
 
+bool gpu_gelu_in_epilogue(const ActivationShape& a) {
+  return a.fused_epilogues && a.arch == Arch::gpt2 && a.ffn % 8 == 0;
+}
+
 GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t micro_batch, std::int64_t seq_len,
                                         bool checkpointing, std::size_t e) {
   const auto n = static_cast<std::size_t>(micro_batch * seq_len);
@@ -33,6 +37,8 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t m
   const std::size_t att = a.fused_attention ? sizeof(float) * rows : e * scores;
   const std::size_t att_scratch =
       a.fused_attention ? sizeof(float) * rows : gpu_attention_scratch_bytes(seq_len, a.n_head);
+  const std::size_t proj = a.fused_epilogues ? 0 : e * n * c;  // attproj, fcproj
+  const std::size_t d_fch_gelu = gpu_gelu_in_epilogue(a) ? 0 : e * n * f;
   GpuActivationArena arena;
   const auto take = [&arena](std::size_t bytes) {
     const GpuActivationArena::Slice slice{arena.bytes, bytes};
@@ -44,7 +50,7 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t m
   for (const std::size_t bytes :
        {i32 * n, i32 * n, e * static_cast<std::size_t>(a.n_layer + 1) * n * c, e * n * c,
         e * n * static_cast<std::size_t>(a.padded_vocab), f32 * n * mean, f32 * n, f32 * n, e * n * c, e * n * c,
-        e * n * c, e * n * qkv, e * n * f, e * n * f, f32 * gpu_column_scratch_floats(std::max(a.ffn, a.n_embd), 2),
+        e * n * c, e * n * qkv, e * n * f, d_fch_gelu, f32 * gpu_column_scratch_floats(std::max(a.ffn, a.n_embd), 2),
         att_scratch, e * n * llama_f}) {
     arena.shared.push_back(take(bytes));
   }
@@ -52,9 +58,9 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t m
   for (std::int64_t s = 0; s < sets; ++s) {
     std::vector<GpuActivationArena::Slice>& block = arena.blocks.emplace_back();
     // In GpuBlockSlice's order.
-    for (const std::size_t bytes : {e * n * c, e * n * qkv, att, e * n * c, e * n * c, e * n * c, e * n * c,
-                                    e * n * f, e * n * f, e * n * c, f32 * n * mean, f32 * n, f32 * n * mean, f32 * n,
-                                    e * n * llama_f}) {
+    for (const std::size_t bytes :
+         {e * n * c, e * n * qkv, att, e * n * c, proj, e * n * c, e * n * c, e * n * f, e * n * f, proj,
+          f32 * n * mean, f32 * n, f32 * n * mean, f32 * n, e * n * llama_f}) {
       block.push_back(take(bytes));
     }
   }

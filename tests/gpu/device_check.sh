@@ -23,8 +23,9 @@
 #                                                   whole-model path where packed, GPT-2 XL shapes
 #                                                   full_shard with checkpointing; `cpu`: the pack's MPI checks on
 #                                                   CPU ranks only (no GPU: what CI runs); `speed`: issue
-#                                                   39's fused vs unfused attention and PyTorch's compiled GPT-2
-#                                                   (B = 8, 16) and XL shapes fused; output under OUT
+#                                                   39's fused vs unfused attention and GEMM epilogues,
+#                                                   PyTorch's compiled GPT-2 (B = 8, 16) and XL shapes
+#                                                   lean; output under OUT
 #                                                   (default $OUT, else DIR/out)
 # With the device tool: `echo /.gpu/ >> .git/info/exclude; tests/gpu/device_check.sh baseline;
 # tests/gpu/device_check.sh pack build .gpu /tmp/hsdp-baseline/build`, then run with carry [".gpu"] the command
@@ -234,14 +235,15 @@ PY
 }
 
 # Issue 39's comparison, on this GPU in this call: GPT-2 124M (T = 1024, bf16, one GPU, no_shard) through the engine
-# with model.attention=unfused and fused at B = 8 and 16, PyTorch's compiled GPT-2 with flash attention
+# with model.attention=unfused and fused (and fused with model.gemm_epilogue=fused: "lean") at B = 8 and 16, PyTorch's compiled GPT-2 with flash attention
 # (tools/bench/pytorch_gpt2.py, where torch is installed) at the same shapes, and GPT-2 XL shapes (48 x 1600, 25
-# heads, B = 8) fused: every JSON line into speed.jsonl, a table at the end.
+# heads, B = 8) lean: every JSON line into speed.jsonl, a table at the end.
 speed() {
   : >"$out/bench.jsonl"
   for b in 8 16; do
     bench "unfused_b$b" --batch "$b" --kernel_breakdown
     bench "fused_b$b" --batch "$b" --set model.attention=fused --kernel_breakdown
+    bench "lean_b$b" --batch "$b" --set model.attention=fused --set model.gemm_epilogue=fused --kernel_breakdown
     if python3 -c "import torch" 2>/dev/null; then
       echo "== PyTorch GPT-2, B=$b, torch.compile, flash attention"
       timeout 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" | tee -a "$out/bench.jsonl"
@@ -249,7 +251,8 @@ speed() {
       echo "== PyTorch: not installed here"
     fi
   done
-  bench xl_fused --n_layer 48 --n_embd 1600 --n_head 25 --steps 5 --warmup 2 --set model.attention=fused
+  bench xl_lean --n_layer 48 --n_embd 1600 --n_head 25 --steps 5 --warmup 2 --set model.attention=fused \
+    --set model.gemm_epilogue=fused
   cp "$out/bench.jsonl" "$out/speed.jsonl"
   python3 - "$out/speed.jsonl" <<'PY'
 import json, sys
@@ -258,7 +261,7 @@ for line in open(sys.argv[1]):
         r = json.loads(line)
     except ValueError:
         continue
-    print({k: r[k] for k in ("bench", "attention", "batch", "B", "n_layer", "step_ms", "ms_per_step", "tokens_per_s",
+    print({k: r[k] for k in ("bench", "attention", "gemm_epilogue", "batch", "B", "n_layer", "step_ms", "ms_per_step", "tokens_per_s",
                              "mfu", "device_memory_bytes", "peak_memory_bytes", "kernels_ms") if k in r})
 PY
 }

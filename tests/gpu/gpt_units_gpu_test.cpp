@@ -71,6 +71,17 @@ struct Fused : Base {
     return c;
   }
 };
+// And with model.gemm_epilogue=fused (GELU, its gradient and the residual adds in cuBLASLt's epilogues): again the
+// same values rounded, fewer times (the product before its GELU or residual add is not stored in T first).
+template <typename Base>
+struct Lean : Base {
+  static model::GptConfig config() {
+    model::GptConfig c = Base::config();
+    c.fused_attention = true;
+    c.fused_epilogues = true;
+    return c;
+  }
+};
 template <typename Compute, typename Model_>
 struct Case {
   using T = Compute;
@@ -213,7 +224,8 @@ class GptUnitsGpu : public GpuTest {
 };
 
 using Cases = ::testing::Types<Case<float, Gpt2>, Case<bf16_t, Gpt2>, Case<float, Llama>, Case<bf16_t, Llama>,
-                               Case<float, Fused<Gpt2>>, Case<bf16_t, Fused<Llama>>>;
+                               Case<float, Fused<Gpt2>>, Case<bf16_t, Fused<Llama>>, Case<float, Lean<Gpt2>>,
+                               Case<bf16_t, Lean<Gpt2>>, Case<bf16_t, Lean<Llama>>>;
 TYPED_TEST_SUITE(GptUnitsGpu, Cases);
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

@@ -30,6 +30,12 @@ std::vector<Case> cases() {
   fused.fused_attention = true;
   GptConfig fused_llama = llama;
   fused_llama.fused_attention = true;
+  GptConfig lean = tiny;  // model.gemm_epilogue=fused: no attproj, fcproj; F = 160, a multiple of 8: no d_fch_gelu
+  lean.fused_epilogues = true;
+  GptConfig lean_odd = lean;  // C = 41: F = 164, not a multiple of 8: the GELU runs apart, d_fch_gelu kept
+  lean_odd.n_embd = 41, lean_odd.n_head = 1;
+  GptConfig lean_llama = llama;  // a Llama keeps d_fch_gelu (its d swiglu)
+  lean_llama.fused_epilogues = true;
   return {{tiny, 3, 33, false, 4},
           {tiny, 1, 17, true, 2},
           {GptConfig::gpt2_124m(), 8, 1024, false, 2},
@@ -38,7 +44,10 @@ std::vector<Case> cases() {
           {llama, 2, 20, true, 4},
           {narrow, 1, 9, false, 4},
           {fused, 3, 33, false, 2},
-          {fused_llama, 2, 20, true, 4}};
+          {fused_llama, 2, 20, true, 4},
+          {lean, 3, 33, false, 2},
+          {lean_odd, 2, 20, true, 4},
+          {lean_llama, 3, 33, false, 2}};
 }
 
 // Unaligned bytes of everything, from the list in gpu_activations.hpp: the arena adds less than one alignment per
@@ -52,9 +61,13 @@ std::int64_t closed_form(const Case& c) {
   const std::int64_t means = llama ? 0 : 4 * n, up = llama ? F : 0;
   const std::int64_t att = g.fused_attention ? 4 * c.B * H * c.T : e * c.B * H * c.T * c.T;
   const std::int64_t att_scratch = g.fused_attention ? 4 * c.B * H * c.T : 8 * H * c.T * c.T;
-  const std::int64_t shared = 8 * n + e * n * ((L + 1) * C + C + g.padded_vocab_size + 3 * C + (C + 2 * K) + 2 * F + up) +
+  // model.gemm_epilogue=fused: no attproj and fcproj; GPT-2 with F % 8 == 0 no d_fch_gelu either.
+  const std::int64_t per_set_c = g.fused_epilogues ? 4 : 6;
+  const std::int64_t d_fch = g.fused_epilogues && !llama && F % 8 == 0 ? 1 : 2;
+  const std::int64_t shared = 8 * n +
+                              e * n * ((L + 1) * C + C + g.padded_vocab_size + 3 * C + (C + 2 * K) + d_fch * F + up) +
                               means + 8 * n + 4 * 2 * kGpuColumnChunks * std::max(F, C) + att_scratch;
-  const std::int64_t per_set = e * (6 * n * C + n * (C + 2 * K) + 2 * n * F + n * up) + att + 2 * means + 8 * n;
+  const std::int64_t per_set = e * (per_set_c * n * C + n * (C + 2 * K) + 2 * n * F + n * up) + att + 2 * means + 8 * n;
   return shared + sets * per_set;
 }
 

@@ -259,6 +259,7 @@ int run(const Options& o, const hsdp::Logger& log) {
       .add("steps", o.steps)
       .add("activation_checkpointing", o.activation_checkpointing)
       .add("attention", to.model.fused_attention ? "fused" : "unfused")
+      .add("gemm_epilogue", to.model.fused_epilogues ? "fused" : "separate")
       .add("device_memory_bytes", static_cast<std::uint64_t>(total_bytes - free_bytes))
       .add("accounted_peak_bytes", accounted)
       .add("loss", static_cast<double>(loss))

@@ -38,6 +38,9 @@ struct GptConfig {
   // How the GPU computes attention (model.attention): fused keeps no T x T scores (hsdp/model/cuda/layers.hpp);
   // the CPU always runs its one attention. Not part of the model's shape: checkpoints neither record nor compare it.
   bool fused_attention = false;
+  // Whether the GPU runs a matmul's neighbours in cuBLASLt's GEMM epilogue (model.gemm_epilogue=fused): GELU and its
+  // gradient, the residual adds. Not part of the model's shape either.
+  bool fused_epilogues = false;
 
   // Throws a config Error naming the offending key (model.<key>) if the shape is impossible or beyond the limits.
   void validate() const;
@@ -60,6 +63,7 @@ struct ActivationShape {
   Arch arch = Arch::gpt2;
   std::int64_t n_layer = 0, n_embd = 0, n_head = 0, ffn = 0, padded_vocab = 0, kv_width = 0;
   bool fused_attention = false;  // the GPU arena's (the CPU formula has one attention)
+  bool fused_epilogues = false;  // the GPU arena's: model.gemm_epilogue=fused
 };
 ActivationShape activation_shape(const GptConfig& config);
 

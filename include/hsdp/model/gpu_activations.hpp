@@ -17,6 +17,8 @@
 // RMSNorm keeps no mean (those slices are empty); fcproj is down_proj's output. GPT-2's d_up and swiglu are empty.
 // With fused attention (model.attention=fused) no scores are stored: a set's att slice holds the rows' log-sum-exp
 // (float, B H T) and att_scratch the backward's dO.O (float, B H T).
+// With the GEMM epilogues (model.gemm_epilogue=fused) the output projections write the residual stream directly:
+// attproj and fcproj are empty; a GPT-2 whose GELU runs in the epilogue (gpu_gelu_in_epilogue) has no d_fch_gelu.
 // gpu_activation_bytes adds the cuBLASLt workspace (kGpuBlasWorkspaceBytes), which cuBLASLt's handle owns.
 #include <cstddef>
 #include <cstdint>
@@ -85,6 +87,10 @@ struct GpuActivationArena {
 
 GpuActivationArena gpu_activation_arena(const ActivationShape& shape, std::int64_t micro_batch, std::int64_t seq_len,
                                         bool checkpointing, std::size_t element_bytes);
+
+// Whether GptCuda runs GPT-2's GELU and its gradient in cuBLASLt's epilogues: model.gemm_epilogue=fused and an MLP
+// width cuBLASLt takes for the kept GELU input (a multiple of 8: model::cuda::gelu_epilogue_supports).
+bool gpu_gelu_in_epilogue(const ActivationShape& shape);
 
 // Device bytes GptCuda holds for activations: the arena and the cuBLASLt workspace.
 std::int64_t gpu_activation_bytes(const ActivationShape& shape, std::int64_t micro_batch, std::int64_t seq_len,

@@ -46,14 +46,35 @@ std::uint32_t alignment_of(const void* p, int batch, std::int64_t stride, DType 
 }
 
 std::string describe(const GemmArgs& g) {
-  return (g.batch > 1 ? std::to_string(g.batch) + " x " : std::string()) + "D[" + std::to_string(g.m) + "x" + std::to_string(g.n) + "] = op(A) op(B) with K=" + std::to_string(g.k) +
-         (g.trans_a ? ", A^T" : "") + (g.trans_b ? ", B^T" : "") + ", lda/ldb/ldd " + std::to_string(g.lda) + "/" +
-         std::to_string(g.ldb) + "/" + std::to_string(g.ldd) + ", " + std::string(to_string(g.ab_type)) + " -> " +
-         std::string(to_string(g.d_type)) + (g.bias != nullptr ? ", bias" : "");
+  return (g.batch > 1 ? std::to_string(g.batch) + " x " : std::string()) + "D[" + std::to_string(g.m) + "x" +
+         std::to_string(g.n) + "] = op(A) op(B) with K=" + std::to_string(g.k) + (g.trans_a ? ", A^T" : "") +
+         (g.trans_b ? ", B^T" : "") + ", lda/ldb/ldd " + std::to_string(g.lda) + "/" + std::to_string(g.ldb) + "/" +
+         std::to_string(g.ldd) + ", " + std::string(to_string(g.ab_type)) + " -> " + std::string(to_string(g.d_type)) +
+         (g.bias != nullptr ? ", bias" : "") + (g.c != nullptr && g.c != g.d ? ", C apart from D" : "") +
+         (g.epilogue == Epilogue::gelu    ? ", GELU epilogue, ld_aux " + std::to_string(g.ld_aux)
+          : g.epilogue == Epilogue::dgelu ? ", GELU-gradient epilogue, ld_aux " + std::to_string(g.ld_aux)
+                                          : std::string());
+}
+
+// A separate C: its own pointer, read with D's layout.
+bool separate_c(const GemmArgs& g) {
+  return g.c != nullptr && g.c != g.d;
+}
+
+cublasLtEpilogue_t lt_epilogue(const GemmArgs& g) {
+  switch (g.epilogue) {
+    case Epilogue::gelu:
+      return g.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::dgelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::none:
+      break;
+  }
+  return g.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
 // What decides a plan: shapes, types, epilogue and the pointers' alignments.
-using PlanKey = std::array<std::int64_t, 20>;
+using PlanKey = std::array<std::int64_t, 24>;
 
 PlanKey key_of(const GemmArgs& g) {
   return {g.trans_a,
@@ -75,7 +96,11 @@ PlanKey key_of(const GemmArgs& g) {
           g.batch,
           g.stride_a,
           g.stride_b,
-          g.stride_d};
+          g.stride_d,
+          static_cast<std::int64_t>(g.epilogue),
+          separate_c(g) ? alignment_of(g.c) : 0,
+          g.aux != nullptr ? alignment_of(g.aux) : 0,
+          g.ld_aux};
 }
 
 // Descriptors of one GEMM shape in cuBLASLt's column-major terms, and the algorithm the heuristic chose.
@@ -130,10 +155,20 @@ struct BlasLt::Impl {
              "cublasLtMatmulDescSetAttribute(TRANSA)");
     check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b),
              "cublasLtMatmulDescSetAttribute(TRANSB)");
-    if (g.bias != nullptr) {
-      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cublasLtEpilogue_t epilogue = lt_epilogue(g);
+    if (epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
       check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
                "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    }
+    if (g.epilogue != Epilogue::none) {  // aux is [M, N] row-major: column-major N x M with leading dimension ld_aux
+      const auto ld_aux = static_cast<std::int64_t>(g.ld_aux);
+      check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof ld_aux),
+               "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_LD)");
+      check_lt(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux),
+          "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+    }
+    if (g.bias != nullptr) {
       const cudaDataType_t bias_type = lt_type(g.d_type);
       check_lt(
           cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type),
@@ -169,6 +204,7 @@ struct BlasLt::Impl {
     const std::uint32_t align_a = alignment_of(g.b, g.batch, g.stride_b, g.ab_type);
     const std::uint32_t align_b = alignment_of(g.a, g.batch, g.stride_a, g.ab_type);
     const std::uint32_t align_d = alignment_of(g.d, g.batch, g.stride_d, g.d_type);
+    const std::uint32_t align_c = separate_c(g) ? std::min(align_d, alignment_of(g.c)) : align_d;
     cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
     cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -182,8 +218,8 @@ struct BlasLt::Impl {
                                                     sizeof align_b);
     }
     if (status == CUBLAS_STATUS_SUCCESS) {
-      status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                    sizeof align_d);
+      status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof align_c);
     }
     if (status == CUBLAS_STATUS_SUCCESS) {
       status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
@@ -221,15 +257,29 @@ void BlasLt::gemm(const GemmArgs& g, cudaStream_t stream) {
     if (g.m < 0 || g.n < 0 || g.k < 0) throw_internal("cuBLASLt GEMM with a negative dimension: " + describe(g));
     return;
   }
-  if (g.bias != nullptr && g.beta != 0.0f) throw_internal("cuBLASLt GEMM: a bias needs beta = 0: " + describe(g));
-  if (g.batch < 1 || (g.batch > 1 && g.bias != nullptr)) throw_internal("cuBLASLt GEMM: bad batch: " + describe(g));
+  const bool extras = g.bias != nullptr || g.epilogue != Epilogue::none || separate_c(g);
+  if (g.batch < 1 || (g.batch > 1 && extras)) throw_internal("cuBLASLt GEMM: bad batch: " + describe(g));
+  if (separate_c(g) && g.beta == 0.0f)
+    throw_internal("cuBLASLt GEMM: a C apart from D needs beta != 0: " + describe(g));
+  if (g.epilogue != Epilogue::none && (g.aux == nullptr || g.ld_aux < g.n || g.ld_aux % 8 != 0)) {
+    throw_internal("cuBLASLt GEMM: a GELU epilogue needs aux with ld_aux >= N and a multiple of 8: " + describe(g));
+  }
+  if (g.epilogue == Epilogue::dgelu && g.bias != nullptr) {
+    throw_internal("cuBLASLt GEMM: the GELU-gradient epilogue takes no bias: " + describe(g));
+  }
   Plan& plan = impl_->plan_for(g);
-  if (g.bias != nullptr) {  // the plan may come from an earlier call with another (equally aligned) bias
+  // The plan may come from an earlier call with other (equally aligned) bias and aux pointers.
+  if (g.bias != nullptr) {
     check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias),
              "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   }
-  check_lt(cublasLtMatmul(impl_->handle, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, g.d, plan.d, g.d,
-                          plan.d, &plan.algo, impl_->workspace.data(), impl_->workspace.size_bytes(), stream),
+  if (g.epilogue != Epilogue::none) {
+    check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux),
+             "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
+  }
+  const void* c = separate_c(g) ? g.c : g.d;
+  check_lt(cublasLtMatmul(impl_->handle, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, c, plan.d, g.d, plan.d,
+                          &plan.algo, impl_->workspace.data(), impl_->workspace.size_bytes(), stream),
            ("cublasLtMatmul " + describe(g)).c_str());
 }
 

@@ -122,10 +122,10 @@ __global__ void flash_dot_kernel(float* D, const T* dout, const T* out, Shape s)
   if (lane == 0) D[(static_cast<std::size_t>(b) * s.NH + h) * s.T + t] = acc;
 }
 
-// dQ_t += scale sum_j ds_tj k_j: the forward's loop with the probabilities from lse.
+// dQ_t += scale sum_j ds_tj k_j (add = false: dQ_t = ...): the forward's loop with the probabilities from lse.
 template <typename T, int kPerLane>
 __global__ void flash_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, Shape s,
-                                float scale) {
+                                float scale, bool add) {
   extern __shared__ float smem[];
   const int ld = s.hs + 1;
   float* k_s = smem;
@@ -183,15 +183,15 @@ __global__ void flash_dq_kernel(T* dqkv, const T* dout, const T* qkv, const floa
   T* dq_row = dqkv + (static_cast<std::size_t>(b) * s.T + t) * RS + h * s.hs;
   for (int i = 0; i < kPerLane; ++i) {
     const int d = lane + i * kWarp;
-    if (d < s.hs) store(dq_row + d, load(dq_row + d) + dq[i] * scale);
+    if (d < s.hs) store(dq_row + d, (add ? load(dq_row + d) : 0.0f) + dq[i] * scale);
   }
 }
 
 // dV_j += sum_t p_tj dO_t and dK_j += scale sum_t ds_tj q_t over the query rows t >= j of the G query heads of
-// key/value head kvh, heads in order, rows in order.
+// key/value head kvh, heads in order, rows in order (add = false: written instead of added).
 template <typename T, int kPerLane>
 __global__ void flash_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, Shape s,
-                                 float scale) {
+                                 float scale, bool add) {
   extern __shared__ float smem[];
   const int ld = s.hs + 1;
   float* q_s = smem;                        // [kTile][hs + 1]
@@ -260,8 +260,10 @@ __global__ void flash_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const flo
   for (int i = 0; i < kPerLane; ++i) {
     const int d = lane + i * kWarp;
     if (d < s.hs) {
-      store(row + kvh * s.hs + d, load(row + kvh * s.hs + d) + dk[i] * scale);
-      store(row + s.NKV * s.hs + kvh * s.hs + d, load(row + s.NKV * s.hs + kvh * s.hs + d) + dv[i]);
+      T* dk_at = row + kvh * s.hs + d;
+      T* dv_at = row + s.NKV * s.hs + kvh * s.hs + d;
+      store(dk_at, (add ? load(dk_at) : 0.0f) + dk[i] * scale);
+      store(dv_at, (add ? load(dv_at) : 0.0f) + dv[i]);
     }
   }
 }
@@ -316,7 +318,8 @@ void fused_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
 
 template <typename T>
 void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* out, const T* qkv, const float* lse,
-                              int B, int T_, int NH, int NKV, int hs, cudaStream_t stream) {
+                              int B, int T_, int NH, int NKV, int hs, cudaStream_t stream, Grad mode) {
+  const bool add = mode == Grad::add;
   const Shape s{B, T_, NH, NKV, hs};
   check_shape(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -329,11 +332,11 @@ void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* ou
     constexpr int kPerLane = decltype(per_lane)::value;
     flash_dq_kernel<T, kPerLane>
         <<<dim3((T_ + kRowsPerBlock - 1) / kRowsPerBlock, NH, B), kRowsPerBlock * kWarp, smem, stream>>>(
-            dqkv, dout, qkv, lse, D, s, scale);
+            dqkv, dout, qkv, lse, D, s, scale, add);
     check_launch("flash_dq_kernel");
     flash_dkv_kernel<T, kPerLane>
         <<<dim3((T_ + kRowsPerBlock - 1) / kRowsPerBlock, NKV, B), kRowsPerBlock * kWarp, smem, stream>>>(
-            dqkv, dout, qkv, lse, D, s, scale);
+            dqkv, dout, qkv, lse, D, s, scale, add);
     check_launch("flash_dkv_kernel");
   });
 }
@@ -341,8 +344,8 @@ void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* ou
 template void fused_attention_forward<float>(float*, float*, const float*, int, int, int, int, int, cudaStream_t);
 template void fused_attention_forward<bf16_t>(bf16_t*, float*, const bf16_t*, int, int, int, int, int, cudaStream_t);
 template void fused_attention_backward<float>(float*, void*, const float*, const float*, const float*, const float*,
-                                              int, int, int, int, int, cudaStream_t);
+                                              int, int, int, int, int, cudaStream_t, Grad);
 template void fused_attention_backward<bf16_t>(bf16_t*, void*, const bf16_t*, const bf16_t*, const bf16_t*,
-                                               const float*, int, int, int, int, int, cudaStream_t);
+                                               const float*, int, int, int, int, int, cudaStream_t, Grad);
 
 }  // namespace hsdp::model::cuda

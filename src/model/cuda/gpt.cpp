@@ -46,6 +46,8 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
       llama_(layout.config().llama()),
       K_(layout.config().kv_heads() * layout.config().head_size()),
       F_(layout.config().ffn()),
+      residual_epilogue_(layout.config().fused_epilogues),
+      gelu_epilogue_(gpu_gelu_in_epilogue(activation_shape(layout.config()))),
       N_(static_cast<std::size_t>(B) * static_cast<std::size_t>(seq_len)),
       total_(layout.total_numel()),
       checkpointing_(activation_checkpointing),
@@ -56,6 +58,9 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
   if (cfg_.fused_attention && !fused_attention_supports(cfg_.head_size())) {
     throw_config("model.attention=fused takes head sizes up to 128; model.n_embd / model.n_head is " +
                  std::to_string(cfg_.head_size()) + " (use model.attention=unfused)");
+  }
+  if (gelu_epilogue_ && !gelu_epilogue_supports(F_)) {
+    throw_internal("GptCuda: the arena plans the GELU epilogue for an MLP width cuBLASLt does not take");
   }
   if (llama_) {  // q, k and v run as one product over their weights back to back (ModelLayout's order)
     const auto& o = layout.llama_block_offsets();
@@ -170,22 +175,22 @@ void GptCuda<T>::block_forward(int block, const T* p, cudaStream_t stream) {
   matmul_forward(blas_, a.qkv.data(), a.ln1.data(), p + o.c_attn_weight, p + o.c_attn_bias, N, C, 3 * C, stream);
   mark("attention", stream);
   attend(a, a.qkv.data(), NH, NH, C / NH, stream);
-  mark("matmul", stream);
-  matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.attn_proj_weight, p + o.attn_proj_bias, N, C, C, stream);
-  mark("elementwise", stream);
-  residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
+  project_residual(a.residual2.data(), x, a.atty.data(), a.attproj.data(), p + o.attn_proj_weight, p + o.attn_proj_bias,
+                   C, stream);
   mark("layernorm", stream);
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.ln_2_weight,
                     p + o.ln_2_bias, N, C, stream);
   mark("matmul", stream);
-  matmul_forward(blas_, a.fch.data(), a.ln2.data(), p + o.c_fc_weight, p + o.c_fc_bias, N, C, 4 * C, stream);
-  mark("elementwise", stream);
-  gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream);
-  mark("matmul", stream);
-  matmul_forward(blas_, a.fcproj.data(), a.fch_gelu.data(), p + o.mlp_proj_weight, p + o.mlp_proj_bias, N, 4 * C, C,
-                 stream);
-  mark("elementwise", stream);
-  residual_forward(residual(block + 1), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
+  if (gelu_epilogue_) {
+    matmul_gelu_forward(blas_, a.fch_gelu.data(), a.fch.data(), a.ln2.data(), p + o.c_fc_weight, p + o.c_fc_bias, N, C,
+                        4 * C, stream);
+  } else {
+    matmul_forward(blas_, a.fch.data(), a.ln2.data(), p + o.c_fc_weight, p + o.c_fc_bias, N, C, 4 * C, stream);
+    mark("elementwise", stream);
+    gelu_forward(a.fch_gelu.data(), a.fch.data(), N_ * 4 * C, stream);
+  }
+  project_residual(residual(block + 1), a.residual2.data(), a.fch_gelu.data(), a.fcproj.data(), p + o.mlp_proj_weight,
+                   p + o.mlp_proj_bias, 4 * C, stream);
   resident_block_ = block;
   mark(nullptr, stream);
 }
@@ -212,10 +217,7 @@ void GptCuda<T>::llama_block_forward(int block, const T* p, cudaStream_t stream)
   rope_forward(q + C, B_, T_, NKV, hs, RS, cfg_.rope_theta, stream);
   mark("attention", stream);
   attend(a, q, NH, NKV, hs, stream);
-  mark("matmul", stream);
-  matmul_forward(blas_, a.attproj.data(), a.atty.data(), p + o.o_proj, static_cast<const T*>(nullptr), N, C, C, stream);
-  mark("elementwise", stream);
-  residual_forward(a.residual2.data(), x, a.attproj.data(), N_ * C, stream);
+  project_residual(a.residual2.data(), x, a.atty.data(), a.attproj.data(), p + o.o_proj, nullptr, C, stream);
   mark("rmsnorm", stream);
   rmsnorm_forward(a.ln2.data(), a.ln2_rstd.data(), a.residual2.data(), p + o.post_norm, N, C, eps, stream);
   mark("matmul", stream);
@@ -225,13 +227,26 @@ void GptCuda<T>::llama_block_forward(int block, const T* p, cudaStream_t stream)
                  stream);
   mark("elementwise", stream);
   swiglu_forward(a.swiglu.data(), a.fch.data(), a.fch_gelu.data(), N_ * F_, stream);
-  mark("matmul", stream);
-  matmul_forward(blas_, a.fcproj.data(), a.swiglu.data(), p + o.down_proj, static_cast<const T*>(nullptr), N, F_, C,
-                 stream);
-  mark("elementwise", stream);
-  residual_forward(residual(block + 1), a.residual2.data(), a.fcproj.data(), N_ * C, stream);
+  project_residual(residual(block + 1), a.residual2.data(), a.swiglu.data(), a.fcproj.data(), p + o.down_proj, nullptr,
+                   F_, stream);
   resident_block_ = block;
   mark(nullptr, stream);
+}
+
+// out = x + inp @ weight^T (+ bias): a block's output projection and its residual add, in the GEMM's epilogue
+// (model.gemm_epilogue=fused) or as the product into proj, then the add.
+template <typename T>
+void GptCuda<T>::project_residual(T* out, const T* x, const T* inp, T* proj, const T* weight, const T* bias, int IC,
+                                  cudaStream_t stream) {
+  const int C = cfg_.n_embd, N = static_cast<int>(N_);
+  mark("matmul", stream);
+  if (residual_epilogue_) {
+    matmul_residual_forward(blas_, out, x, inp, weight, bias, N, IC, C, stream);
+    return;
+  }
+  matmul_forward(blas_, proj, inp, weight, bias, N, IC, C, stream);
+  mark("elementwise", stream);
+  residual_forward(out, x, proj, N_ * C, stream);
 }
 
 // Attention over a block's q | k | v rows into atty: the unfused cuBLASLt path (probabilities kept in att) or the
@@ -247,10 +262,13 @@ void GptCuda<T>::attend(BlockActivations& a, const T* qkv, int NH, int NKV, int 
 
 template <typename T>
 void GptCuda<T>::attend_backward(BlockActivations& a, int NH, int NKV, int hs, cudaStream_t stream) {
-  if (cfg_.fused_attention) {
+  if (cfg_.fused_attention) {  // writes all of d_qkv
     fused_attention_backward(d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.atty.data(), a.qkv.data(),
-                             reinterpret_cast<const float*>(a.att.data()), B_, T_, NH, NKV, hs, stream);
-  } else {
+                             reinterpret_cast<const float*>(a.att.data()), B_, T_, NH, NKV, hs, stream, Grad::write);
+  } else {  // adds into d_qkv from zero: the several products of each key/value head add into their columns
+    mark("zero fill", stream);
+    dc::zero_on_device(d_qkv_.data(), N_ * static_cast<std::size_t>(cfg_.n_embd + 2 * K_), stream);
+    mark("attention", stream);
     gqa_attention_backward(blas_, d_qkv_.data(), att_scratch_.data(), d_atty_.data(), a.qkv.data(), a.att.data(), B_,
                            T_, NH, NKV, hs, stream);
   }
@@ -337,14 +355,19 @@ void GptCuda<T>::block_backward(int block, const T* p, float* g, cudaStream_t st
   BlockActivations& a = activations(block);
   const T* x = residual(block);
   float* scratch = column_scratch_.data();
-  // Each activation gradient's first writer writes it (Grad::write): no zero-fill passes but d_qkv's, which the
-  // attention backward's several products add into.
+  // Each activation gradient's first writer writes it (Grad::write): no zero-fill passes but d_qkv's with the unfused
+  // attention, whose several products add into it.
   constexpr Grad write = Grad::write;
   mark("matmul", stream);
-  matmul_backward(blas_, d_fch_gelu_.data(), g + o.mlp_proj_weight, g + o.mlp_proj_bias, scratch, dresidual_.data(),
-                  a.fch_gelu.data(), p + o.mlp_proj_weight, N, 4 * C, C, stream, write);
-  mark("elementwise", stream);
-  gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream, write);
+  if (gelu_epilogue_) {
+    matmul_dgelu_backward(blas_, d_fch_.data(), g + o.mlp_proj_weight, g + o.mlp_proj_bias, scratch, dresidual_.data(),
+                          a.fch_gelu.data(), a.fch.data(), p + o.mlp_proj_weight, N, 4 * C, C, stream);
+  } else {
+    matmul_backward(blas_, d_fch_gelu_.data(), g + o.mlp_proj_weight, g + o.mlp_proj_bias, scratch, dresidual_.data(),
+                    a.fch_gelu.data(), p + o.mlp_proj_weight, N, 4 * C, C, stream, write);
+    mark("elementwise", stream);
+    gelu_backward(d_fch_.data(), a.fch.data(), d_fch_gelu_.data(), N_ * 4 * C, stream, write);
+  }
   mark("matmul", stream);
   matmul_backward(blas_, d_ln_.data(), g + o.c_fc_weight, g + o.c_fc_bias, scratch, d_fch_.data(), a.ln2.data(),
                   p + o.c_fc_weight, N, C, 4 * C, stream, write);
@@ -354,8 +377,6 @@ void GptCuda<T>::block_backward(int block, const T* p, float* g, cudaStream_t st
   mark("matmul", stream);
   matmul_backward(blas_, d_atty_.data(), g + o.attn_proj_weight, g + o.attn_proj_bias, scratch, dresidual_.data(),
                   a.atty.data(), p + o.attn_proj_weight, N, C, C, stream, write);
-  mark("zero fill", stream);
-  dc::zero_on_device(d_qkv_.data(), N_ * 3 * C, stream);
   mark("attention", stream);
   attend_backward(a, NH, NH, C / NH, stream);
   mark("matmul", stream);
@@ -399,8 +420,6 @@ void GptCuda<T>::llama_block_backward(int block, const T* p, float* g, cudaStrea
   mark("matmul", stream);
   matmul_backward(blas_, d_atty_.data(), g + o.o_proj, none, scratch, dresidual_.data(), a.atty.data(), p + o.o_proj, N,
                   C, C, stream, write);
-  mark("zero fill", stream);
-  dc::zero_on_device(d_qkv_.data(), N_ * RS, stream);
   mark("attention", stream);
   attend_backward(a, NH, NKV, hs, stream);
   mark("elementwise", stream);

@@ -21,6 +21,23 @@ int aligned_vocab(int V) {
   return V - V % 8;
 }
 
+// dweight[OC, IC] += dout^T @ inp; dbias += column sums of dout (when not null).
+template <typename T>
+void weight_backward(BlasLt& blas, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp, int N,
+                     int IC, int OC, cudaStream_t stream) {
+  GemmArgs wgrad;
+  wgrad.trans_a = true;
+  wgrad.m = OC, wgrad.n = IC, wgrad.k = N;
+  wgrad.a = dout, wgrad.lda = OC;
+  wgrad.b = inp, wgrad.ldb = IC;
+  wgrad.d = dweight, wgrad.ldd = IC;
+  wgrad.ab_type = dtype_v<T>;
+  wgrad.d_type = DType::f32;
+  wgrad.beta = 1.0f;
+  blas.gemm(wgrad, stream);
+  if (dbias != nullptr) bias_backward(dbias, scratch, dout, N, OC, stream);
+}
+
 }  // namespace
 
 template <typename T>
@@ -48,17 +65,59 @@ void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float*
   data.ab_type = data.d_type = dtype_v<T>;
   data.beta = dinp_mode == Grad::add ? 1.0f : 0.0f;
   blas.gemm(data, stream);
-  GemmArgs wgrad;  // dweight[OC, IC] += dout^T @ inp
-  wgrad.trans_a = true;
-  wgrad.m = OC, wgrad.n = IC, wgrad.k = N;
-  wgrad.a = dout, wgrad.lda = OC;
-  wgrad.b = inp, wgrad.ldb = IC;
-  wgrad.d = dweight, wgrad.ldd = IC;
-  wgrad.ab_type = dtype_v<T>;
-  wgrad.d_type = DType::f32;
-  wgrad.beta = 1.0f;
-  blas.gemm(wgrad, stream);
-  if (dbias != nullptr) bias_backward(dbias, scratch, dout, N, OC, stream);
+  weight_backward(blas, dweight, dbias, scratch, dout, inp, N, IC, OC, stream);
+}
+
+bool gelu_epilogue_supports(int OC) {
+  return OC % 8 == 0;
+}
+
+template <typename T>
+void matmul_gelu_forward(BlasLt& blas, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int N, int IC,
+                         int OC, cudaStream_t stream) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = N, g.n = OC, g.k = IC;
+  g.a = inp, g.lda = IC;
+  g.b = weight, g.ldb = IC;
+  g.d = out, g.ldd = OC;
+  g.ab_type = g.d_type = dtype_v<T>;
+  g.bias = bias;
+  g.epilogue = device::cuda::Epilogue::gelu;
+  g.aux = pre_gelu, g.ld_aux = OC;
+  blas.gemm(g, stream);
+}
+
+template <typename T>
+void matmul_residual_forward(BlasLt& blas, T* out, const T* residual, const T* inp, const T* weight, const T* bias,
+                             int N, int IC, int OC, cudaStream_t stream) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = N, g.n = OC, g.k = IC;
+  g.a = inp, g.lda = IC;
+  g.b = weight, g.ldb = IC;
+  g.d = out, g.ldd = OC;
+  g.c = residual;
+  g.beta = 1.0f;
+  g.ab_type = g.d_type = dtype_v<T>;
+  g.bias = bias;
+  blas.gemm(g, stream);
+}
+
+template <typename T>
+void matmul_dgelu_backward(BlasLt& blas, T* dpre, float* dweight, float* dbias, float* scratch, const T* dout,
+                           const T* inp, const T* pre_gelu, const T* weight, int N, int IC, int OC,
+                           cudaStream_t stream) {
+  GemmArgs data;  // dpre[N, IC] = (dout[N, OC] @ weight[OC, IC]) * gelu'(pre_gelu)
+  data.m = N, data.n = IC, data.k = OC;
+  data.a = dout, data.lda = OC;
+  data.b = weight, data.ldb = IC;
+  data.d = dpre, data.ldd = IC;
+  data.ab_type = data.d_type = dtype_v<T>;
+  data.epilogue = device::cuda::Epilogue::dgelu;
+  data.aux = const_cast<T*>(pre_gelu), data.ld_aux = IC;  // read only: the dgelu epilogue's input
+  blas.gemm(data, stream);
+  weight_backward(blas, dweight, dbias, scratch, dout, inp, N, IC, OC, stream);
 }
 
 template <typename T>
@@ -111,6 +170,18 @@ template void matmul_backward<float>(BlasLt&, float*, float*, float*, float*, co
                                      int, int, int, cudaStream_t, Grad);
 template void matmul_backward<bf16_t>(BlasLt&, bf16_t*, float*, float*, float*, const bf16_t*, const bf16_t*,
                                       const bf16_t*, int, int, int, cudaStream_t, Grad);
+template void matmul_gelu_forward<float>(BlasLt&, float*, float*, const float*, const float*, const float*, int, int,
+                                         int, cudaStream_t);
+template void matmul_gelu_forward<bf16_t>(BlasLt&, bf16_t*, bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*, int,
+                                          int, int, cudaStream_t);
+template void matmul_residual_forward<float>(BlasLt&, float*, const float*, const float*, const float*, const float*,
+                                             int, int, int, cudaStream_t);
+template void matmul_residual_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, const bf16_t*,
+                                              const bf16_t*, int, int, int, cudaStream_t);
+template void matmul_dgelu_backward<float>(BlasLt&, float*, float*, float*, float*, const float*, const float*,
+                                           const float*, const float*, int, int, int, cudaStream_t);
+template void matmul_dgelu_backward<bf16_t>(BlasLt&, bf16_t*, float*, float*, float*, const bf16_t*, const bf16_t*,
+                                            const bf16_t*, const bf16_t*, int, int, int, cudaStream_t);
 template void lm_head_forward<float>(BlasLt&, float*, const float*, const float*, int, int, int, int, cudaStream_t);
 template void lm_head_forward<bf16_t>(BlasLt&, bf16_t*, const bf16_t*, const bf16_t*, int, int, int, int, cudaStream_t);
 template void lm_head_backward<float>(BlasLt&, float*, float*, const float*, const float*, const float*, int, int, int,

@@ -14,9 +14,18 @@
 
 namespace hsdp::device::cuda {
 
-// Row-major D[M, N] = alpha * op(A) @ op(B) + beta * D, optionally + bias[N] on every row.
+// What cuBLASLt applies to the product before it stores D (its epilogue), x = alpha op(A) op(B) + beta C + bias:
+//   none:  D = x
+//   gelu:  D = gelu(x), and aux = x (the GELU's input, kept for the backward)    CUBLASLT_EPILOGUE_GELU_AUX(_BIAS)
+//   dgelu: D = x * gelu'(aux) (the gradient through a GELU whose input was aux)  CUBLASLT_EPILOGUE_DGELU
+// cuBLASLt's GELU is the tanh approximation (x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)), the one hsdp trains;
+// GPU tests hold it to the separate kernel's values (tests/gpu/layers_gpu_test.cpp).
+enum class Epilogue { none, gelu, dgelu };
+
+// Row-major D[M, N] = alpha * op(A) @ op(B) + beta * C, optionally + bias[N] on every row, then the epilogue.
 // A is [M, K] (lda >= K), or [K, M] when trans_a (lda >= M); B is [K, N] (ldb >= N), or [N, K] when trans_b
-// (ldb >= K); D is [M, N] with ldd >= N. ab_type: f32 or bf16 (A and B); d_type: f32 or bf16 (D and bias).
+// (ldb >= K); D is [M, N] with ldd >= N; C is D unless given (then [M, N] with D's ldd: a residual added in the
+// product's epilogue, D = C + op(A) op(B)). ab_type: f32 or bf16 (A and B); d_type: f32 or bf16 (C, D, bias, aux).
 struct GemmArgs {
   bool trans_a = false;
   bool trans_b = false;
@@ -33,7 +42,12 @@ struct GemmArgs {
   DType d_type = DType::bf16;
   float alpha = 1.0f;
   float beta = 0.0f;
-  const void* bias = nullptr;  // beta must be 0 with a bias
+  const void* bias = nullptr;
+  const void* c = nullptr;  // null: C = D
+  Epilogue epilogue = Epilogue::none;
+  // gelu: written, dgelu: read; [M, N] row-major with ld_aux >= N, a multiple of 8 (cuBLASLt's rule). No batch.
+  void* aux = nullptr;
+  int ld_aux = 0;
   // Strided batch: `batch` GEMMs, the i-th on a + i * stride_a, b + i * stride_b, d + i * stride_d (elements);
   // the D matrices must not overlap, the A and B matrices may (e.g. the heads of one row-major [T, 3C] tensor).
   int batch = 1;

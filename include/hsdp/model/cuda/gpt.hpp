@@ -121,6 +121,8 @@ class GptCuda final : public UnitModel {
                     cudaStream_t stream);
   void head_backward(const T* lnf, const T* emb, float* lnf_grads, float* emb_grads, cudaStream_t stream);
   void block_backward(int block, const T* p, float* g, cudaStream_t stream);
+  void project_residual(T* out, const T* x, const T* inp, T* proj, const T* weight, const T* bias, int IC,
+                        cudaStream_t stream);
   void embedding_backward(float* emb_grads, cudaStream_t stream);
 
   const ModelLayout& layout_;
@@ -128,6 +130,9 @@ class GptCuda final : public UnitModel {
   int B_, T_;
   bool llama_;
   int K_, F_;  // key/value width and MLP width
+  // model.gemm_epilogue=fused: residual adds in the projections' epilogues; GPT-2's GELU (and its gradient) in the
+  // MLP's when cuBLASLt takes its width (gpu_gelu_in_epilogue, as the arena plans it).
+  bool residual_epilogue_, gelu_epilogue_;
   std::size_t N_, total_;
   bool checkpointing_;
   cudaStream_t stream_;

@@ -118,6 +118,28 @@ template <typename T>
 void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
                      const T* weight, int N, int IC, int OC, cudaStream_t stream, Grad dinp_mode = Grad::add);
 
+// ---- the same layers with their neighbours in the GEMM's epilogue (model.gemm_epilogue=fused; BlasLt's Epilogue):
+// one pass over the output instead of two or three. cuBLASLt rounds once from fp32 where the separate kernels round
+// the product to T first, so bf16 results differ from the separate path's by a rounding.
+// The GELU epilogues need OC % 8 == 0 (cuBLASLt's rule for the kept GELU input).
+bool gelu_epilogue_supports(int OC);
+// out = gelu(inp @ weight^T + bias), pre_gelu = the GELU's input (matmul_forward, then gelu_forward).
+template <typename T>
+void matmul_gelu_forward(BlasLt& blas, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int N, int IC,
+                         int OC, cudaStream_t stream);
+// out = residual + inp @ weight^T + bias (matmul_forward, then residual_forward); out must not alias residual's
+// rows other than its own (out == residual is allowed).
+template <typename T>
+void matmul_residual_forward(BlasLt& blas, T* out, const T* residual, const T* inp, const T* weight, const T* bias,
+                             int N, int IC, int OC, cudaStream_t stream);
+// matmul_backward of a product whose input went through a GELU (inp = gelu(pre_gelu)): dpre = (dout @ weight) *
+// gelu'(pre_gelu) written (matmul_backward with Grad::write, then gelu_backward with Grad::write, without the
+// intermediate gradient); dweight += dout^T @ inp; dbias += column sums of dout (scratch as matmul_backward's).
+template <typename T>
+void matmul_dgelu_backward(BlasLt& blas, T* dpre, float* dweight, float* dbias, float* scratch, const T* dout,
+                           const T* inp, const T* pre_gelu, const T* weight, int N, int IC, int OC,
+                           cudaStream_t stream);
+
 // logits[N, :V] (row stride Vp) = inp[N, C] @ wte[:V]^T; padded columns are never written.
 template <typename T>
 void lm_head_forward(BlasLt& blas, T* logits, const T* inp, const T* wte, int N, int C, int V, int Vp,
@@ -160,7 +182,8 @@ void gqa_attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout,
 // Fused causal attention (model.attention=fused, FlashAttention-2's algorithm; flash_attention.cu): the same rows as
 // gqa_attention_forward (NKV = NH: GPT-2's), but the T x T scores are never stored: the forward keeps lse [B, NH, T]
 // (fp32: each row's log-sum-exp of its scaled scores), the backward recomputes the probabilities from it and adds
-// into dqkv. Head sizes 1..128 (fused_attention_supports). scratch: fused_attention_scratch_bytes(B, T, NH) bytes.
+// into dqkv (Grad::write: writes every element of it, no zero fill before). Head sizes 1..128
+// (fused_attention_supports). scratch: fused_attention_scratch_bytes(B, T, NH) bytes.
 // No atomics: dQ is owned per query row, dK and dV per key row (its G query heads added in order).
 bool fused_attention_supports(int head_size);
 std::size_t fused_attention_scratch_bytes(int B, int T_, int NH);
@@ -169,6 +192,6 @@ void fused_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
                              cudaStream_t stream);
 template <typename T>
 void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* out, const T* qkv, const float* lse,
-                              int B, int T_, int NH, int NKV, int hs, cudaStream_t stream);
+                              int B, int T_, int NH, int NKV, int hs, cudaStream_t stream, Grad mode = Grad::add);
 
 }  // namespace hsdp::model::cuda
