@@ -62,7 +62,8 @@ struct Llama {
   static constexpr double kBf16Grad = 0.23, kBf16Loss = 0.12;
 };
 // The same two models with model.attention=fused: the bounds stand (the fused kernels round the same values: q, k, v,
-// the output, their gradients; the probabilities stay in fp32 instead of a bf16 store, one rounding fewer).
+// the output, their gradients; in bf16 the tensor-core kernels round P and dS for their products as the unfused path
+// stores them, the CUDA-core kernels keep both in fp32).
 template <typename Base>
 struct Fused : Base {
   static model::GptConfig config() {

@@ -11,6 +11,16 @@
 //   dK, dV:         a warp per key row j of key/value head kvh, 8 rows per block; the query rows t >= j of the G
 //                   query heads in tiles of 32 (q and dO staged), lane i takes row i of the tile.
 // Scores s = q.k / sqrt(hs); p = exp(s - lse_t); dp = dO_t.v_j; ds = p (dp - D_t), D_t = dO_t.O_t.
+//
+// bf16 with head sizes 16, 32, 64 and 128 on a GPU of compute capability 8.0 or newer whose shared memory holds
+// the tiles (tc_fits): the same algorithm on tensor cores (WMMA bf16 x bf16 -> fp32, the `tc` kernels below), 64
+// query rows (or key rows) per block of 4 warps, each warp owning 16 of them, and tiles of 64 keys (or query rows).
+// Every product is a warp's [16 x 64] or [16 x HS] tile, staged through shared memory in fp32 (WMMA's fragment
+// layout is opaque, so the softmax and the rescaling run on the staged values); P and dS are rounded to bf16 for
+// their products, as the unfused path stores them. Every other case runs the CUDA-core kernels.
+#include <cuda_bf16.h>
+#include <mma.h>
+
 #include <cmath>
 #include <string>
 #include <type_traits>
@@ -268,6 +278,360 @@ __global__ void flash_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const flo
   }
 }
 
+// ------------------------------------------------------------------------------------------- tensor cores (bf16)
+
+namespace tc {
+
+namespace wmma = nvcuda::wmma;
+using bf = __nv_bfloat16;
+
+constexpr int kRows = 64;  // a block's own rows (query rows; key rows for dK, dV): 4 warps x 16
+constexpr int kCols = 64;  // a tile's rows of the other side (keys; query rows for dK, dV)
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kSld = kCols + 4;  // fp32 [rows][kCols] tiles (scores, their gradients)
+constexpr int kPld = kCols + 8;  // bf16 [rows][kCols] tiles (P, dS)
+template <int HS>
+constexpr int kHld = HS + 8;  // bf16 [rows][HS] tiles (q, k, v, dO): a multiple of 8, rows 16 bytes apart
+template <int HS>
+constexpr int kOld = HS + 4;  // fp32 [rows][HS] accumulators (O, dQ, dK, dV)
+
+// Shared memory of each kernel, in bytes (every array starts 32-byte aligned: WMMA's rule).
+template <int HS>
+constexpr std::size_t kForwardSmem = sizeof(bf) * (3 * kRows * kHld<HS> + kRows * kPld) +
+                                     sizeof(float) * (kRows * kSld + kRows * kOld<HS> + 3 * kRows);
+template <int HS>
+constexpr std::size_t kDqSmem = sizeof(bf) * (4 * kRows * kHld<HS> + kRows * kPld) +
+                                sizeof(float) * (2 * kRows * kSld + kRows * kOld<HS> + 2 * kRows);
+template <int HS>
+constexpr std::size_t kDkvSmem = sizeof(bf) * (4 * kRows * kHld<HS> + 2 * kRows * kPld) +
+                                 sizeof(float) * (2 * kRows * kSld + 2 * kRows * kOld<HS> + 2 * kRows);
+
+// Rows [first, first + 64) of HS bf16 values at base + row * stride into smem [64][kHld] (rows >= limit as zeros), in
+// 16-byte pieces (HS and the strides are multiples of 16 elements); the whole block takes part.
+template <int HS>
+__device__ void load_rows(bf* smem, const bf16_t* base, int first, int limit, std::size_t stride) {
+  constexpr int kVec = 8, kPerRow = HS / kVec;
+  for (int i = threadIdx.x; i < kRows * kPerRow; i += kThreads) {
+    const int r = i / kPerRow, c = (i % kPerRow) * kVec;
+    const int row = first + r;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (row < limit) v = *reinterpret_cast<const uint4*>(base + static_cast<std::size_t>(row) * stride + c);
+    *reinterpret_cast<uint4*>(smem + r * kHld<HS> + c) = v;
+  }
+}
+
+// A warp's out[16][kCols] (fp32, ld kSld) = a[16][HS] b[kCols][HS]^T (both bf16 rows, ld kHld): q k^T and its kin.
+template <int HS>
+__device__ void rows_by_rows_t(float* out, const bf* a, const bf* b) {
+#if __CUDA_ARCH__ >= 800
+  for (int n = 0; n < kCols / 16; ++n) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int k = 0; k < HS / 16; ++k) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, wmma::col_major> fb;  // b's rows as columns: b^T
+      wmma::load_matrix_sync(fa, a + k * 16, kHld<HS>);
+      wmma::load_matrix_sync(fb, b + n * 16 * kHld<HS> + k * 16, kHld<HS>);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + n * 16, acc, kSld, wmma::mem_row_major);
+  }
+#endif
+}
+
+// A warp's acc[16][HS] (fp32, ld kOld) += p[16][kCols] (bf16, ld kPld) b[kCols][HS] (bf16 rows, ld kHld): P V, dS K,
+// P^T dO, dS^T Q.
+template <int HS>
+__device__ void add_rows_by_rows(float* acc_smem, const bf* p, const bf* b) {
+#if __CUDA_ARCH__ >= 800
+  for (int n = 0; n < HS / 16; ++n) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, acc_smem + n * 16, kOld<HS>, wmma::mem_row_major);
+    for (int k = 0; k < kCols / 16; ++k) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, wmma::row_major> fb;
+      wmma::load_matrix_sync(fa, p + k * 16, kPld);
+      wmma::load_matrix_sync(fb, b + k * 16 * kHld<HS> + n * 16, kHld<HS>);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(acc_smem + n * 16, acc, kOld<HS>, wmma::mem_row_major);
+  }
+#endif
+}
+
+// Zeroes a block's [kRows][kOld] fp32 accumulator.
+template <int HS>
+__device__ void zero_rows(float* acc) {
+  for (int i = threadIdx.x; i < kRows * kOld<HS>; i += kThreads) acc[i] = 0.0f;
+}
+
+// Writes (or adds, `add`) a warp's 16 accumulator rows times `scale` to dst + row * stride for rows first + r < limit.
+template <int HS>
+__device__ void store_rows(bf16_t* dst, std::size_t stride, const float* acc, int first, int limit, float scale,
+                           bool add) {
+  const int lane = threadIdx.x % kWarp;
+  for (int i = lane; i < 16 * HS; i += kWarp) {
+    const int r = i / HS, d = i % HS;
+    if (first + r >= limit) continue;
+    bf16_t* at = dst + static_cast<std::size_t>(first + r) * stride + d;
+    store(at, (add ? load(at) : 0.0f) + acc[r * kOld<HS> + d] * scale);
+  }
+}
+
+// The forward: block (query tile, head h, sequence b); warp w owns query rows q0 + 16 w .. + 15.
+template <int HS>
+__global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv, Shape s,
+                                                           float scale) {
+  extern __shared__ __align__(128) unsigned char raw[];
+  bf* q_s = reinterpret_cast<bf*>(raw);
+  bf* k_s = q_s + kRows * kHld<HS>;
+  bf* v_s = k_s + kCols * kHld<HS>;
+  bf* p_s = v_s + kCols * kHld<HS>;
+  auto* s_s = reinterpret_cast<float*>(p_s + kRows * kPld);
+  float* o_s = s_s + kRows * kSld;
+  float* m_s = o_s + kRows * kOld<HS>;
+  float* l_s = m_s + kRows;
+  float* alpha_s = l_s + kRows;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
+  const int q0 = blockIdx.x * kRows, r0 = warp * 16;
+  const std::size_t RS = static_cast<std::size_t>(s.RS());
+  const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
+  load_rows<HS>(q_s, seq + h * HS, q0, s.T, RS);
+  zero_rows<HS>(o_s);
+  if (threadIdx.x < kRows) {
+    m_s[threadIdx.x] = -INFINITY;
+    l_s[threadIdx.x] = 0.0f;
+  }
+  float* s_w = s_s + r0 * kSld;
+  float* o_w = o_s + r0 * kOld<HS>;
+  const int last_key = min(q0 + kRows, s.T) - 1;
+  for (int j0 = 0; j0 <= last_key; j0 += kCols) {
+    __syncthreads();  // the previous tile's readers are done (and q, o, m, l are set, the first time)
+    load_rows<HS>(k_s, seq + s.C() + kvh * HS, j0, s.T, RS);
+    load_rows<HS>(v_s, seq + s.C() + s.NKV * HS + kvh * HS, j0, s.T, RS);
+    __syncthreads();
+    if (j0 > q0 + r0 + 15) continue;  // every key of the tile comes after this warp's rows
+    rows_by_rows_t<HS>(s_w, q_s + r0 * kHld<HS>, k_s);
+    __syncwarp();
+    // The online softmax, a row at a time: lanes take the tile's columns lane and lane + 32.
+    for (int r = 0; r < 16; ++r) {
+      const int t = q0 + r0 + r;
+      const float* srow = s_w + r * kSld;
+      const bool row = t < s.T;
+      const float xa = row && j0 + lane <= t ? srow[lane] * scale : -INFINITY;
+      const float xb = row && j0 + lane + 32 <= t ? srow[lane + 32] * scale : -INFINITY;
+      const float m_old = m_s[r0 + r];
+      const float m_new = fmaxf(m_old, detail::warp_max(fmaxf(xa, xb)));
+      float pa = 0.0f, pb = 0.0f, alpha = 1.0f;
+      if (m_new != -INFINITY) {  // a row past the sequence's end (or with no key yet) keeps nothing
+        pa = expf(xa - m_new);
+        pb = expf(xb - m_new);
+        alpha = expf(m_old - m_new);  // 0 on the row's first tile (m_old = -inf)
+      }
+      bf* prow = p_s + (r0 + r) * kPld;
+      prow[lane] = __float2bfloat16_rn(pa);
+      prow[lane + 32] = __float2bfloat16_rn(pb);
+      const float sum = detail::warp_sum(pa + pb);
+      if (lane == 0) {
+        m_s[r0 + r] = m_new;
+        l_s[r0 + r] = l_s[r0 + r] * alpha + sum;
+        alpha_s[r0 + r] = alpha;
+      }
+    }
+    __syncwarp();
+    for (int i = lane; i < 16 * HS; i += kWarp) o_w[(i / HS) * kOld<HS> + i % HS] *= alpha_s[r0 + i / HS];
+    __syncwarp();
+    add_rows_by_rows<HS>(o_w, p_s + r0 * kPld, v_s);
+    __syncwarp();
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * HS; i += kWarp) {
+    const int r = i / HS, d = i % HS, t = q0 + r0 + r;
+    if (t < s.T) {
+      store(out + (static_cast<std::size_t>(b) * s.T + t) * s.C() + h * HS + d, o_w[r * kOld<HS> + d] / l_s[r0 + r]);
+    }
+  }
+  if (lane < 16 && q0 + r0 + lane < s.T) {
+    lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T + q0 + r0 + lane] = m_s[r0 + lane] + logf(l_s[r0 + lane]);
+  }
+}
+
+// dQ: block (query tile, head h, sequence b); warp w owns query rows q0 + 16 w .. + 15 and their dQ.
+template <int HS>
+__global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv,
+                                                      const float* lse, const float* D, Shape s, float scale,
+                                                      bool add) {
+  extern __shared__ __align__(128) unsigned char raw[];
+  bf* q_s = reinterpret_cast<bf*>(raw);
+  bf* do_s = q_s + kRows * kHld<HS>;
+  bf* k_s = do_s + kRows * kHld<HS>;
+  bf* v_s = k_s + kCols * kHld<HS>;
+  bf* ds_s = v_s + kCols * kHld<HS>;
+  auto* s_s = reinterpret_cast<float*>(ds_s + kRows * kPld);
+  float* dp_s = s_s + kRows * kSld;
+  float* dq_s = dp_s + kRows * kSld;
+  float* lse_s = dq_s + kRows * kOld<HS>;
+  float* d_s = lse_s + kRows;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
+  const int q0 = blockIdx.x * kRows, r0 = warp * 16;
+  const std::size_t RS = static_cast<std::size_t>(s.RS());
+  const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
+  load_rows<HS>(q_s, seq + h * HS, q0, s.T, RS);
+  load_rows<HS>(do_s, dout + static_cast<std::size_t>(b) * s.T * s.C() + h * HS, q0, s.T, s.C());
+  zero_rows<HS>(dq_s);
+  if (threadIdx.x < kRows) {
+    const int t = q0 + threadIdx.x;
+    const std::size_t at = (static_cast<std::size_t>(b) * s.NH + h) * s.T + t;
+    lse_s[threadIdx.x] = t < s.T ? lse[at] : 0.0f;
+    d_s[threadIdx.x] = t < s.T ? D[at] : 0.0f;
+  }
+  float* s_w = s_s + r0 * kSld;
+  float* dp_w = dp_s + r0 * kSld;
+  float* dq_w = dq_s + r0 * kOld<HS>;
+  const int last_key = min(q0 + kRows, s.T) - 1;
+  for (int j0 = 0; j0 <= last_key; j0 += kCols) {
+    __syncthreads();
+    load_rows<HS>(k_s, seq + s.C() + kvh * HS, j0, s.T, RS);
+    load_rows<HS>(v_s, seq + s.C() + s.NKV * HS + kvh * HS, j0, s.T, RS);
+    __syncthreads();
+    if (j0 > q0 + r0 + 15) continue;
+    rows_by_rows_t<HS>(s_w, q_s + r0 * kHld<HS>, k_s);    // S = Q K^T
+    rows_by_rows_t<HS>(dp_w, do_s + r0 * kHld<HS>, v_s);  // dP = dO V^T
+    __syncwarp();
+    for (int r = 0; r < 16; ++r) {
+      const int t = q0 + r0 + r;
+      for (int c = lane; c < kCols; c += kWarp) {
+        const bool live = t < s.T && j0 + c <= t;
+        const float p = live ? expf(s_w[r * kSld + c] * scale - lse_s[r0 + r]) : 0.0f;
+        ds_s[(r0 + r) * kPld + c] = __float2bfloat16_rn(p * (dp_w[r * kSld + c] - d_s[r0 + r]));
+      }
+    }
+    __syncwarp();
+    add_rows_by_rows<HS>(dq_w, ds_s + r0 * kPld, k_s);  // dQ += dS K
+    __syncwarp();
+  }
+  __syncwarp();
+  store_rows<HS>(dqkv + static_cast<std::size_t>(b) * s.T * RS + h * HS, RS, dq_w, q0 + r0, s.T, scale, add);
+}
+
+// dK, dV: block (key tile, key/value head kvh, sequence b); warp w owns key rows k0 + 16 w .. + 15. The query rows
+// t >= k0 of the G query heads h = kvh G + g, g in order, in tiles of 64; per warp S^T = K Q^T and dP^T = V dO^T, so
+// dV += P^T dO and dK += dS^T Q stay within the warp's rows.
+template <int HS>
+__global__ void __launch_bounds__(kThreads) dkv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv,
+                                                       const float* lse, const float* D, Shape s, float scale,
+                                                       bool add) {
+  extern __shared__ __align__(128) unsigned char raw[];
+  bf* k_s = reinterpret_cast<bf*>(raw);
+  bf* v_s = k_s + kRows * kHld<HS>;
+  bf* q_s = v_s + kRows * kHld<HS>;
+  bf* do_s = q_s + kCols * kHld<HS>;
+  bf* pt_s = do_s + kCols * kHld<HS>;
+  bf* dst_s = pt_s + kRows * kPld;
+  auto* st_s = reinterpret_cast<float*>(dst_s + kRows * kPld);
+  float* dpt_s = st_s + kRows * kSld;
+  float* dk_s = dpt_s + kRows * kSld;
+  float* dv_s = dk_s + kRows * kOld<HS>;
+  float* lse_s = dv_s + kRows * kOld<HS>;
+  float* d_s = lse_s + kCols;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int kvh = blockIdx.y, b = blockIdx.z;
+  const int k0 = blockIdx.x * kRows, r0 = warp * 16;
+  const std::size_t RS = static_cast<std::size_t>(s.RS());
+  const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
+  load_rows<HS>(k_s, seq + s.C() + kvh * HS, k0, s.T, RS);
+  load_rows<HS>(v_s, seq + s.C() + s.NKV * HS + kvh * HS, k0, s.T, RS);
+  zero_rows<HS>(dk_s);
+  zero_rows<HS>(dv_s);
+  float* st_w = st_s + r0 * kSld;
+  float* dpt_w = dpt_s + r0 * kSld;
+  for (int g = 0; g < s.G(); ++g) {
+    const int h = kvh * s.G() + g;
+    for (int t0 = k0; t0 < s.T; t0 += kCols) {
+      __syncthreads();  // the previous tile's readers are done (and k, v, dk, dv are set, the first time)
+      load_rows<HS>(q_s, seq + h * HS, t0, s.T, RS);
+      load_rows<HS>(do_s, dout + static_cast<std::size_t>(b) * s.T * s.C() + h * HS, t0, s.T, s.C());
+      if (threadIdx.x < kCols) {
+        const int t = t0 + threadIdx.x;
+        const std::size_t at = (static_cast<std::size_t>(b) * s.NH + h) * s.T + t;
+        lse_s[threadIdx.x] = t < s.T ? lse[at] : 0.0f;
+        d_s[threadIdx.x] = t < s.T ? D[at] : 0.0f;
+      }
+      __syncthreads();
+      rows_by_rows_t<HS>(st_w, k_s + r0 * kHld<HS>, q_s);    // S^T = K Q^T
+      rows_by_rows_t<HS>(dpt_w, v_s + r0 * kHld<HS>, do_s);  // dP^T = V dO^T
+      __syncwarp();
+      for (int r = 0; r < 16; ++r) {
+        const int j = k0 + r0 + r;
+        for (int c = lane; c < kCols; c += kWarp) {
+          const int t = t0 + c;
+          const bool live = j < s.T && t < s.T && t >= j;
+          const float p = live ? expf(st_w[r * kSld + c] * scale - lse_s[c]) : 0.0f;
+          pt_s[(r0 + r) * kPld + c] = __float2bfloat16_rn(p);
+          dst_s[(r0 + r) * kPld + c] = __float2bfloat16_rn(p * (dpt_w[r * kSld + c] - d_s[c]));
+        }
+      }
+      __syncwarp();
+      add_rows_by_rows<HS>(dv_s + r0 * kOld<HS>, pt_s + r0 * kPld, do_s);  // dV += P^T dO
+      add_rows_by_rows<HS>(dk_s + r0 * kOld<HS>, dst_s + r0 * kPld, q_s);  // dK += dS^T Q
+      __syncwarp();
+    }
+  }
+  __syncwarp();
+  bf16_t* rows = dqkv + static_cast<std::size_t>(b) * s.T * RS;
+  store_rows<HS>(rows + s.C() + kvh * HS, RS, dk_s + r0 * kOld<HS>, k0 + r0, s.T, scale, add);
+  store_rows<HS>(rows + s.C() + s.NKV * HS + kvh * HS, RS, dv_s + r0 * kOld<HS>, k0 + r0, s.T, 1.0f, add);
+}
+
+// Calls f(std::integral_constant<int, HS>) for the head sizes the tensor-core kernels are built for.
+template <typename F>
+bool by_head_size(int hs, F&& f) {
+  switch (hs) {
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      return true;
+    case 32:
+      f(std::integral_constant<int, 32>{});
+      return true;
+    case 64:
+      f(std::integral_constant<int, 64>{});
+      return true;
+    case 128:
+      f(std::integral_constant<int, 128>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether this GPU runs the tensor-core kernels for head size hs: compute capability 8.0 or newer (bf16 WMMA) and
+// room for the largest kernel's shared memory (dK, dV's: 191 KB at hs = 128, beyond an A100's 163 KB).
+bool fits(int hs) {
+  int device = 0, major = 0, smem = 0;
+  device::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+  device::cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                      "cudaDeviceGetAttribute");
+  device::cuda::check(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+                      "cudaDeviceGetAttribute");
+  std::size_t need = 0;
+  if (!by_head_size(hs, [&](auto head) { need = kDkvSmem<decltype(head)::value>; })) return false;
+  return major >= 8 && need <= static_cast<std::size_t>(smem);
+}
+
+// Launches `kernel` with `smem` bytes of dynamic shared memory (above the default 48 KB: opted in per kernel).
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, const char* name, dim3 grid, std::size_t smem, cudaStream_t stream, Args... args) {
+  device::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                      "cudaFuncSetAttribute");
+  kernel<<<grid, kThreads, smem, stream>>>(args...);
+  check_launch(name);
+}
+
+}  // namespace tc
+
 void check_shape(const Shape& s) {
   if (s.B < 1 || s.T < 1 || s.NKV < 1 || s.NH % s.NKV != 0 || s.hs < 1 || s.hs > kMaxHead) {
     throw_internal("fused attention: bad shape B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
@@ -307,6 +671,17 @@ void fused_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
   const Shape s{B, T_, NH, NKV, hs};
   check_shape(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (tc::fits(hs)) {
+      tc::by_head_size(hs, [&](auto head) {
+        constexpr int HS = decltype(head)::value;
+        tc::launch(tc::forward_kernel<HS>, "flash forward (tensor cores)",
+                   dim3((T_ + tc::kRows - 1) / tc::kRows, NH, B), tc::kForwardSmem<HS>, stream, out, lse, qkv, s,
+                   scale);
+      });
+      return;
+    }
+  }
   const dim3 grid((T_ + kRowsPerBlock - 1) / kRowsPerBlock, NH, B);
   const std::size_t smem = row_tiles_smem(hs) + kRowsPerBlock * hs * sizeof(float);
   by_head_size(hs, [&](auto per_lane) {
@@ -327,6 +702,19 @@ void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* ou
   flash_dot_kernel<<<dim3((B * T_ + kRowsPerBlock - 1) / kRowsPerBlock, NH), kRowsPerBlock * kWarp, 0, stream>>>(
       D, dout, out, s);
   check_launch("flash_dot_kernel");
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (tc::fits(hs)) {
+      tc::by_head_size(hs, [&](auto head) {
+        constexpr int HS = decltype(head)::value;
+        const int tiles = (T_ + tc::kRows - 1) / tc::kRows;
+        tc::launch(tc::dq_kernel<HS>, "flash dQ (tensor cores)", dim3(tiles, NH, B), tc::kDqSmem<HS>, stream, dqkv,
+                   dout, qkv, lse, static_cast<const float*>(D), s, scale, add);
+        tc::launch(tc::dkv_kernel<HS>, "flash dK dV (tensor cores)", dim3(tiles, NKV, B), tc::kDkvSmem<HS>, stream,
+                   dqkv, dout, qkv, lse, static_cast<const float*>(D), s, scale, add);
+      });
+      return;
+    }
+  }
   const std::size_t smem = row_tiles_smem(hs) + 2 * kRowsPerBlock * hs * sizeof(float);
   by_head_size(hs, [&](auto per_lane) {
     constexpr int kPerLane = decltype(per_lane)::value;

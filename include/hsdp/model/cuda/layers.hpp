@@ -182,7 +182,9 @@ void gqa_attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout,
 // Fused causal attention (model.attention=fused, FlashAttention-2's algorithm; flash_attention.cu): the same rows as
 // gqa_attention_forward (NKV = NH: GPT-2's), but the T x T scores are never stored: the forward keeps lse [B, NH, T]
 // (fp32: each row's log-sum-exp of its scaled scores), the backward recomputes the probabilities from it and adds
-// into dqkv (Grad::write: writes every element of it, no zero fill before). Head sizes 1..128
+// into dqkv (Grad::write: writes every element of it, no zero fill before). bf16 with head sizes 16, 32, 64 and 128
+// runs on tensor cores where the GPU has them (compute capability 8.0+) and the shared memory, the rest on CUDA
+// cores (flash_attention.cu). Head sizes 1..128
 // (fused_attention_supports). scratch: fused_attention_scratch_bytes(B, T, NH) bytes.
 // No atomics: dQ is owned per query row, dK and dV per key row (its G query heads added in order).
 bool fused_attention_supports(int head_size);
