@@ -69,7 +69,8 @@ mem=$(free -m | awk '/^Mem:/ {print int($2 * 0.4)}')
 mpi_default=none
 [[ -e $plugins/mpi_pmix.so ]] && mpi_default=pmix
 export SLURM_CONF=$state/slurm.conf
-# Each host is declared with 2 CPUs whatever nproc says (the hosts share this machine's cores).
+# Each host is declared with 2 CPUs whatever nproc says (the hosts share this machine's cores). A requeued job starts
+# cred_expire (10 s) after its requeue at the scheduler's next pass: every 2 s here (Slurm's defaults: 60 and 30 s).
 cat >"$SLURM_CONF" <<EOF
 ClusterName=hsdphosts
 SlurmctldHost=${hosts[0]}
@@ -100,6 +101,7 @@ MpiDefault=$mpi_default
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=600

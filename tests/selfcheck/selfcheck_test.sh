@@ -3,8 +3,8 @@
 #
 #   selfcheck_test.sh CASE SELFCHECK BIN_DIR WORK MPIRUN...
 #
-# pass:       every row passes on 4 CPU ranks as 2 nodes x 2; the table and the JSON lines say so.
-# llama:      the same with input/llama_tiny.ini (model.arch=llama: untied head, grouped-query attention), 10 steps.
+# pass:       every row passes on 4 CPU ranks as 2 nodes x 2 (10 steps); the table and the JSON lines say so.
+# llama:      the same with input/llama_tiny.ini (model.arch=llama: untied head, grouped-query attention).
 # detects:    a hsdp-train that trains the multi-rank rows with another learning rate (a wrapper adds
 #             --train.lr=3.3e-3 when OMPI_COMM_WORLD_SIZE > 1) must fail the loss check of every row with exit 1;
 #             a hsdp-plan that plans bf16 parameters (half the gather bytes) must fail the bytes check.
@@ -30,9 +30,9 @@ run() { # EXPECTED_EXIT LOG ARGS...: runs hsdp-selfcheck, checks its exit code
 
 case $case in
   pass | llama)
-    deck=()
-    # The Llama's rows take 10 steps (resume at 5), not 20: the same checks per row, half the CI time.
-    [[ $case == llama ]] && deck=(--config "$(dirname "$0")/../../input/llama_tiny.ini" --steps 10)
+    # 10 steps a row (resume at 5), not hsdp-selfcheck's default 20: the same checks per row, less CI time.
+    deck=(--steps 10)
+    [[ $case == llama ]] && deck+=(--config "$(dirname "$0")/../../input/llama_tiny.ini")
     run 0 "$work/out.txt" --work "$work/run" --json "$work/rows.jsonl" "${deck[@]}"
     grep -q "^9 of 9 rows passed" "$work/out.txt" || fail "not 9 of 9 rows passed"
     python3 - "$work/rows.jsonl" <<'PY'

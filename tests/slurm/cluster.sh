@@ -12,7 +12,8 @@
 # The node is declared with $CLUSTER_CPUS CPUs (default 4, whatever nproc says) so that 4 tasks fit on
 # a 2-core machine; slurmd accepts the over-declaration through SlurmdParameters=config_overrides.
 #
-# Requeued jobs wait cred_expire seconds before they start again: 10 here (Slurm's default is 120).
+# Requeued jobs wait cred_expire seconds before they start again: 10 here (Slurm's default is 120), and then for the
+# scheduler's next pass: every 2 s here (sched_interval, bf_interval; Slurm's defaults are 60 and 30 s).
 #
 # CLUSTER_GHOST_NODES=N (default 0) declares N more nodes like the real one, DOWN and never started (their slurmd
 # port is one nobody listens on): a job that needs more than one node is then accepted and stays PENDING, and
@@ -110,6 +111,7 @@ MpiDefault=$mpi_default
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 SlurmdParameters=config_overrides
 ReturnToService=2
 MinJobAge=600
