@@ -321,6 +321,25 @@ __device__ void load_rows(bf* smem, const bf16_t* base, int first, int limit, st
   }
 }
 
+// Key and value rows [first, first + 64) of key/value head kvh of one sequence's q | k | v rows into smem.
+template <int HS>
+__device__ void load_kv(bf* k_s, bf* v_s, const bf16_t* seq, int kvh, int first, const Shape& s) {
+  const std::size_t RS = static_cast<std::size_t>(s.RS());
+  load_rows<HS>(k_s, seq + s.C() + kvh * HS, first, s.T, RS);
+  load_rows<HS>(v_s, seq + s.C() + s.NKV * HS + kvh * HS, first, s.T, RS);
+}
+
+// lse and D (dO . O) of query rows [first, first + 64) of head h of sequence b into smem (0 past the end).
+__device__ void load_row_stats(float* lse_s, float* d_s, const float* lse, const float* D, int b, int h, int first,
+                               const Shape& s) {
+  if (threadIdx.x < kCols) {
+    const int t = first + threadIdx.x;
+    const std::size_t at = (static_cast<std::size_t>(b) * s.NH + h) * s.T + t;
+    lse_s[threadIdx.x] = t < s.T ? lse[at] : 0.0f;
+    d_s[threadIdx.x] = t < s.T ? D[at] : 0.0f;
+  }
+}
+
 // A warp's out[16][kCols] (fp32, ld kSld) = a[16][HS] b[kCols][HS]^T (both bf16 rows, ld kHld): q k^T and its kin.
 template <int HS>
 __device__ void rows_by_rows_t(float* out, const bf* a, const bf* b) {
@@ -409,8 +428,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
   const int last_key = min(q0 + kRows, s.T) - 1;
   for (int j0 = 0; j0 <= last_key; j0 += kCols) {
     __syncthreads();  // the previous tile's readers are done (and q, o, m, l are set, the first time)
-    load_rows<HS>(k_s, seq + s.C() + kvh * HS, j0, s.T, RS);
-    load_rows<HS>(v_s, seq + s.C() + s.NKV * HS + kvh * HS, j0, s.T, RS);
+    load_kv<HS>(k_s, v_s, seq, kvh, j0, s);
     __syncthreads();
     if (j0 > q0 + r0 + 15) continue;  // every key of the tile comes after this warp's rows
     rows_by_rows_t<HS>(s_w, q_s + r0 * kHld<HS>, k_s);
@@ -482,20 +500,14 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t
   load_rows<HS>(q_s, seq + h * HS, q0, s.T, RS);
   load_rows<HS>(do_s, dout + static_cast<std::size_t>(b) * s.T * s.C() + h * HS, q0, s.T, s.C());
   zero_rows<HS>(dq_s);
-  if (threadIdx.x < kRows) {
-    const int t = q0 + threadIdx.x;
-    const std::size_t at = (static_cast<std::size_t>(b) * s.NH + h) * s.T + t;
-    lse_s[threadIdx.x] = t < s.T ? lse[at] : 0.0f;
-    d_s[threadIdx.x] = t < s.T ? D[at] : 0.0f;
-  }
+  load_row_stats(lse_s, d_s, lse, D, b, h, q0, s);
   float* s_w = s_s + r0 * kSld;
   float* dp_w = dp_s + r0 * kSld;
   float* dq_w = dq_s + r0 * kOld<HS>;
   const int last_key = min(q0 + kRows, s.T) - 1;
   for (int j0 = 0; j0 <= last_key; j0 += kCols) {
     __syncthreads();
-    load_rows<HS>(k_s, seq + s.C() + kvh * HS, j0, s.T, RS);
-    load_rows<HS>(v_s, seq + s.C() + s.NKV * HS + kvh * HS, j0, s.T, RS);
+    load_kv<HS>(k_s, v_s, seq, kvh, j0, s);
     __syncthreads();
     if (j0 > q0 + r0 + 15) continue;
     rows_by_rows_t<HS>(s_w, q_s + r0 * kHld<HS>, k_s);    // S = Q K^T
@@ -542,8 +554,7 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(bf16_t* dqkv, const bf16_
   const int k0 = blockIdx.x * kRows, r0 = warp * 16;
   const std::size_t RS = static_cast<std::size_t>(s.RS());
   const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
-  load_rows<HS>(k_s, seq + s.C() + kvh * HS, k0, s.T, RS);
-  load_rows<HS>(v_s, seq + s.C() + s.NKV * HS + kvh * HS, k0, s.T, RS);
+  load_kv<HS>(k_s, v_s, seq, kvh, k0, s);
   zero_rows<HS>(dk_s);
   zero_rows<HS>(dv_s);
   float* st_w = st_s + r0 * kSld;
@@ -554,12 +565,7 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(bf16_t* dqkv, const bf16_
       __syncthreads();  // the previous tile's readers are done (and k, v, dk, dv are set, the first time)
       load_rows<HS>(q_s, seq + h * HS, t0, s.T, RS);
       load_rows<HS>(do_s, dout + static_cast<std::size_t>(b) * s.T * s.C() + h * HS, t0, s.T, s.C());
-      if (threadIdx.x < kCols) {
-        const int t = t0 + threadIdx.x;
-        const std::size_t at = (static_cast<std::size_t>(b) * s.NH + h) * s.T + t;
-        lse_s[threadIdx.x] = t < s.T ? lse[at] : 0.0f;
-        d_s[threadIdx.x] = t < s.T ? D[at] : 0.0f;
-      }
+      load_row_stats(lse_s, d_s, lse, D, b, h, t0, s);
       __syncthreads();
       rows_by_rows_t<HS>(st_w, k_s + r0 * kHld<HS>, q_s);    // S^T = K Q^T
       rows_by_rows_t<HS>(dpt_w, v_s + r0 * kHld<HS>, do_s);  // dP^T = V dO^T

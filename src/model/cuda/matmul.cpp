@@ -21,6 +21,32 @@ int aligned_vocab(int V) {
   return V - V % 8;
 }
 
+// out[N, OC] = inp[N, IC] @ weight[OC, IC]^T + bias[OC]: the forward product, before any epilogue.
+template <typename T>
+GemmArgs forward_args(T* out, const T* inp, const T* weight, const T* bias, int N, int IC, int OC) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.m = N, g.n = OC, g.k = IC;
+  g.a = inp, g.lda = IC;
+  g.b = weight, g.ldb = IC;
+  g.d = out, g.ldd = OC;
+  g.ab_type = g.d_type = dtype_v<T>;
+  g.bias = bias;
+  return g;
+}
+
+// dinp[N, IC] = dout[N, OC] @ weight[OC, IC]: the data gradient's product, before any epilogue or accumulation.
+template <typename T>
+GemmArgs data_args(T* dinp, const T* dout, const T* weight, int N, int IC, int OC) {
+  GemmArgs data;
+  data.m = N, data.n = IC, data.k = OC;
+  data.a = dout, data.lda = OC;
+  data.b = weight, data.ldb = IC;
+  data.d = dinp, data.ldd = IC;
+  data.ab_type = data.d_type = dtype_v<T>;
+  return data;
+}
+
 // dweight[OC, IC] += dout^T @ inp; dbias += column sums of dout (when not null).
 template <typename T>
 void weight_backward(BlasLt& blas, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp, int N,
@@ -43,26 +69,13 @@ void weight_backward(BlasLt& blas, float* dweight, float* dbias, float* scratch,
 template <typename T>
 void matmul_forward(BlasLt& blas, T* out, const T* inp, const T* weight, const T* bias, int N, int IC, int OC,
                     cudaStream_t stream) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = N, g.n = OC, g.k = IC;
-  g.a = inp, g.lda = IC;
-  g.b = weight, g.ldb = IC;
-  g.d = out, g.ldd = OC;
-  g.ab_type = g.d_type = dtype_v<T>;
-  g.bias = bias;
-  blas.gemm(g, stream);
+  blas.gemm(forward_args(out, inp, weight, bias, N, IC, OC), stream);
 }
 
 template <typename T>
 void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float* scratch, const T* dout, const T* inp,
                      const T* weight, int N, int IC, int OC, cudaStream_t stream, Grad dinp_mode) {
-  GemmArgs data;  // dinp[N, IC] (+)= dout[N, OC] @ weight[OC, IC]
-  data.m = N, data.n = IC, data.k = OC;
-  data.a = dout, data.lda = OC;
-  data.b = weight, data.ldb = IC;
-  data.d = dinp, data.ldd = IC;
-  data.ab_type = data.d_type = dtype_v<T>;
+  GemmArgs data = data_args(dinp, dout, weight, N, IC, OC);  // dinp (+)= dout @ weight
   data.beta = dinp_mode == Grad::add ? 1.0f : 0.0f;
   blas.gemm(data, stream);
   weight_backward(blas, dweight, dbias, scratch, dout, inp, N, IC, OC, stream);
@@ -75,14 +88,7 @@ bool gelu_epilogue_supports(int OC) {
 template <typename T>
 void matmul_gelu_forward(BlasLt& blas, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int N, int IC,
                          int OC, cudaStream_t stream) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = N, g.n = OC, g.k = IC;
-  g.a = inp, g.lda = IC;
-  g.b = weight, g.ldb = IC;
-  g.d = out, g.ldd = OC;
-  g.ab_type = g.d_type = dtype_v<T>;
-  g.bias = bias;
+  GemmArgs g = forward_args(out, inp, weight, bias, N, IC, OC);
   g.epilogue = device::cuda::Epilogue::gelu;
   g.aux = pre_gelu, g.ld_aux = OC;
   blas.gemm(g, stream);
@@ -91,16 +97,9 @@ void matmul_gelu_forward(BlasLt& blas, T* out, T* pre_gelu, const T* inp, const 
 template <typename T>
 void matmul_residual_forward(BlasLt& blas, T* out, const T* residual, const T* inp, const T* weight, const T* bias,
                              int N, int IC, int OC, cudaStream_t stream) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.m = N, g.n = OC, g.k = IC;
-  g.a = inp, g.lda = IC;
-  g.b = weight, g.ldb = IC;
-  g.d = out, g.ldd = OC;
+  GemmArgs g = forward_args(out, inp, weight, bias, N, IC, OC);
   g.c = residual;
   g.beta = 1.0f;
-  g.ab_type = g.d_type = dtype_v<T>;
-  g.bias = bias;
   blas.gemm(g, stream);
 }
 
@@ -108,12 +107,7 @@ template <typename T>
 void matmul_dgelu_backward(BlasLt& blas, T* dpre, float* dweight, float* dbias, float* scratch, const T* dout,
                            const T* inp, const T* pre_gelu, const T* weight, int N, int IC, int OC,
                            cudaStream_t stream) {
-  GemmArgs data;  // dpre[N, IC] = (dout[N, OC] @ weight[OC, IC]) * gelu'(pre_gelu)
-  data.m = N, data.n = IC, data.k = OC;
-  data.a = dout, data.lda = OC;
-  data.b = weight, data.ldb = IC;
-  data.d = dpre, data.ldd = IC;
-  data.ab_type = data.d_type = dtype_v<T>;
+  GemmArgs data = data_args(dpre, dout, weight, N, IC, OC);  // dpre = (dout @ weight) * gelu'(pre_gelu)
   data.epilogue = device::cuda::Epilogue::dgelu;
   data.aux = const_cast<T*>(pre_gelu), data.ld_aux = IC;  // read only: the dgelu epilogue's input
   blas.gemm(data, stream);
