@@ -131,6 +131,11 @@ std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& o, const model::M
   log.info("device.type=cuda: the sharding engine on GPUs (", shard::to_string(o.engine.strategy),
            "), last validated by tests/gpu/device_check.sh at commit ", kLastGpuValidation,
            " (docs/gpu.md)");
+  if (o.model.fused_attention || o.model.fused_epilogues) {
+    log.info("model.attention=", o.model.fused_attention ? "fused" : "unfused",
+             ", model.gemm_epilogue=", o.model.fused_epilogues ? "fused" : "separate",
+             ": the fused kernels are written without a GPU and not yet validated on one (docs/gpu.md)");
+  }
   if (shard::model_compute_dtype(true, o.engine.param_dtype) == DType::bf16)
     return std::make_unique<GpuEngineBackend<bf16_t>>(o, layout, mesh, memory, log);
   return std::make_unique<GpuEngineBackend<float>>(o, layout, mesh, memory, log);
