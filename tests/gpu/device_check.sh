@@ -16,7 +16,8 @@
 #   tests/gpu/device_check.sh run [DIR] [OUT] [all|tests|cpu|speed]
 #                                                   there: the gtests (kernels, GPT by unit, DeviceOps, executor);
 #                                                   then (all) hsdp-selfcheck --device cuda on 1 rank (GPT-2, and
-#                                                   3 rows of a Llama), on 2x2 ranks
+#                                                   3 rows of a Llama; 3 rows with fused attention and
+#                                                   epilogues), on 2x2 ranks
 #                                                   sharing the GPU (comm.intra=mpi) and with device.streams=check,
 #                                                   the checkpoint round trip 4 GPU ranks <-> 1 CPU rank, GPT-2 124M
 #                                                   through the engine (bench and hsdp-train) beside the baseline's
@@ -320,6 +321,13 @@ run() {
   "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
     --rows no_shard,full_shard\ bf16,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_llama" \
     --json "$out/selfcheck_llama.jsonl" || status=1
+  echo "== hsdp-selfcheck, 1 cuda rank, fused attention and GEMM epilogues (GPT-2, then the Llama)"
+  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --set model.attention=fused \
+    --set model.gemm_epilogue=fused --rows no_shard,full_shard\ bf16 --work "$out/selfcheck_lean" \
+    --json "$out/selfcheck_lean.jsonl" || status=1
+  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
+    --set model.attention=fused --set model.gemm_epilogue=fused --rows full_shard\ bf16 \
+    --work "$out/selfcheck_lean_llama" --json "$out/selfcheck_lean_llama.jsonl" || status=1
   echo "== hsdp-selfcheck, 2x2 cuda ranks sharing the GPU"
   "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 10 --set comm.intra=mpi \
     --work "$out/selfcheck_2x2" --json "$out/selfcheck_2x2.jsonl" || status=1
