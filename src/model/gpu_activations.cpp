@@ -21,7 +21,7 @@ std::size_t gpu_column_scratch_floats(std::int64_t columns, int quantities) {
 }
 
 bool gpu_gelu_in_epilogue(const ActivationShape& a) {
-  return a.fused_epilogues && a.arch == Arch::gpt2 && a.ffn % 8 == 0;
+  return a.fused_epilogues && a.arch == Arch::gpt2 && a.ffn % kGpuGeluEpilogueMultiple == 0;
 }
 
 GpuActivationArena gpu_activation_arena(const ActivationShape& a, std::int64_t micro_batch, std::int64_t seq_len,

@@ -31,6 +31,7 @@ namespace hsdp::model {
 inline constexpr std::size_t kGpuArenaAlignment = 256;                        // cudaMalloc's, for every slice
 inline constexpr std::size_t kGpuBlasWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS asks for on Hopper
 inline constexpr int kGpuColumnChunks = 64;                                   // partial rows of a column sum
+inline constexpr int kGpuGeluEpilogueMultiple = 8;  // cuBLASLt: the kept GELU input's leading dimension divides by it
 
 enum class GpuSlice : int {
   ids,
@@ -89,7 +90,7 @@ GpuActivationArena gpu_activation_arena(const ActivationShape& shape, std::int64
                                         bool checkpointing, std::size_t element_bytes);
 
 // Whether GptCuda runs GPT-2's GELU and its gradient in cuBLASLt's epilogues: model.gemm_epilogue=fused and an MLP
-// width cuBLASLt takes for the kept GELU input (a multiple of 8: model::cuda::gelu_epilogue_supports).
+// width cuBLASLt takes for the kept GELU input (a multiple of kGpuGeluEpilogueMultiple).
 bool gpu_gelu_in_epilogue(const ActivationShape& shape);
 
 // Device bytes GptCuda holds for activations: the arena and the cuBLASLt workspace.

@@ -13,7 +13,7 @@
 // Scores s = q.k / sqrt(hs); p = exp(s - lse_t); dp = dO_t.v_j; ds = p (dp - D_t), D_t = dO_t.O_t.
 //
 // bf16 with head sizes 16, 32, 64 and 128 on a GPU of compute capability 8.0 or newer whose shared memory holds
-// the tiles (tc_fits): the same algorithm on tensor cores (WMMA bf16 x bf16 -> fp32, the `tc` kernels below), 64
+// the tiles (tc::fits): the same algorithm on tensor cores (WMMA bf16 x bf16 -> fp32, the `tc` kernels below), 64
 // query rows (or key rows) per block of 4 warps, each warp owning 16 of them, and tiles of 64 keys (or query rows).
 // Every product is a warp's [16 x 64] or [16 x HS] tile, staged through shared memory in fp32 (WMMA's fragment
 // layout is opaque, so the softmax and the rescaling run on the staged values); P and dS are rounded to bf16 for
@@ -193,7 +193,7 @@ __global__ void flash_dq_kernel(T* dqkv, const T* dout, const T* qkv, const floa
   T* dq_row = dqkv + (static_cast<std::size_t>(b) * s.T + t) * RS + h * s.hs;
   for (int i = 0; i < kPerLane; ++i) {
     const int d = lane + i * kWarp;
-    if (d < s.hs) store(dq_row + d, (add ? load(dq_row + d) : 0.0f) + dq[i] * scale);
+    if (d < s.hs) detail::store_grad(dq_row + d, dq[i] * scale, add);
   }
 }
 
@@ -270,10 +270,8 @@ __global__ void flash_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const flo
   for (int i = 0; i < kPerLane; ++i) {
     const int d = lane + i * kWarp;
     if (d < s.hs) {
-      T* dk_at = row + kvh * s.hs + d;
-      T* dv_at = row + s.NKV * s.hs + kvh * s.hs + d;
-      store(dk_at, (add ? load(dk_at) : 0.0f) + dk[i] * scale);
-      store(dv_at, (add ? load(dv_at) : 0.0f) + dv[i]);
+      detail::store_grad(row + kvh * s.hs + d, dk[i] * scale, add);
+      detail::store_grad(row + s.NKV * s.hs + kvh * s.hs + d, dv[i], add);
     }
   }
 }
@@ -393,8 +391,7 @@ __device__ void store_rows(bf16_t* dst, std::size_t stride, const float* acc, in
   for (int i = lane; i < 16 * HS; i += kWarp) {
     const int r = i / HS, d = i % HS;
     if (first + r >= limit) continue;
-    bf16_t* at = dst + static_cast<std::size_t>(first + r) * stride + d;
-    store(at, (add ? load(at) : 0.0f) + acc[r * kOld<HS> + d] * scale);
+    detail::store_grad(dst + static_cast<std::size_t>(first + r) * stride + d, acc[r * kOld<HS> + d] * scale, add);
   }
 }
 

@@ -59,9 +59,6 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
     throw_config("model.attention=fused takes head sizes up to 128; model.n_embd / model.n_head is " +
                  std::to_string(cfg_.head_size()) + " (use model.attention=unfused)");
   }
-  if (gelu_epilogue_ && !gelu_epilogue_supports(F_)) {
-    throw_internal("GptCuda: the arena plans the GELU epilogue for an MLP width cuBLASLt does not take");
-  }
   if (llama_) {  // q, k and v run as one product over their weights back to back (ModelLayout's order)
     const auto& o = layout.llama_block_offsets();
     const std::size_t c = static_cast<std::size_t>(cfg_.n_embd), k = static_cast<std::size_t>(K_);

@@ -397,8 +397,8 @@ __global__ void swiglu_backward_kernel(T* dgate, T* dup, const T* dout, const T*
     const float g = load(gate + i), d = load(dout + i);
     const float sig = 1.0f / (1.0f + expf(-g));
     const float dg = d * load(up + i) * sig * (1.0f + g * (1.0f - sig)), du = d * g * sig;
-    store(dgate + i, add ? load(dgate + i) + dg : dg);
-    store(dup + i, add ? load(dup + i) + du : du);
+    detail::store_grad(dgate + i, dg, add);
+    detail::store_grad(dup + i, du, add);
   }
 }
 

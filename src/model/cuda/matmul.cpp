@@ -5,6 +5,7 @@
 
 #include "hsdp/device/cuda/blas.hpp"
 #include "hsdp/model/cuda/layers.hpp"
+#include "hsdp/model/gpu_activations.hpp"
 
 namespace hsdp::model::cuda {
 namespace {
@@ -82,7 +83,7 @@ void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float*
 }
 
 bool gelu_epilogue_supports(int OC) {
-  return OC % 8 == 0;
+  return OC % kGpuGeluEpilogueMultiple == 0;
 }
 
 template <typename T>

@@ -19,7 +19,7 @@ namespace hsdp::device::cuda {
 //   gelu:  D = gelu(x), and aux = x (the GELU's input, kept for the backward)    CUBLASLT_EPILOGUE_GELU_AUX(_BIAS)
 //   dgelu: D = x * gelu'(aux) (the gradient through a GELU whose input was aux)  CUBLASLT_EPILOGUE_DGELU
 // cuBLASLt's GELU is the tanh approximation (x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)), the one hsdp trains;
-// GPU tests hold it to the separate kernel's values (tests/gpu/layers_gpu_test.cpp).
+// GPU tests hold it to the CPU's GELU (AttentionBlasGpu.GemmEpilogues_*, tests/gpu/attention_blas_gpu_test.cpp).
 enum class Epilogue { none, gelu, dgelu };
 
 // Row-major D[M, N] = alpha * op(A) @ op(B) + beta * C, optionally + bias[N] on every row, then the epilogue.

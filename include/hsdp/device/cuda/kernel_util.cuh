@@ -44,6 +44,13 @@ __device__ __forceinline__ void store(f16_t* p, float v) {
   p->bits = __half_as_ushort(__float2half_rn(v));
 }
 
+// A gradient's store: added to what p holds (add), or written over it (Grad::write), as 0 + v so that a write has
+// the bits of an add onto zeros.
+template <typename T>
+__device__ __forceinline__ void store_grad(T* p, float v, bool add) {
+  store(p, (add ? load(p) : 0.0f) + v);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
   return v;

@@ -121,7 +121,8 @@ void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float*
 // ---- the same layers with their neighbours in the GEMM's epilogue (model.gemm_epilogue=fused; BlasLt's Epilogue):
 // one pass over the output instead of two or three. cuBLASLt rounds once from fp32 where the separate kernels round
 // the product to T first, so bf16 results differ from the separate path's by a rounding.
-// The GELU epilogues need OC % 8 == 0 (cuBLASLt's rule for the kept GELU input).
+// The GELU epilogues need OC % 8 == 0 (cuBLASLt's rule for the kept GELU input: kGpuGeluEpilogueMultiple, the
+// arena's rule too, hsdp/model/gpu_activations.hpp).
 bool gelu_epilogue_supports(int OC);
 // out = gelu(inp @ weight^T + bias), pre_gelu = the GELU's input (matmul_forward, then gelu_forward).
 template <typename T>
@@ -184,8 +185,8 @@ void gqa_attention_backward(BlasLt& blas, T* dqkv, void* scratch, const T* dout,
 // (fp32: each row's log-sum-exp of its scaled scores), the backward recomputes the probabilities from it and adds
 // into dqkv (Grad::write: writes every element of it, no zero fill before). bf16 with head sizes 16, 32, 64 and 128
 // runs on tensor cores where the GPU has them (compute capability 8.0+) and the shared memory, the rest on CUDA
-// cores (flash_attention.cu). Head sizes 1..128
-// (fused_attention_supports). scratch: fused_attention_scratch_bytes(B, T, NH) bytes.
+// cores (flash_attention.cu). Head sizes 1..128 (fused_attention_supports). scratch:
+// fused_attention_scratch_bytes(B, T, NH) bytes.
 // No atomics: dQ is owned per query row, dK and dV per key row (its G query heads added in order).
 bool fused_attention_supports(int head_size);
 std::size_t fused_attention_scratch_bytes(int B, int T_, int NH);
