@@ -14,7 +14,8 @@
 #   tools/cluster.sh rate HOST MBIT|off   cap HOST's link both ways with tc tbf (netem is not in every kernel)
 #   tools/cluster.sh pids HOST            the processes running on HOST (but the one holding its namespaces)
 #   tools/cluster.sh mpirun ARGS...       mpirun on the first host, across all of them (the rsh agent is this
-#                                         script; a host silent for HSDP_LOST_HOST_S, default 30, ends the job: exit 4)
+#                                         script; a host silent for HSDP_LOST_HOST_S, default 30, ends the job: exit 4;
+#                                         one silent for less than two thirds of it never does)
 #   tools/cluster.sh check                exit 0 if a cluster can be made here, else print why and exit 77
 #
 # Environment: HSDP_CLUSTER (default hsdp) names the cluster: namespaces, bridge and veths start with it, so two
