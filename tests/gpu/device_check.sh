@@ -125,7 +125,7 @@ cuda_library_path() {
 bench() { # NAME ARGS...: the engine's bench on one rank: its JSON line into bench.jsonl, its table into NAME.log
   local name=$1
   shift
-  echo "== hsdp-bench-train-gpu $*"
+  echo "== [${SECONDS} s] hsdp-bench-train-gpu $*"
   timeout 300 $HSDP_MPIRUN -np 1 "$dir/bin/hsdp-bench-train-gpu" "$@" | tee "$out/$name.log" | tail -n 1 \
     >>"$out/bench.jsonl"
   local status=${PIPESTATUS[0]}
@@ -136,15 +136,15 @@ bench() { # NAME ARGS...: the engine's bench on one rank: its JSON line into ben
 whole() { # NAME ARGS...: the baseline's whole-model path, where packed
   local name=$1
   shift
-  [[ -x $dir/bin/hsdp-bench-train-gpu-whole ]] || { echo "== $name: no baseline packed (pack's BASELINE)"; return; }
-  echo "== hsdp-bench-train-gpu-whole --path whole $*"
+  [[ -x $dir/bin/hsdp-bench-train-gpu-whole ]] || { echo "== [${SECONDS} s] $name: no baseline packed (pack's BASELINE)"; return; }
+  echo "== [${SECONDS} s] hsdp-bench-train-gpu-whole --path whole $*"
   timeout 300 "$dir/bin/hsdp-bench-train-gpu-whole" --path whole "$@" | tee "$out/$name.log" | tail -n 1 \
     >>"$out/bench.jsonl"
   tail -n 4 "$out/$name.log"
 }
 
 gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on stdout
-  echo "== $1"
+  echo "== [${SECONDS} s] $1"
   timeout 600 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
   local status=$?
   grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(gpt2 |llama )?(float|bf16): ' "$out/$1.log"
@@ -158,7 +158,7 @@ train() {
   local name=$1 ranks=$2
   shift 2
   mkdir -p "$out/train"
-  echo "== hsdp-train ($name, $ranks rank(s)) $*"
+  echo "== [${SECONDS} s] hsdp-train ($name, $ranks rank(s)) $*"
   timeout 300 $HSDP_MPIRUN -np "$ranks" "$dir/bin/hsdp-train" --config "$repo/input/quickstart.ini" \
     --data.train="$out/data/train.bin" --data.val="$out/data/val.bin" --data.entropy_json="$out/data/source.json" \
     --train.eval_every=0 --log.every=1 --checkpoint.every=0 --log.dir="$out/train/$name" \
@@ -246,10 +246,10 @@ speed() {
     bench "fused_b$b" --batch "$b" --set model.attention=fused --kernel_breakdown
     bench "lean_b$b" --batch "$b" --set model.attention=fused --set model.gemm_epilogue=fused --kernel_breakdown
     if python3 -c "import torch" 2>/dev/null; then
-      echo "== PyTorch GPT-2, B=$b, torch.compile, flash attention"
+      echo "== [${SECONDS} s] PyTorch GPT-2, B=$b, torch.compile, flash attention"
       timeout 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" | tee -a "$out/bench.jsonl"
     else
-      echo "== PyTorch: not installed here"
+      echo "== [${SECONDS} s] PyTorch: not installed here"
     fi
   done
   bench xl_lean --n_layer 48 --n_embd 1600 --n_head 25 --steps 5 --warmup 2 --set model.attention=fused \
@@ -296,7 +296,7 @@ run() {
     OMP_NUM_THREADS=1 round_trip cpu || status=1
     OMP_NUM_THREADS=1 bench bench_cpu --device cpu --n_layer 2 --n_embd 64 --n_head 4 --vocab_size 256 \
       --padded_vocab_size 256 --batch 2 --seq_len 32 --steps 2 --warmup 1 || status=1
-    echo "status $status"
+    echo "status $status (${SECONDS} s)"
     return "$status"
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -309,43 +309,43 @@ run() {
   gtest gpu_device_ops_test || status=1
   gtest gpu_executor_test || status=1
   if [[ $what == tests ]]; then
-    echo "gtest status $status"
+    echo "gtest status $status (${SECONDS} s)"
     return "$status"
   fi
   # Every strategy and ZeRO++ through the engine on the GPU against the CPU: one rank (NCCL's groups are all of
   # one member), four ranks as 2 nodes x 2 sharing the GPU over MPI (staged), one row with the streams checked.
-  echo "== hsdp-selfcheck, 1 cuda rank"
+  echo "== [${SECONDS} s] hsdp-selfcheck, 1 cuda rank"
   "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --work "$out/selfcheck_1" \
     --json "$out/selfcheck.jsonl" || status=1
-  echo "== hsdp-selfcheck, 1 cuda rank, a Llama (input/llama_tiny.ini: RMSNorm, RoPE, SwiGLU, GQA kernels)"
+  echo "== [${SECONDS} s] hsdp-selfcheck, 1 cuda rank, a Llama (input/llama_tiny.ini: RMSNorm, RoPE, SwiGLU, GQA kernels)"
   "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
     --rows no_shard,full_shard\ bf16,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_llama" \
     --json "$out/selfcheck_llama.jsonl" || status=1
-  echo "== hsdp-selfcheck, 1 cuda rank, fused attention and GEMM epilogues (GPT-2, then the Llama)"
+  echo "== [${SECONDS} s] hsdp-selfcheck, 1 cuda rank, fused attention and GEMM epilogues (GPT-2, then the Llama)"
   "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --set model.attention=fused \
     --set model.gemm_epilogue=fused --rows no_shard,full_shard\ bf16 --work "$out/selfcheck_lean" \
     --json "$out/selfcheck_lean.jsonl" || status=1
   "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
     --set model.attention=fused --set model.gemm_epilogue=fused --rows full_shard\ bf16 \
     --work "$out/selfcheck_lean_llama" --json "$out/selfcheck_lean_llama.jsonl" || status=1
-  echo "== hsdp-selfcheck, 2x2 cuda ranks sharing the GPU"
+  echo "== [${SECONDS} s] hsdp-selfcheck, 2x2 cuda ranks sharing the GPU"
   "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 10 --set comm.intra=mpi \
     --work "$out/selfcheck_2x2" --json "$out/selfcheck_2x2.jsonl" || status=1
-  echo "== hsdp-selfcheck, 2x2 cuda ranks, device.streams=check"
+  echo "== [${SECONDS} s] hsdp-selfcheck, 2x2 cuda ranks, device.streams=check"
   "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 4 --set comm.intra=mpi \
     --set device.streams=check --rows full_shard,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_check" \
     --json "$out/selfcheck_check.jsonl" || status=1
-  echo "== a model beyond the GPU's memory is refused before allocation (exit 2, naming the GPU)"
+  echo "== [${SECONDS} s] a model beyond the GPU's memory is refused before allocation (exit 2, naming the GPU)"
   train beyond_memory 1 --device.type=cuda --model.n_embd=65536 --model.n_head=64 --train.steps=1 --checkpoint.dir=
   local code=$?
   if [[ $code != 2 ]] || ! grep -q "memory: this rank needs at least .* of GPU" "$out/train/beyond_memory.log"; then
     echo "FAIL: exit $code, expected 2 with the GPU named"
     status=1
   fi
-  echo "== log.trace on the GPU: 4 ranks' timelines of CUDA events hold every unit's work in its step"
+  echo "== [${SECONDS} s] log.trace on the GPU: 4 ranks' timelines of CUDA events hold every unit's work in its step"
   bash "$repo/tests/train/trace.sh" $HSDP_MPIRUN -np 4 -- "$dir/bin/hsdp-train" "$repo/input/quickstart.ini" \
     "$out/data" "$out/train/trace" --device.type=cuda --comm.intra=mpi || status=1
-  echo "== checkpoint round trip, 4 cuda ranks <-> 1 cpu rank"
+  echo "== [${SECONDS} s] checkpoint round trip, 4 cuda ranks <-> 1 cpu rank"
   round_trip cuda || status=1
   # GPT-2 124M, B = 8, T = 1024, bf16, one GPU: the engine (its bench, and hsdp-train) against the whole-model path
   # (the baseline's bench), side by side; then GPT-2 XL shapes full_shard with activation checkpointing.
@@ -367,7 +367,7 @@ run() {
     --model.n_head=25 --model.block_size=1024 --model.vocab_size=50257 --model.padded_vocab_size=50304 \
     --train.micro_batch=8 --train.seq_len=1024 --precision.param=bf16 --train.activation_checkpointing=true \
     --nodes 1 --ranks-per-node 1 --device cuda --json >"$out/plan_xl.jsonl" || status=1
-  echo "status $status"
+  echo "status $status (${SECONDS} s)"
   return "$status"
 }
 
