@@ -15,9 +15,11 @@
 // bf16 with head sizes 16, 32, 64 and 128 on a GPU of compute capability 8.0 or newer whose shared memory holds
 // the tiles (tc::fits): the same algorithm on tensor cores (WMMA bf16 x bf16 -> fp32, the `tc` kernels below), 64
 // query rows (or key rows) per block of 4 warps, each warp owning 16 of them, and tiles of 64 keys (or query rows).
-// Every product is a warp's [16 x 64] or [16 x HS] tile, staged through shared memory in fp32 (WMMA's fragment
-// layout is opaque, so the softmax and the rescaling run on the staged values); P and dS are rounded to bf16 for
-// their products, as the unfused path stores them. Every other case runs the CUDA-core kernels.
+// A warp keeps its own rows' operands (q, dO; k, v) and its accumulators (O; dQ; dK, dV) in registers across the
+// tiles; the [16 x 64] scores and their gradients are staged in shared memory in fp32 (WMMA's fragment layout is
+// opaque, so the softmax runs on the staged values, and O's rescaling multiplies by a fragment of the row factors);
+// P and dS are rounded to bf16 for their products, as the unfused path stores them. Every other case runs the
+// CUDA-core kernels.
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -292,18 +294,30 @@ constexpr int kPld = kCols + 8;  // bf16 [rows][kCols] tiles (P, dS)
 template <int HS>
 constexpr int kHld = HS + 8;  // bf16 [rows][HS] tiles (q, k, v, dO): a multiple of 8, rows 16 bytes apart
 template <int HS>
-constexpr int kOld = HS + 4;  // fp32 [rows][HS] accumulators (O, dQ, dK, dV)
+constexpr int kOld = HS + 4;  // fp32 [rows][HS]: the accumulators (O, dQ, dK, dV) staged for their store at the end
+template <int HS>
+constexpr int kSlices = HS / 16;  // a head's 16-wide slices: the fragments of a warp's [16][HS] operand or accumulator
 
-// Shared memory of each kernel, in bytes (every array starts 32-byte aligned: WMMA's rule).
+using AFrag = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, wmma::row_major>;
+using BFrag = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, wmma::row_major>;
+using BtFrag = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, wmma::col_major>;  // b's rows as columns: b^T
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+// Shared memory of each kernel, in bytes (every array starts 32-byte aligned: WMMA's rule). The accumulators live in
+// registers; at the end each warp stages its rows of them in fp32 over the bf16 tiles (q, k, v, ...), which are
+// larger: 2 x 3 (or 4) x (HS + 8) bytes a row against 4 x (HS + 4).
 template <int HS>
 constexpr std::size_t kForwardSmem = sizeof(bf) * (3 * kRows * kHld<HS> + kRows * kPld) +
-                                     sizeof(float) * (kRows * kSld + kRows * kOld<HS> + 3 * kRows);
+                                     sizeof(float) * (kRows * kSld + 3 * kRows);
 template <int HS>
 constexpr std::size_t kDqSmem = sizeof(bf) * (4 * kRows * kHld<HS> + kRows * kPld) +
-                                sizeof(float) * (2 * kRows * kSld + kRows * kOld<HS> + 2 * kRows);
+                                sizeof(float) * (2 * kRows * kSld + 2 * kRows);
 template <int HS>
 constexpr std::size_t kDkvSmem = sizeof(bf) * (4 * kRows * kHld<HS> + 2 * kRows * kPld) +
-                                 sizeof(float) * (2 * kRows * kSld + 2 * kRows * kOld<HS> + 2 * kRows);
+                                 sizeof(float) * (2 * kRows * kSld + 2 * kCols);
+static_assert(3 * kRows * kHld<16> * sizeof(bf) >= kRows * kOld<16> * sizeof(float) &&
+                  3 * kRows * kHld<128> * sizeof(bf) >= kRows * kOld<128> * sizeof(float),
+              "the forward stages O over its q, k, v tiles");
 
 // Rows [first, first + 64) of HS bf16 values at base + row * stride into smem [64][kHld] (rows >= limit as zeros), in
 // 16-byte pieces (HS and the strides are multiples of 16 elements); the whole block takes part.
@@ -338,52 +352,90 @@ __device__ void load_row_stats(float* lse_s, float* d_s, const float* lse, const
   }
 }
 
-// A warp's out[16][kCols] (fp32, ld kSld) = a[16][HS] b[kCols][HS]^T (both bf16 rows, ld kHld): q k^T and its kin.
-template <int HS>
-__device__ void rows_by_rows_t(float* out, const bf* a, const bf* b) {
 #if __CUDA_ARCH__ >= 800
+// A warp's 16 rows of HS bf16 values (ld kHld) as fragments, loaded once: the operand the warp's every tile takes.
+template <int HS>
+__device__ void load_operand(AFrag (&a)[kSlices<HS>], const bf* rows) {
+#pragma unroll
+  for (int k = 0; k < kSlices<HS>; ++k) wmma::load_matrix_sync(a[k], rows + k * 16, kHld<HS>);
+}
+
+template <int HS>
+__device__ void zero(Acc (&acc)[kSlices<HS>]) {
+#pragma unroll
+  for (int n = 0; n < kSlices<HS>; ++n) wmma::fill_fragment(acc[n], 0.0f);
+}
+
+// A warp's out[16][kCols] (fp32, ld kSld) = a[16][HS] b[kCols][HS]^T (b: bf16 rows, ld kHld): q k^T and its kin.
+template <int HS>
+__device__ void rows_by_rows_t(float* out, const AFrag (&a)[kSlices<HS>], const bf* b) {
+#pragma unroll
   for (int n = 0; n < kCols / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    Acc acc;
     wmma::fill_fragment(acc, 0.0f);
-    for (int k = 0; k < HS / 16; ++k) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, wmma::col_major> fb;  // b's rows as columns: b^T
-      wmma::load_matrix_sync(fa, a + k * 16, kHld<HS>);
+#pragma unroll
+    for (int k = 0; k < kSlices<HS>; ++k) {
+      BtFrag fb;
       wmma::load_matrix_sync(fb, b + n * 16 * kHld<HS> + k * 16, kHld<HS>);
-      wmma::mma_sync(acc, fa, fb, acc);
+      wmma::mma_sync(acc, a[k], fb, acc);
     }
     wmma::store_matrix_sync(out + n * 16, acc, kSld, wmma::mem_row_major);
   }
-#endif
 }
 
-// A warp's acc[16][HS] (fp32, ld kOld) += p[16][kCols] (bf16, ld kPld) b[kCols][HS] (bf16 rows, ld kHld): P V, dS K,
-// P^T dO, dS^T Q.
+// The same with a's rows in smem (bf16, ld kHld), for a warp that cannot keep them in registers.
 template <int HS>
-__device__ void add_rows_by_rows(float* acc_smem, const bf* p, const bf* b) {
-#if __CUDA_ARCH__ >= 800
-  for (int n = 0; n < HS / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::load_matrix_sync(acc, acc_smem + n * 16, kOld<HS>, wmma::mem_row_major);
-    for (int k = 0; k < kCols / 16; ++k) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf, wmma::row_major> fb;
-      wmma::load_matrix_sync(fa, p + k * 16, kPld);
+__device__ void rows_by_rows_t(float* out, const bf* a, const bf* b) {
+  AFrag fa[kSlices<HS>];
+  load_operand<HS>(fa, a);
+  rows_by_rows_t<HS>(out, fa, b);
+}
+
+// A warp's acc[16][HS] += p[16][kCols] (bf16, ld kPld) b[kCols][HS] (bf16 rows, ld kHld): P V, dS K, P^T dO, dS^T Q.
+// Each slice of acc takes the tile's 16-row steps of b in order (as one product over the tile would).
+template <int HS>
+__device__ void add_rows_by_rows(Acc (&acc)[kSlices<HS>], const bf* p, const bf* b) {
+#pragma unroll(HS > 64 ? 1 : kCols / 16)  // at 128 wide the unrolled loads would take the accumulators' registers
+  for (int k = 0; k < kCols / 16; ++k) {
+    AFrag fa;
+    wmma::load_matrix_sync(fa, p + k * 16, kPld);
+#pragma unroll
+    for (int n = 0; n < kSlices<HS>; ++n) {
+      BFrag fb;
       wmma::load_matrix_sync(fb, b + k * 16 * kHld<HS> + n * 16, kHld<HS>);
-      wmma::mma_sync(acc, fa, fb, acc);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
     }
-    wmma::store_matrix_sync(acc_smem + n * 16, acc, kOld<HS>, wmma::mem_row_major);
   }
-#endif
 }
 
-// Zeroes a block's [kRows][kOld] fp32 accumulator.
+// Stages a warp's accumulator in smem [16][kOld] fp32 (its rows of the block's staging area).
 template <int HS>
-__device__ void zero_rows(float* acc) {
-  for (int i = threadIdx.x; i < kRows * kOld<HS>; i += kThreads) acc[i] = 0.0f;
+__device__ void stage(float* rows, const Acc (&acc)[kSlices<HS>]) {
+#pragma unroll
+  for (int n = 0; n < kSlices<HS>; ++n) wmma::store_matrix_sync(rows + n * 16, acc[n], kOld<HS>, wmma::mem_row_major);
+  __syncwarp();
 }
 
-// Writes (or adds, `add`) a warp's 16 accumulator rows times `scale` to dst + row * stride for rows first + r < limit.
+// acc[n] *= the factor of its row, for a warp's 16 rows: a tile whose rows hold their factor (staged in `scratch`, a
+// warp's 16 x 16 fp32 to spare, ld kSld), loaded as an accumulator, has each element's factor at the element's place
+// in the fragment (a fragment's layout is opaque, but the same for every fragment of its type).
+template <int HS>
+__device__ void scale_rows(Acc (&acc)[kSlices<HS>], const float* factor, float* scratch) {
+  for (int i = threadIdx.x % kWarp; i < 16 * 16; i += kWarp) scratch[(i / 16) * kSld + i % 16] = factor[i / 16];
+  __syncwarp();
+  Acc f;
+  wmma::load_matrix_sync(f, scratch, kSld, wmma::mem_row_major);
+#pragma unroll
+  for (int n = 0; n < kSlices<HS>; ++n) {
+#pragma unroll
+    for (int i = 0; i < Acc::num_elements; ++i) acc[n].x[i] *= f.x[i];
+  }
+  __syncwarp();
+}
+#endif
+
+// Writes (or adds, `add`) a warp's 16 staged accumulator rows times `scale` to dst + row * stride for rows
+// first + r < limit.
 template <int HS>
 __device__ void store_rows(bf16_t* dst, std::size_t stride, const float* acc, int first, int limit, float scale,
                            bool add) {
@@ -395,40 +447,45 @@ __device__ void store_rows(bf16_t* dst, std::size_t stride, const float* acc, in
   }
 }
 
-// The forward: block (query tile, head h, sequence b); warp w owns query rows q0 + 16 w .. + 15.
+// The forward: block (query tile, head h, sequence b); warp w owns query rows q0 + 16 w .. + 15, their q fragments
+// and their output accumulator O (registers), rescaled a row at a time as the row's running maximum grows.
 template <int HS>
 __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv, Shape s,
                                                            float scale) {
+#if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char raw[];
   bf* q_s = reinterpret_cast<bf*>(raw);
   bf* k_s = q_s + kRows * kHld<HS>;
   bf* v_s = k_s + kCols * kHld<HS>;
   bf* p_s = v_s + kCols * kHld<HS>;
   auto* s_s = reinterpret_cast<float*>(p_s + kRows * kPld);
-  float* o_s = s_s + kRows * kSld;
-  float* m_s = o_s + kRows * kOld<HS>;
+  float* m_s = s_s + kRows * kSld;
   float* l_s = m_s + kRows;
   float* alpha_s = l_s + kRows;
+  auto* o_s = reinterpret_cast<float*>(raw);  // [kRows][kOld] after the last tile, over q, k and v
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
   const int q0 = blockIdx.x * kRows, r0 = warp * 16;
   const std::size_t RS = static_cast<std::size_t>(s.RS());
   const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
   load_rows<HS>(q_s, seq + h * HS, q0, s.T, RS);
-  zero_rows<HS>(o_s);
   if (threadIdx.x < kRows) {
     m_s[threadIdx.x] = -INFINITY;
     l_s[threadIdx.x] = 0.0f;
   }
   float* s_w = s_s + r0 * kSld;
-  float* o_w = o_s + r0 * kOld<HS>;
+  Acc o[kSlices<HS>];
+  zero<HS>(o);
+  AFrag q[kSlices<HS>];
+  __syncthreads();  // q, m and l are set
+  load_operand<HS>(q, q_s + r0 * kHld<HS>);
   const int last_key = min(q0 + kRows, s.T) - 1;
   for (int j0 = 0; j0 <= last_key; j0 += kCols) {
-    __syncthreads();  // the previous tile's readers are done (and q, o, m, l are set, the first time)
+    __syncthreads();  // the previous tile's readers are done
     load_kv<HS>(k_s, v_s, seq, kvh, j0, s);
     __syncthreads();
     if (j0 > q0 + r0 + 15) continue;  // every key of the tile comes after this warp's rows
-    rows_by_rows_t<HS>(s_w, q_s + r0 * kHld<HS>, k_s);
+    rows_by_rows_t<HS>(s_w, q, k_s);
     __syncwarp();
     // The online softmax, a row at a time: lanes take the tile's columns lane and lane + 32.
     for (int r = 0; r < 16; ++r) {
@@ -456,12 +513,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
       }
     }
     __syncwarp();
-    for (int i = lane; i < 16 * HS; i += kWarp) o_w[(i / HS) * kOld<HS> + i % HS] *= alpha_s[r0 + i / HS];
-    __syncwarp();
-    add_rows_by_rows<HS>(o_w, p_s + r0 * kPld, v_s);
+    scale_rows<HS>(o, alpha_s + r0, s_w);  // the scores are spent: their tile holds the factors
+    add_rows_by_rows<HS>(o, p_s + r0 * kPld, v_s);
     __syncwarp();
   }
-  __syncwarp();
+  __syncthreads();  // every warp is past its last tile: q, k and v's memory takes O
+  float* o_w = o_s + r0 * kOld<HS>;
+  stage<HS>(o_w, o);
   for (int i = lane; i < 16 * HS; i += kWarp) {
     const int r = i / HS, d = i % HS, t = q0 + r0 + r;
     if (t < s.T) {
@@ -471,13 +529,16 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
   if (lane < 16 && q0 + r0 + lane < s.T) {
     lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T + q0 + r0 + lane] = m_s[r0 + lane] + logf(l_s[r0 + lane]);
   }
+#endif
 }
 
-// dQ: block (query tile, head h, sequence b); warp w owns query rows q0 + 16 w .. + 15 and their dQ.
+// dQ: block (query tile, head h, sequence b); warp w owns query rows q0 + 16 w .. + 15, their q and dO fragments and
+// their dQ accumulator (registers).
 template <int HS>
 __global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv,
                                                       const float* lse, const float* D, Shape s, float scale,
                                                       bool add) {
+#if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char raw[];
   bf* q_s = reinterpret_cast<bf*>(raw);
   bf* do_s = q_s + kRows * kHld<HS>;
@@ -486,9 +547,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t
   bf* ds_s = v_s + kCols * kHld<HS>;
   auto* s_s = reinterpret_cast<float*>(ds_s + kRows * kPld);
   float* dp_s = s_s + kRows * kSld;
-  float* dq_s = dp_s + kRows * kSld;
-  float* lse_s = dq_s + kRows * kOld<HS>;
+  float* lse_s = dp_s + kRows * kSld;
   float* d_s = lse_s + kRows;
+  auto* dq_s = reinterpret_cast<float*>(raw);  // [kRows][kOld] after the last tile, over q, dO, k and v
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
   const int q0 = blockIdx.x * kRows, r0 = warp * 16;
@@ -496,19 +557,23 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t
   const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
   load_rows<HS>(q_s, seq + h * HS, q0, s.T, RS);
   load_rows<HS>(do_s, dout + static_cast<std::size_t>(b) * s.T * s.C() + h * HS, q0, s.T, s.C());
-  zero_rows<HS>(dq_s);
   load_row_stats(lse_s, d_s, lse, D, b, h, q0, s);
   float* s_w = s_s + r0 * kSld;
   float* dp_w = dp_s + r0 * kSld;
-  float* dq_w = dq_s + r0 * kOld<HS>;
+  Acc dq[kSlices<HS>];
+  zero<HS>(dq);
+  AFrag q[kSlices<HS>], dO[kSlices<HS>];
+  __syncthreads();  // q, dO, lse and D are set
+  load_operand<HS>(q, q_s + r0 * kHld<HS>);
+  load_operand<HS>(dO, do_s + r0 * kHld<HS>);
   const int last_key = min(q0 + kRows, s.T) - 1;
   for (int j0 = 0; j0 <= last_key; j0 += kCols) {
     __syncthreads();
     load_kv<HS>(k_s, v_s, seq, kvh, j0, s);
     __syncthreads();
     if (j0 > q0 + r0 + 15) continue;
-    rows_by_rows_t<HS>(s_w, q_s + r0 * kHld<HS>, k_s);    // S = Q K^T
-    rows_by_rows_t<HS>(dp_w, do_s + r0 * kHld<HS>, v_s);  // dP = dO V^T
+    rows_by_rows_t<HS>(s_w, q, k_s);    // S = Q K^T
+    rows_by_rows_t<HS>(dp_w, dO, v_s);  // dP = dO V^T
     __syncwarp();
     for (int r = 0; r < 16; ++r) {
       const int t = q0 + r0 + r;
@@ -519,20 +584,25 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t
       }
     }
     __syncwarp();
-    add_rows_by_rows<HS>(dq_w, ds_s + r0 * kPld, k_s);  // dQ += dS K
+    add_rows_by_rows<HS>(dq, ds_s + r0 * kPld, k_s);  // dQ += dS K
     __syncwarp();
   }
-  __syncwarp();
+  __syncthreads();  // every warp is past its last tile: the tiles' memory takes dQ
+  float* dq_w = dq_s + r0 * kOld<HS>;
+  stage<HS>(dq_w, dq);
   store_rows<HS>(dqkv + static_cast<std::size_t>(b) * s.T * RS + h * HS, RS, dq_w, q0 + r0, s.T, scale, add);
+#endif
 }
 
-// dK, dV: block (key tile, key/value head kvh, sequence b); warp w owns key rows k0 + 16 w .. + 15. The query rows
-// t >= k0 of the G query heads h = kvh G + g, g in order, in tiles of 64; per warp S^T = K Q^T and dP^T = V dO^T, so
-// dV += P^T dO and dK += dS^T Q stay within the warp's rows.
+// dK, dV: block (key tile, key/value head kvh, sequence b); warp w owns key rows k0 + 16 w .. + 15, their k and v
+// fragments and their dK and dV accumulators (registers). The query rows t >= k0 of the G query heads
+// h = kvh G + g, g in order, in tiles of 64; per warp S^T = K Q^T and dP^T = V dO^T, so dV += P^T dO and
+// dK += dS^T Q stay within the warp's rows.
 template <int HS>
 __global__ void __launch_bounds__(kThreads) dkv_kernel(bf16_t* dqkv, const bf16_t* dout, const bf16_t* qkv,
                                                        const float* lse, const float* D, Shape s, float scale,
                                                        bool add) {
+#if __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char raw[];
   bf* k_s = reinterpret_cast<bf*>(raw);
   bf* v_s = k_s + kRows * kHld<HS>;
@@ -542,30 +612,44 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(bf16_t* dqkv, const bf16_
   bf* dst_s = pt_s + kRows * kPld;
   auto* st_s = reinterpret_cast<float*>(dst_s + kRows * kPld);
   float* dpt_s = st_s + kRows * kSld;
-  float* dk_s = dpt_s + kRows * kSld;
-  float* dv_s = dk_s + kRows * kOld<HS>;
-  float* lse_s = dv_s + kRows * kOld<HS>;
+  float* lse_s = dpt_s + kRows * kSld;
   float* d_s = lse_s + kCols;
+  auto* staged = reinterpret_cast<float*>(raw);  // [kRows][kOld] after the last tile (dK, then dV), over the tiles
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int kvh = blockIdx.y, b = blockIdx.z;
   const int k0 = blockIdx.x * kRows, r0 = warp * 16;
   const std::size_t RS = static_cast<std::size_t>(s.RS());
   const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
   load_kv<HS>(k_s, v_s, seq, kvh, k0, s);
-  zero_rows<HS>(dk_s);
-  zero_rows<HS>(dv_s);
   float* st_w = st_s + r0 * kSld;
   float* dpt_w = dpt_s + r0 * kSld;
+  Acc dk[kSlices<HS>], dv[kSlices<HS>];
+  zero<HS>(dk);
+  zero<HS>(dv);
+  // k and v as fragments where registers allow (at head size 128 the two accumulators take 128 of a thread's 255):
+  // else from smem at each use.
+  constexpr bool kHoist = HS <= 64;
+  AFrag k[kHoist ? kSlices<HS> : 1], v[kHoist ? kSlices<HS> : 1];
+  __syncthreads();  // k and v are set
+  if constexpr (kHoist) {
+    load_operand<HS>(k, k_s + r0 * kHld<HS>);
+    load_operand<HS>(v, v_s + r0 * kHld<HS>);
+  }
   for (int g = 0; g < s.G(); ++g) {
     const int h = kvh * s.G() + g;
     for (int t0 = k0; t0 < s.T; t0 += kCols) {
-      __syncthreads();  // the previous tile's readers are done (and k, v, dk, dv are set, the first time)
+      __syncthreads();  // the previous tile's readers are done
       load_rows<HS>(q_s, seq + h * HS, t0, s.T, RS);
       load_rows<HS>(do_s, dout + static_cast<std::size_t>(b) * s.T * s.C() + h * HS, t0, s.T, s.C());
       load_row_stats(lse_s, d_s, lse, D, b, h, t0, s);
       __syncthreads();
-      rows_by_rows_t<HS>(st_w, k_s + r0 * kHld<HS>, q_s);    // S^T = K Q^T
-      rows_by_rows_t<HS>(dpt_w, v_s + r0 * kHld<HS>, do_s);  // dP^T = V dO^T
+      if constexpr (kHoist) {
+        rows_by_rows_t<HS>(st_w, k, q_s);    // S^T = K Q^T
+        rows_by_rows_t<HS>(dpt_w, v, do_s);  // dP^T = V dO^T
+      } else {
+        rows_by_rows_t<HS>(st_w, k_s + r0 * kHld<HS>, q_s);
+        rows_by_rows_t<HS>(dpt_w, v_s + r0 * kHld<HS>, do_s);
+      }
       __syncwarp();
       for (int r = 0; r < 16; ++r) {
         const int j = k0 + r0 + r;
@@ -578,15 +662,20 @@ __global__ void __launch_bounds__(kThreads) dkv_kernel(bf16_t* dqkv, const bf16_
         }
       }
       __syncwarp();
-      add_rows_by_rows<HS>(dv_s + r0 * kOld<HS>, pt_s + r0 * kPld, do_s);  // dV += P^T dO
-      add_rows_by_rows<HS>(dk_s + r0 * kOld<HS>, dst_s + r0 * kPld, q_s);  // dK += dS^T Q
+      add_rows_by_rows<HS>(dv, pt_s + r0 * kPld, do_s);  // dV += P^T dO
+      add_rows_by_rows<HS>(dk, dst_s + r0 * kPld, q_s);  // dK += dS^T Q
       __syncwarp();
     }
   }
-  __syncwarp();
+  __syncthreads();  // every warp is past its last tile: the tiles' memory takes dK, then dV
+  float* rows_w = staged + r0 * kOld<HS>;
   bf16_t* rows = dqkv + static_cast<std::size_t>(b) * s.T * RS;
-  store_rows<HS>(rows + s.C() + kvh * HS, RS, dk_s + r0 * kOld<HS>, k0 + r0, s.T, scale, add);
-  store_rows<HS>(rows + s.C() + s.NKV * HS + kvh * HS, RS, dv_s + r0 * kOld<HS>, k0 + r0, s.T, 1.0f, add);
+  stage<HS>(rows_w, dk);
+  store_rows<HS>(rows + s.C() + kvh * HS, RS, rows_w, k0 + r0, s.T, scale, add);
+  __syncwarp();
+  stage<HS>(rows_w, dv);
+  store_rows<HS>(rows + s.C() + s.NKV * HS + kvh * HS, RS, rows_w, k0 + r0, s.T, 1.0f, add);
+#endif
 }
 
 // Calls f(std::integral_constant<int, HS>) for the head sizes the tensor-core kernels are built for.
@@ -611,7 +700,7 @@ bool by_head_size(int hs, F&& f) {
 }
 
 // Whether this GPU runs the tensor-core kernels for head size hs: compute capability 8.0 or newer (bf16 WMMA) and
-// room for the largest kernel's shared memory (dK, dV's: 191 KB at hs = 128, beyond an A100's 163 KB).
+// room for the largest kernel's shared memory (dK, dV's: 89 KiB at hs = 64, 121 KiB at 128; an A100 has 163 KB).
 bool fits(int hs) {
   int device = 0, major = 0, smem = 0;
   device::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
