@@ -308,7 +308,7 @@ using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 // larger: 2 x 3 (or 4) x (HS + 8) bytes a row against 4 x (HS + 4).
 template <int HS>
 constexpr std::size_t kForwardSmem = sizeof(bf) * (3 * kRows * kHld<HS> + kRows * kPld) +
-                                     sizeof(float) * (kRows * kSld + 3 * kRows);
+                                     sizeof(float) * (kRows * kSld + kRows);
 template <int HS>
 constexpr std::size_t kDqSmem = sizeof(bf) * (4 * kRows * kHld<HS> + kRows * kPld) +
                                 sizeof(float) * (2 * kRows * kSld + 2 * kRows);
@@ -416,21 +416,18 @@ __device__ void stage(float* rows, const Acc (&acc)[kSlices<HS>]) {
   __syncwarp();
 }
 
-// acc[n] *= the factor of its row, for a warp's 16 rows: a tile whose rows hold their factor (staged in `scratch`, a
-// warp's 16 x 16 fp32 to spare, ld kSld), loaded as an accumulator, has each element's factor at the element's place
-// in the fragment (a fragment's layout is opaque, but the same for every fragment of its type).
+// acc[n] *= its row's factor, for a warp's 16 rows: `factors`, a warp's 16 x 16 fp32 tile (ld kSld) whose rows hold
+// their factor, loaded as an accumulator, has each element's factor at the element's place in the fragment (a
+// fragment's layout is opaque, but the same for every fragment of its type).
 template <int HS>
-__device__ void scale_rows(Acc (&acc)[kSlices<HS>], const float* factor, float* scratch) {
-  for (int i = threadIdx.x % kWarp; i < 16 * 16; i += kWarp) scratch[(i / 16) * kSld + i % 16] = factor[i / 16];
-  __syncwarp();
+__device__ void scale_rows(Acc (&acc)[kSlices<HS>], const float* factors) {
   Acc f;
-  wmma::load_matrix_sync(f, scratch, kSld, wmma::mem_row_major);
+  wmma::load_matrix_sync(f, factors, kSld, wmma::mem_row_major);
 #pragma unroll
   for (int n = 0; n < kSlices<HS>; ++n) {
 #pragma unroll
     for (int i = 0; i < Acc::num_elements; ++i) acc[n].x[i] *= f.x[i];
   }
-  __syncwarp();
 }
 #endif
 
@@ -448,7 +445,9 @@ __device__ void store_rows(bf16_t* dst, std::size_t stride, const float* acc, in
 }
 
 // The forward: block (query tile, head h, sequence b); warp w owns query rows q0 + 16 w .. + 15, their q fragments
-// and their output accumulator O (registers), rescaled a row at a time as the row's running maximum grows.
+// and their output accumulator O (registers), rescaled a row at a time as the row's running maximum grows. In the
+// online softmax lane (r, half) = (lane % 16, lane / 16) takes row r's 32 columns of its half of the tile, and the
+// row's maximum m and sum l (both lanes of a row hold them).
 template <int HS>
 __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* lse, const bf16_t* qkv, Shape s,
                                                            float scale) {
@@ -459,25 +458,21 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
   bf* v_s = k_s + kCols * kHld<HS>;
   bf* p_s = v_s + kCols * kHld<HS>;
   auto* s_s = reinterpret_cast<float*>(p_s + kRows * kPld);
-  float* m_s = s_s + kRows * kSld;
-  float* l_s = m_s + kRows;
-  float* alpha_s = l_s + kRows;
+  float* l_s = s_s + kRows * kSld;
   auto* o_s = reinterpret_cast<float*>(raw);  // [kRows][kOld] after the last tile, over q, k and v
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
   const int q0 = blockIdx.x * kRows, r0 = warp * 16;
+  const int r = lane % 16, half = lane / 16, t = q0 + r0 + r;  // this lane's row in the softmax
   const std::size_t RS = static_cast<std::size_t>(s.RS());
   const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
   load_rows<HS>(q_s, seq + h * HS, q0, s.T, RS);
-  if (threadIdx.x < kRows) {
-    m_s[threadIdx.x] = -INFINITY;
-    l_s[threadIdx.x] = 0.0f;
-  }
   float* s_w = s_s + r0 * kSld;
   Acc o[kSlices<HS>];
   zero<HS>(o);
   AFrag q[kSlices<HS>];
-  __syncthreads();  // q, m and l are set
+  float m = -INFINITY, l = 0.0f;
+  __syncthreads();  // q is set
   load_operand<HS>(q, q_s + r0 * kHld<HS>);
   const int last_key = min(q0 + kRows, s.T) - 1;
   for (int j0 = 0; j0 <= last_key; j0 += kCols) {
@@ -487,47 +482,54 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
     if (j0 > q0 + r0 + 15) continue;  // every key of the tile comes after this warp's rows
     rows_by_rows_t<HS>(s_w, q, k_s);
     __syncwarp();
-    // The online softmax, a row at a time: lanes take the tile's columns lane and lane + 32.
-    for (int r = 0; r < 16; ++r) {
-      const int t = q0 + r0 + r;
-      const float* srow = s_w + r * kSld;
-      const bool row = t < s.T;
-      const float xa = row && j0 + lane <= t ? srow[lane] * scale : -INFINITY;
-      const float xb = row && j0 + lane + 32 <= t ? srow[lane + 32] * scale : -INFINITY;
-      const float m_old = m_s[r0 + r];
-      const float m_new = fmaxf(m_old, detail::warp_max(fmaxf(xa, xb)));
-      float pa = 0.0f, pb = 0.0f, alpha = 1.0f;
-      if (m_new != -INFINITY) {  // a row past the sequence's end (or with no key yet) keeps nothing
-        pa = expf(xa - m_new);
-        pb = expf(xb - m_new);
-        alpha = expf(m_old - m_new);  // 0 on the row's first tile (m_old = -inf)
-      }
-      bf* prow = p_s + (r0 + r) * kPld;
-      prow[lane] = __float2bfloat16_rn(pa);
-      prow[lane + 32] = __float2bfloat16_rn(pb);
-      const float sum = detail::warp_sum(pa + pb);
-      if (lane == 0) {
-        m_s[r0 + r] = m_new;
-        l_s[r0 + r] = l_s[r0 + r] * alpha + sum;
-        alpha_s[r0 + r] = alpha;
-      }
+    // Column pairs c, c + 1 of the half from c = 2 ((i + lane) % 16): each lane starts at its own pair, so that the
+    // lanes' 8-byte reads (and 4-byte writes of P) fall in distinct banks.
+    const float* srow = s_w + r * kSld + half * 32;
+    const int first = j0 + half * 32;  // the key of the half's column 0
+    float2 x[16];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int c = 2 * ((i + lane) % 16);
+      const float2 v = *reinterpret_cast<const float2*>(srow + c);
+      x[i].x = t < s.T && first + c <= t ? v.x * scale : -INFINITY;
+      x[i].y = t < s.T && first + c + 1 <= t ? v.y * scale : -INFINITY;
+      mx = fmaxf(mx, fmaxf(x[i].x, x[i].y));
     }
+    const float m_new = fmaxf(m, fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, 16)));
+    const bool keeps = m_new != -INFINITY;  // a row past the sequence's end keeps nothing
+    const float alpha = keeps ? expf(m - m_new) : 1.0f;  // 0 on the row's first tile (m = -inf)
+    bf* prow = p_s + (r0 + r) * kPld + half * 32;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int c = 2 * ((i + lane) % 16);
+      const float pa = keeps ? expf(x[i].x - m_new) : 0.0f, pb = keeps ? expf(x[i].y - m_new) : 0.0f;
+      sum += pa + pb;
+      *reinterpret_cast<__nv_bfloat162*>(prow + c) = __floats2bfloat162_rn(pa, pb);
+    }
+    l = l * alpha + sum + __shfl_xor_sync(detail::kFullMask, sum, 16);
+    m = m_new;
+    __syncwarp();  // the scores are read: their tile takes the rows' factors, 8 columns from each lane of a row
+    for (int c = 0; c < 8; ++c) s_w[r * kSld + half * 8 + c] = alpha;
     __syncwarp();
-    scale_rows<HS>(o, alpha_s + r0, s_w);  // the scores are spent: their tile holds the factors
+    scale_rows<HS>(o, s_w);
     add_rows_by_rows<HS>(o, p_s + r0 * kPld, v_s);
     __syncwarp();
   }
-  __syncthreads();  // every warp is past its last tile: q, k and v's memory takes O
+  if (half == 0) {
+    l_s[r0 + r] = l;
+    if (t < s.T) lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T + t] = m + logf(l);
+  }
+  __syncthreads();  // every warp is past its last tile: q, k and v's memory takes O (and l is set)
   float* o_w = o_s + r0 * kOld<HS>;
   stage<HS>(o_w, o);
   for (int i = lane; i < 16 * HS; i += kWarp) {
-    const int r = i / HS, d = i % HS, t = q0 + r0 + r;
-    if (t < s.T) {
-      store(out + (static_cast<std::size_t>(b) * s.T + t) * s.C() + h * HS + d, o_w[r * kOld<HS> + d] / l_s[r0 + r]);
+    const int row = i / HS, d = i % HS;
+    if (q0 + r0 + row < s.T) {
+      store(out + (static_cast<std::size_t>(b) * s.T + q0 + r0 + row) * s.C() + h * HS + d,
+            o_w[row * kOld<HS> + d] / l_s[r0 + row]);
     }
-  }
-  if (lane < 16 && q0 + r0 + lane < s.T) {
-    lse[(static_cast<std::size_t>(b) * s.NH + h) * s.T + q0 + r0 + lane] = m_s[r0 + lane] + logf(l_s[r0 + lane]);
   }
 #endif
 }
