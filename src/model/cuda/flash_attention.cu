@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
       sum += pa + pb;
       *reinterpret_cast<__nv_bfloat162*>(prow + c) = __floats2bfloat162_rn(pa, pb);
     }
-    l = l * alpha + sum + __shfl_xor_sync(detail::kFullMask, sum, 16);
+    l = l * alpha + (sum + __shfl_xor_sync(detail::kFullMask, sum, 16));  // the same bits in both lanes of the row
     m = m_new;
     __syncwarp();  // the scores are read: their tile takes the rows' factors, 8 columns from each lane of a row
     for (int c = 0; c < 8; ++c) s_w[r * kSld + half * 8 + c] = alpha;
