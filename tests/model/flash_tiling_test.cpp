@@ -1,7 +1,7 @@
 // The tensor-core fused attention's algorithm (src/model/cuda/flash_attention.cu, namespace tc) as a CPU twin, against
 // the CPU's attention (model::gqa_attention_*): the same tiles (64 query rows of 4 warps x 16 against 64 keys), the
 // same skips (a warp whose rows all precede a key tile), the same causal predicates at the tiles' edges, the online
-// softmax's running max, sum and rescaling, the same bf16 roundings (P before P V; dS before dS K and dS^T Q; P^T
+// softmax's lanes (two a row, each half the tile's columns in its own order of pairs), running max, sum and rescaling, the same bf16 roundings (P before P V; dS before dS K and dS^T Q; P^T
 // before P^T dO), dQ owned per query row, dK and dV per key row from S^T = K Q^T over the G query heads in order.
 // What this proves without a GPU: the algebra and the index logic of the kernels; what it cannot: WMMA's fragments
 // and shared memory (the GPU test FusedAttention_* checks those on a lent GPU).
@@ -66,25 +66,40 @@ void twin_forward(const Shape& s, const Qkv& x, std::vector<float>& out, std::ve
             if (j0 > q0 + r0 + kWarpRows - 1) continue;
             for (int r = r0; r < r0 + kWarpRows; ++r) {
               const int t = q0 + r;
+              // The kernel's lanes: lane (r % 16, half) takes the half's column pairs 2 ((i + lane) % 16), +1, its
+              // keys from j0 + 32 half; the halves' maxima and sums combine.
               std::vector<float> xs(kCols, -INFINITY);
-              float tile_max = -INFINITY;
-              for (int c = 0; c < kCols; ++c) {
-                const int j = j0 + c;
-                if (t < s.T && j <= t) {
-                  xs[c] = dot(x.q, at(s, b, t, h, s.NH, 0), x.k, at(s, b, j, kvh, s.NKV, 0), s.hs) * scale;
+              float half_max[2] = {-INFINITY, -INFINITY}, half_sum[2] = {0.0f, 0.0f};
+              const auto pair_of = [r](int half, int i) { return 2 * ((i + r % kWarpRows + 16 * half) % 16); };
+              for (int half = 0; half < 2; ++half) {
+                const int first = j0 + 32 * half;
+                for (int i = 0; i < 16; ++i) {
+                  for (int e = 0; e < 2; ++e) {
+                    const int c = pair_of(half, i) + e, j = first + c;
+                    float& xv = xs[32 * half + c];
+                    if (t < s.T && j <= t) {
+                      xv = dot(x.q, at(s, b, t, h, s.NH, 0), x.k, at(s, b, j, kvh, s.NKV, 0), s.hs) * scale;
+                    }
+                    half_max[half] = std::max(half_max[half], xv);
+                  }
                 }
-                tile_max = std::max(tile_max, xs[c]);
               }
-              const float m_new = std::max(m[r], tile_max);
-              float alpha = 1.0f, sum = 0.0f;
+              const float m_new = std::max(m[r], std::max(half_max[0], half_max[1]));
+              const bool keeps = m_new != -INFINITY;
+              const float alpha = keeps ? std::exp(m[r] - m_new) : 1.0f;
               std::vector<float> p(kCols, 0.0f);
-              if (m_new != -INFINITY) {
-                for (int c = 0; c < kCols; ++c) p[c] = std::exp(xs[c] - m_new);
-                alpha = std::exp(m[r] - m_new);
+              for (int half = 0; half < 2; ++half) {
+                for (int i = 0; i < 16; ++i) {
+                  const int c = 32 * half + pair_of(half, i);
+                  if (keeps) {
+                    p[c] = std::exp(xs[c] - m_new);
+                    p[c + 1] = std::exp(xs[c + 1] - m_new);
+                  }
+                  half_sum[half] += p[c] + p[c + 1];
+                }
               }
-              for (int c = 0; c < kCols; ++c) sum += p[c];
               m[r] = m_new;
-              l[r] = l[r] * alpha + sum;
+              l[r] = l[r] * alpha + (half_sum[0] + half_sum[1]);
               for (int d = 0; d < s.hs; ++d) {
                 float acc = o[r * s.hs + d] * alpha;
                 for (int c = 0; c < kCols && j0 + c < s.T; ++c) {
