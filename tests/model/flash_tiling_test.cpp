@@ -1,10 +1,11 @@
 // The tensor-core fused attention's algorithm (src/model/cuda/flash_attention.cu, namespace tc) as a CPU twin, against
 // the CPU's attention (model::gqa_attention_*): the same tiles (64 query rows of 4 warps x 16 against 64 keys), the
 // same skips (a warp whose rows all precede a key tile), the same causal predicates at the tiles' edges, the online
-// softmax's lanes (two a row, each half the tile's columns in its own order of pairs), running max, sum and rescaling, the same bf16 roundings (P before P V; dS before dS K and dS^T Q; P^T
-// before P^T dO), dQ owned per query row, dK and dV per key row from S^T = K Q^T over the G query heads in order.
-// What this proves without a GPU: the algebra and the index logic of the kernels; what it cannot: WMMA's fragments
-// and shared memory (the GPU test FusedAttention_* checks those on a lent GPU).
+// softmax's lanes (two a row, each half the tile's columns in its own order of pairs), running max, sum and rescaling,
+// the same bf16 roundings (P before P V; dS before dS K and dS^T Q; P^T before P^T dO), dQ owned per query row, dK and
+// dV per key row from S^T = K Q^T over the G query heads in order. What this proves without a GPU: the algebra and the
+// index logic of the kernels; what it cannot: WMMA's fragments and shared memory (the GPU test FusedAttention_* checks
+// those on a lent GPU).
 //
 // Bound: the twin rounds P and dS to bf16 (relative error at most 2^-9 each) and sums in fp32; the reference has
 // no rounding. Each output is a sum of at most T terms each off by 2^-9 of its size, so the error is below
