@@ -408,6 +408,12 @@ __device__ void add_rows_by_rows(Acc (&acc)[kSlices<HS>], const bf* p, const bf*
   }
 }
 
+// The first row of this block's query tile, the last tiles first: a query tile's work grows with its place (its keys
+// are those before it), so the longest blocks start in the first wave instead of trailing the last.
+__device__ int last_first_tile(int T) {
+  return ((T + kRows - 1) / kRows - 1 - static_cast<int>(blockIdx.x)) * kRows;
+}
+
 // Stages a warp's accumulator in smem [16][kOld] fp32 (its rows of the block's staging area).
 template <int HS>
 __device__ void stage(float* rows, const Acc (&acc)[kSlices<HS>]) {
@@ -462,7 +468,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
   auto* o_s = reinterpret_cast<float*>(raw);  // [kRows][kOld] after the last tile, over q, k and v
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
-  const int q0 = blockIdx.x * kRows, r0 = warp * 16;
+  const int q0 = last_first_tile(s.T), r0 = warp * 16;
   const int r = lane % 16, half = lane / 16, t = q0 + r0 + r;  // this lane's row in the softmax
   const std::size_t RS = static_cast<std::size_t>(s.RS());
   const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
@@ -554,7 +560,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t
   auto* dq_s = reinterpret_cast<float*>(raw);  // [kRows][kOld] after the last tile, over q, dO, k and v
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int h = blockIdx.y, b = blockIdx.z, kvh = h / s.G();
-  const int q0 = blockIdx.x * kRows, r0 = warp * 16;
+  const int q0 = last_first_tile(s.T), r0 = warp * 16;
   const std::size_t RS = static_cast<std::size_t>(s.RS());
   const bf16_t* seq = qkv + static_cast<std::size_t>(b) * s.T * RS;
   load_rows<HS>(q_s, seq + h * HS, q0, s.T, RS);
