@@ -424,7 +424,7 @@ const std::vector<OptionSpec>& option_table() {
               "reduce, cross, regather: each operation while it ran, each collective from issue to observed "
               "completion) and the host's waits, in Chrome's trace event format (open in ui.perfetto.dev); a few "
               "hundred events per step, for short runs (on a GPU each operation's span is its kernels' time, from CUDA "
-              "events around it)")
+              "events around it); tools/bench/trace_gaps.py lists where a queue stood idle in each step")
           .into([](V v, O o) { o.log_trace = v.boolean(); }),
   };
   return table;

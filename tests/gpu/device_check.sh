@@ -20,8 +20,9 @@
 #                                                   epilogues), on 2x2 ranks
 #                                                   sharing the GPU (comm.intra=mpi) and with device.streams=check,
 #                                                   the checkpoint round trip 4 GPU ranks <-> 1 CPU rank, GPT-2 124M
-#                                                   through the engine (bench and hsdp-train) beside the baseline's
-#                                                   whole-model path where packed, GPT-2 XL shapes
+#                                                   through the engine (bench and hsdp-train, and its compute
+#                                                   stream's idle gaps from log.trace: gaps_no_shard.jsonl) beside the
+#                                                   baseline's whole-model path where packed, GPT-2 XL shapes
 #                                                   full_shard with checkpointing; `cpu`: the pack's MPI checks on
 #                                                   CPU ranks only (no GPU: what CI runs); `speed`: issue
 #                                                   39's fused vs unfused attention and GEMM epilogues,
@@ -358,6 +359,10 @@ run() {
   bench engine_2
   whole whole_2
   engine_bench train_no_shard --parallel.sharding=no_shard
+  # Where the engine's step leaves the GPU idle (issue 34's 0.97x): the same run traced, the compute stream's gaps.
+  engine_bench train_no_shard_trace --parallel.sharding=no_shard --train.steps=6 --log.trace=true
+  python3 "$repo/tools/bench/trace_gaps.py" "$out/train/train_no_shard_trace/trace_rank0.json" --skip 2 --top 8 \
+    >"$out/gaps_no_shard.jsonl" && tail -n 1 "$out/gaps_no_shard.jsonl"
   bench engine_ckpt --sharding full_shard --activation_checkpointing
   engine_bench train_xl_full_shard_ckpt --parallel.sharding=full_shard --train.activation_checkpointing=true \
     --model.n_layer=48 --model.n_embd=1600 --model.n_head=25 --train.steps=6
@@ -375,5 +380,5 @@ case ${1:-} in
 pack) shift; pack "$@" ;;
 baseline) shift; baseline "$@" ;;
 run) shift; run "$@" ;;
-*) sed -n '2,29p' "$0"; exit 2 ;;
+*) sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d'; exit 2 ;;
 esac
