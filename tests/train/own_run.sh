@@ -80,7 +80,7 @@ case $case in
       grep "stop requested" stop.log
     done
     grep -q "exiting with code 3 (requeue me)" stop.log || fail "exit 3 not said"
-    # A SIGTERM during start-up, from a library's constructor (raise_at_load.c, preloaded: after hsdp-train's
+    # A SIGTERM during start-up, from a library's constructor (raise_at_load.cpp, preloaded: after hsdp-train's
     # preinit_array, before main and MPI_Init): recorded by the handler that preinit_array installs, so the run stops
     # before its first step with exit 3, not 143 (what it was before that handler, measured with a signal 20, 30
     # and 50 ms after the start; a fixed delay raced the loader: 18-29 ms to the handler here, 55-94 ms with the
