@@ -144,10 +144,11 @@ whole() { # NAME ARGS...: the baseline's whole-model path, where packed
   tail -n 4 "$out/$name.log"
 }
 
-gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on stdout
+gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on stdout (a hung kernel: 240 s)
   echo "== [${SECONDS} s] $1"
-  timeout 600 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
+  timeout 240 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
   local status=$?
+  ((status == 124)) && echo "TIMEOUT: $1 ran 240 s; the last test started: $(grep '^\[ RUN' "$out/$1.log" | tail -n 1)"
   grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(gpt2 |llama )?(float|bf16): ' "$out/$1.log"
   grep -B2 -A10 'Failure' "$out/$1.log" | head -60
   return $status
