@@ -225,14 +225,16 @@ check_short_cut() {
   "$cluster" link "${hosts[1]}" down
   sleep "$short_cut_s"
   "$cluster" link "${hosts[1]}" up
-  cut_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$cut_start" "$EPOCHREALTIME")
+  cut_s=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$cut_start" \
+    "$EPOCHREALTIME")
   t0=$SECONDS
   finish_job
   ((status == 0)) || fail "exit $status after a $cut_s s cut"
   local loss
   loss=$(final_loss run)
   [[ $loss == "$ref_loss" ]] || fail "final loss $loss after a $cut_s s cut, uninterrupted $ref_loss"
-  echo "PASS: a $cut_s s cut (limits: host 4-${lost_host_s} s, collective $timeout_s s): the job went on, final loss $loss as uninterrupted"
+  echo "PASS: a $cut_s s cut (limits: host 4-${lost_host_s} s, collective $timeout_s s): the job went on," \
+    "final loss $loss as uninterrupted"
 }
 
 check_save_cut() {

@@ -137,7 +137,8 @@ bench() { # NAME ARGS...: the engine's bench on one rank: its JSON line into ben
 whole() { # NAME ARGS...: the baseline's whole-model path, where packed
   local name=$1
   shift
-  [[ -x $dir/bin/hsdp-bench-train-gpu-whole ]] || { echo "== [${SECONDS} s] $name: no baseline packed (pack's BASELINE)"; return; }
+  [[ -x $dir/bin/hsdp-bench-train-gpu-whole ]] ||
+    { echo "== [${SECONDS} s] $name: no baseline packed (pack's BASELINE)"; return; }
   echo "== [${SECONDS} s] hsdp-bench-train-gpu-whole --path whole $*"
   timeout 300 "$dir/bin/hsdp-bench-train-gpu-whole" --path whole "$@" | tee "$out/$name.log" | tail -n 1 \
     >>"$out/bench.jsonl"

@@ -10,7 +10,7 @@
 #           128 -> 64 tokens per step) or other training data it exits 2 naming the difference, and the checkpoint
 #           directory is as it was; checkpoint.accept_changes=true continues with the change, saying so.
 # stop      SIGUSR1 to a run with no checkpoint.dir: exit 6 (not 3: nothing to resume, do not requeue), saying why;
-#           with a checkpoint.dir: exit 3 as before; SIGTERM during start-up (its handler just installed, the libraries still starting): exit 3.
+#           with a checkpoint.dir: exit 3 as before; SIGTERM during start-up (the libraries initialising): exit 3.
 # record    (item 7) summary.json says why the run ended, the version, the hosts, the batch job id and the step of
 #           final_val_loss; every metrics line its segment's world size and strategy (2 ranks, then resumed on 1);
 #           the resumed run's last line says its own steps ("done: 2 steps in this run (4 -> 6 of 6)");

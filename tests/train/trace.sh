@@ -51,7 +51,8 @@ print(f"4 ranks x 3 steps: every unit's forward, backward, qgZ all-to-all and al
       f"rank 0's waits cover exposed_comm_ms")
 PY
 # tools/bench/trace_gaps.py reads the real timeline too: its steps add up, the compute track's idle share in [0, 1].
-python3 "$(dirname "${BASH_SOURCE[0]}")/../../tools/bench/trace_gaps.py" "$run/trace_rank0.json" --top 3 >"$run/gaps.jsonl"
+gaps_tool=$(dirname "${BASH_SOURCE[0]}")/../../tools/bench/trace_gaps.py
+python3 "$gaps_tool" "$run/trace_rank0.json" --top 3 >"$run/gaps.jsonl"
 python3 - "$run/gaps.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
