@@ -83,6 +83,15 @@ struct Lean : Base {
     return c;
   }
 };
+// The epilogues alone (the unfused attention), so that a failing Lean case says which of its two parts broke.
+template <typename Base>
+struct Epilogues : Base {
+  static model::GptConfig config() {
+    model::GptConfig c = Base::config();
+    c.fused_epilogues = true;
+    return c;
+  }
+};
 template <typename Compute, typename Model_>
 struct Case {
   using T = Compute;
@@ -225,7 +234,8 @@ class GptUnitsGpu : public GpuTest {
 };
 
 using Cases = ::testing::Types<Case<float, Gpt2>, Case<bf16_t, Gpt2>, Case<float, Llama>, Case<bf16_t, Llama>,
-                               Case<float, Fused<Gpt2>>, Case<bf16_t, Fused<Llama>>, Case<float, Lean<Gpt2>>,
+                               Case<float, Fused<Gpt2>>, Case<bf16_t, Fused<Gpt2>>, Case<bf16_t, Fused<Llama>>,
+                               Case<bf16_t, Epilogues<Gpt2>>, Case<bf16_t, Epilogues<Llama>>, Case<float, Lean<Gpt2>>,
                                Case<bf16_t, Lean<Gpt2>>, Case<bf16_t, Lean<Llama>>>;
 TYPED_TEST_SUITE(GptUnitsGpu, Cases);
 

@@ -230,8 +230,12 @@ struct BlasLt::Impl {
                                               &returned);
     }
     cublasLtMatmulPreferenceDestroy(preference);
-    check_lt(status, "cublasLtMatmulAlgoGetHeuristic");
-    if (returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    // The heuristic says "no kernel" either way: NOT_SUPPORTED (cublasLt.h: no heuristic for the configuration) or
+    // success with none returned; both name the GEMM.
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
+      check_lt(status, ("cublasLtMatmulAlgoGetHeuristic for " + describe(g)).c_str());
+    }
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
       throw_internal("cuBLASLt has no algorithm for " + describe(g));
     }
     plan.algo = result.algo;

@@ -13,7 +13,7 @@
 // Scores s = q.k / sqrt(hs); p = exp(s - lse_t); dp = dO_t.v_j; ds = p (dp - D_t), D_t = dO_t.O_t.
 //
 // bf16 with head sizes 16, 32, 64 and 128 on a GPU of compute capability 8.0 or newer whose shared memory holds
-// the tiles (tc::fits): the same algorithm on tensor cores (WMMA bf16 x bf16 -> fp32, the `tc` kernels below), 64
+// the tiles (tc::ready): the same algorithm on tensor cores (WMMA bf16 x bf16 -> fp32, the `tc` kernels below), 64
 // query rows (or key rows) per block of 4 warps, each warp owning 16 of them, and tiles of 64 keys (or query rows).
 // A warp keeps its own rows' operands (q, dO; k, v) and its accumulators (O; dQ; dK, dV) in registers across the
 // tiles; the [16 x 64] scores and their gradients are staged in shared memory in fp32 (WMMA's fragment layout is
@@ -24,7 +24,10 @@
 #include <mma.h>
 
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <type_traits>
 
 #include "hsdp/core/error.hpp"
@@ -707,25 +710,48 @@ bool by_head_size(int hs, F&& f) {
   }
 }
 
-// Whether this GPU runs the tensor-core kernels for head size hs: compute capability 8.0 or newer (bf16 WMMA) and
-// room for the largest kernel's shared memory (dK, dV's: 89 KiB at hs = 64, 121 KiB at 128; an A100 has 163 KB).
-bool fits(int hs) {
-  int device = 0, major = 0, smem = 0;
+// Sets `kernel`'s dynamic shared memory limit to `smem` bytes (above the default 48 KB: opted in per kernel) and
+// says whether its code was built for compute capability 8.0 or newer: below, its body is empty (the #if above),
+// which a build for an older architecture run on a newer GPU (PTX compiled at load) would otherwise launch.
+template <typename Kernel>
+bool prepare(Kernel kernel, std::size_t smem) {
+  cudaFuncAttributes attributes{};
+  device::cuda::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes");
+  if (attributes.ptxVersion < 80) return false;
+  device::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                      "cudaFuncSetAttribute");
+  return true;
+}
+
+// Whether the current GPU runs the tensor-core kernels for head size hs: compute capability 8.0 or newer (bf16 WMMA),
+// room for the largest kernel's shared memory (dK, dV's: 89 KiB at hs = 64, 121 KiB at 128; an A100 has 163 KB) and
+// kernels built for it. Decided once per GPU and head size, when the kernels' shared memory is also set (the calls
+// of a step then launch and nothing else).
+bool ready(int hs) {
+  int device = 0;
   device::cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, bool> known;  // (device, hs) -> ready
+  const std::lock_guard lock(mutex);
+  if (const auto it = known.find({device, hs}); it != known.end()) return it->second;
+  int major = 0, smem = 0;
   device::cuda::check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
                       "cudaDeviceGetAttribute");
   device::cuda::check(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                       "cudaDeviceGetAttribute");
-  std::size_t need = 0;
-  if (!by_head_size(hs, [&](auto head) { need = kDkvSmem<decltype(head)::value>; })) return false;
-  return major >= 8 && need <= static_cast<std::size_t>(smem);
+  bool ok = false;
+  const bool built = by_head_size(hs, [&](auto head) {
+    constexpr int HS = decltype(head)::value;
+    ok = major >= 8 && kDkvSmem<HS> <= static_cast<std::size_t>(smem) &&
+         prepare(forward_kernel<HS>, kForwardSmem<HS>) && prepare(dq_kernel<HS>, kDqSmem<HS>) &&
+         prepare(dkv_kernel<HS>, kDkvSmem<HS>);
+  });
+  return known[{device, hs}] = built && ok;
 }
 
-// Launches `kernel` with `smem` bytes of dynamic shared memory (above the default 48 KB: opted in per kernel).
+// Launches `kernel` (prepared by `ready`) with `smem` bytes of dynamic shared memory.
 template <typename Kernel, typename... Args>
 void launch(Kernel kernel, const char* name, dim3 grid, std::size_t smem, cudaStream_t stream, Args... args) {
-  device::cuda::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                      "cudaFuncSetAttribute");
   kernel<<<grid, kThreads, smem, stream>>>(args...);
   check_launch(name);
 }
@@ -772,7 +798,7 @@ void fused_attention_forward(T* out, float* lse, const T* qkv, int B, int T_, in
   check_shape(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   if constexpr (std::is_same_v<T, bf16_t>) {
-    if (tc::fits(hs)) {
+    if (tc::ready(hs)) {
       tc::by_head_size(hs, [&](auto head) {
         constexpr int HS = decltype(head)::value;
         tc::launch(tc::forward_kernel<HS>, "flash forward (tensor cores)",
@@ -803,7 +829,7 @@ void fused_attention_backward(T* dqkv, void* scratch, const T* dout, const T* ou
       D, dout, out, s);
   check_launch("flash_dot_kernel");
   if constexpr (std::is_same_v<T, bf16_t>) {
-    if (tc::fits(hs)) {
+    if (tc::ready(hs)) {
       tc::by_head_size(hs, [&](auto head) {
         constexpr int HS = decltype(head)::value;
         const int tiles = (T_ + tc::kRows - 1) / tc::kRows;

@@ -352,7 +352,7 @@ __device__ void gelu_backward_packs(T* dinp, const T* inp, const T* dout, std::s
       if constexpr (kAdd) {
         store(&gs.v[k], load(&gs.v[k]) + d);
       } else {
-        store(&gs.v[k], d);
+        store(&gs.v[k], 0.0f + d);  // store_grad's write: the bits of an add onto zeros (+0 where d is -0)
       }
     }
     detail::store_pack(dinp + i * P, gs);
