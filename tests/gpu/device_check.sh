@@ -5,11 +5,12 @@
 #
 #   tests/gpu/device_check.sh pack [BUILD] [DIR] [BASELINE]
 #                                                   here: the GPU tests, hsdp-train, -data, -ckpt, -plan and the GPU
-#                                                   bench of BUILD (default build), the libraries they load (not
-#                                                   glibc's, the C++ runtime's nor CUDA's: the GPU machine has its
-#                                                   own) and Open MPI's and PMIx's installed files, as one
-#                                                   DIR/pack.tar.xz (default DIR .gpu); with BASELINE, the bench of
-#                                                   that build too, as hsdp-bench-train-gpu-whole
+#                                                   bench of BUILD (default build; built first, so the pack is the
+#                                                   sources as they are; PACKED in it names the commit), the
+#                                                   libraries they load (not glibc's, the C++ runtime's nor CUDA's:
+#                                                   the GPU machine has its own) and Open MPI's and PMIx's installed
+#                                                   files, as one DIR/pack.tar.xz (default DIR .gpu); with BASELINE,
+#                                                   the bench of that build too, as hsdp-bench-train-gpu-whole
 #   tests/gpu/device_check.sh baseline [DIR]        here: builds in DIR (default /tmp/hsdp-baseline) the bench at
 #                                                   the last commit with the whole-model path ($baseline_rev), for
 #                                                   pack's BASELINE (DIR/build)
@@ -31,7 +32,11 @@
 #                                                   (default $OUT, else DIR/out)
 # With the device tool: `echo /.gpu/ >> .git/info/exclude; tests/gpu/device_check.sh baseline;
 # tests/gpu/device_check.sh pack build .gpu /tmp/hsdp-baseline/build`, then run with carry [".gpu"] the command
-# `bash tests/gpu/device_check.sh run .gpu "$OUT"`.
+# `mkdir -p /tmp/o; timeout -k 10 470 bash tests/gpu/device_check.sh run .gpu /tmp/o >/tmp/o/run.log 2>&1;
+# tar -C /tmp -cJf $OUT/o.tar.xz --exclude=checkpoints --exclude='*.h5' --exclude='*.bin' o; tail -c 11000
+# /tmp/o/run.log` (the tool brings back a few files and the output's tail: the logs as one archive), then the same
+# with `run .gpu /tmp/o speed`. Each section's header shows the seconds since the start; a gtest binary, a self-check
+# and a run each have a time limit of their own, so that a hang costs its section, not the call.
 # Exit status of run: non-zero when a gtest, a self-check row or the round trip failed (the benchmarks report).
 set -uo pipefail
 
@@ -65,16 +70,23 @@ copy_libraries() { # DIR FILES...
 }
 
 pack() {
-  local build=${1:-build} dir=${2:-.gpu} base=${3:-}
+  local build=${1:-build} dir=${2:-.gpu} base=${3:-} root packed
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  packed="commit $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown), packed $(date -u +%FT%TZ)"
+  # The binaries as the sources are now (a pack of an older build would test old code with this script).
+  cmake --build "$build" -j "$(nproc)" --target "${binaries[@]}" >/dev/null ||
+    { echo "device_check.sh: cannot build ${binaries[*]} in $build" >&2; exit 2; }
   rm -rf "$dir"
   mkdir -p "$dir/bin" "$dir/lib" "$dir/root"
+  echo "$packed" >"$dir/PACKED"
   for b in "${binaries[@]}"; do
     [[ -x $build/bin/$b ]] || { echo "device_check.sh: $build/bin/$b is missing (a build with CUDA?)" >&2; exit 2; }
     cp "$build/bin/$b" "$dir/bin/"
   done
   local extra=()
   if [[ -n $base ]]; then
-    [[ -x $base/bin/hsdp-bench-train-gpu ]] || { echo "device_check.sh: no $base/bin/hsdp-bench-train-gpu" >&2; exit 2; }
+    [[ -x $base/bin/hsdp-bench-train-gpu ]] ||
+      { echo "device_check.sh: no $base/bin/hsdp-bench-train-gpu" >&2; exit 2; }
     cp "$base/bin/hsdp-bench-train-gpu" "$dir/bin/hsdp-bench-train-gpu-whole"
     extra+=("$dir/bin/hsdp-bench-train-gpu-whole")
   fi
@@ -91,11 +103,12 @@ pack() {
     "${components[@]}" "${extra[@]}"
   # The carried tree is limited in size (OpenBLAS alone is 36 MB): one compressed file, unpacked by run().
   # HSDP_PACK_XZ_OPT: xz's options (CI's pack test, which carries nothing, packs fast with -0).
-  XZ_OPT=${HSDP_PACK_XZ_OPT:--T0} tar -C "$dir" -cJf "$dir.tar.xz" bin lib root
+  XZ_OPT=${HSDP_PACK_XZ_OPT:--T0} tar -C "$dir" -cJf "$dir.tar.xz" PACKED bin lib root
   rm -rf "$dir"
   mkdir -p "$dir"
   mv "$dir.tar.xz" "$dir/pack.tar.xz"
   du -sh "$dir/pack.tar.xz"
+  echo "$packed"
 }
 
 # The packed Open MPI and PMIx, relocated to DIR/root, on shared memory only (ob1 and vader: MPI carries host
@@ -127,7 +140,7 @@ bench() { # NAME ARGS...: the engine's bench on one rank: its JSON line into ben
   local name=$1
   shift
   echo "== [${SECONDS} s] hsdp-bench-train-gpu $*"
-  timeout 300 $HSDP_MPIRUN -np 1 "$dir/bin/hsdp-bench-train-gpu" "$@" | tee "$out/$name.log" | tail -n 1 \
+  timeout -k 10 300 $HSDP_MPIRUN -np 1 "$dir/bin/hsdp-bench-train-gpu" "$@" | tee "$out/$name.log" | tail -n 1 \
     >>"$out/bench.jsonl"
   local status=${PIPESTATUS[0]}
   tail -n 4 "$out/$name.log"
@@ -140,14 +153,14 @@ whole() { # NAME ARGS...: the baseline's whole-model path, where packed
   [[ -x $dir/bin/hsdp-bench-train-gpu-whole ]] ||
     { echo "== [${SECONDS} s] $name: no baseline packed (pack's BASELINE)"; return; }
   echo "== [${SECONDS} s] hsdp-bench-train-gpu-whole --path whole $*"
-  timeout 300 "$dir/bin/hsdp-bench-train-gpu-whole" --path whole "$@" | tee "$out/$name.log" | tail -n 1 \
+  timeout -k 10 300 "$dir/bin/hsdp-bench-train-gpu-whole" --path whole "$@" | tee "$out/$name.log" | tail -n 1 \
     >>"$out/bench.jsonl"
   tail -n 4 "$out/$name.log"
 }
 
 gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on stdout (a hung kernel: 240 s)
   echo "== [${SECONDS} s] $1"
-  timeout 240 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
+  timeout -k 10 240 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
   local status=$?
   ((status == 124)) && echo "TIMEOUT: $1 ran 240 s; the last test started: $(grep '^\[ RUN' "$out/$1.log" | tail -n 1)"
   grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(gpt2 |llama )?(float|bf16): ' "$out/$1.log"
@@ -162,7 +175,7 @@ train() {
   shift 2
   mkdir -p "$out/train"
   echo "== [${SECONDS} s] hsdp-train ($name, $ranks rank(s)) $*"
-  timeout 300 $HSDP_MPIRUN -np "$ranks" "$dir/bin/hsdp-train" --config "$repo/input/quickstart.ini" \
+  timeout -k 10 300 $HSDP_MPIRUN -np "$ranks" "$dir/bin/hsdp-train" --config "$repo/input/quickstart.ini" \
     --data.train="$out/data/train.bin" --data.val="$out/data/val.bin" --data.entropy_json="$out/data/source.json" \
     --train.eval_every=0 --log.every=1 --checkpoint.every=0 --log.dir="$out/train/$name" \
     --checkpoint.dir="$out/train/$name/checkpoints" "$@" >"$out/train/$name.log" 2>&1
@@ -224,7 +237,7 @@ engine_bench() {
     --train.warmup_steps=2 --precision.param=bf16 --checkpoint.dir= "$@"
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
-  python3 - "$out/train/$name" "$name" "$*" >>"$out/engine.jsonl" <<'PY'
+  python3 - "$out/train/$name" "$name" "$*" <<'PY' | tee -a "$out/engine.jsonl"
 import json, statistics, sys
 path, name, keys = sys.argv[1:]
 used = [int(l) for l in open(f"{path}.nvsmi") if l.strip().isdigit()]
@@ -235,11 +248,11 @@ print(json.dumps({"check": "engine", "run": name, "keys": keys, "steps": len(tim
                   "step_ms": statistics.median(l["step_ms"] for l in timed), "memory": lines[-1].get("memory"),
                   "nvidia_smi_peak_mib": max(used, default=None)}))
 PY
-  tail -n 1 "$out/engine.jsonl"
 }
 
 # Issue 39's comparison, on this GPU in this call: GPT-2 124M (T = 1024, bf16, one GPU, no_shard) through the engine
-# with model.attention=unfused and fused (and fused with model.gemm_epilogue=fused: "lean") at B = 8 and 16, PyTorch's compiled GPT-2 with flash attention
+# with model.attention=unfused and fused (and fused with model.gemm_epilogue=fused: "lean") at B = 8 and 16,
+# PyTorch's compiled GPT-2 with flash attention
 # (tools/bench/pytorch_gpt2.py, where torch is installed) at the same shapes, and GPT-2 XL shapes (48 x 1600, 25
 # heads, B = 8) lean: every JSON line into speed.jsonl, a table at the end.
 speed() {
@@ -250,7 +263,7 @@ speed() {
     bench "lean_b$b" --batch "$b" --set model.attention=fused --set model.gemm_epilogue=fused --kernel_breakdown
     if python3 -c "import torch" 2>/dev/null; then
       echo "== [${SECONDS} s] PyTorch GPT-2, B=$b, torch.compile, flash attention"
-      timeout 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" | tee -a "$out/bench.jsonl"
+      timeout -k 10 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" | tee -a "$out/bench.jsonl"
     else
       echo "== [${SECONDS} s] PyTorch: not installed here"
     fi
@@ -265,8 +278,9 @@ for line in open(sys.argv[1]):
         r = json.loads(line)
     except ValueError:
         continue
-    print({k: r[k] for k in ("bench", "attention", "gemm_epilogue", "batch", "B", "n_layer", "step_ms", "ms_per_step", "tokens_per_s",
-                             "mfu", "device_memory_bytes", "peak_memory_bytes", "kernels_ms") if k in r})
+    print({k: r[k] for k in ("bench", "attention", "gemm_epilogue", "batch", "B", "n_layer", "step_ms", "ms_per_step",
+                             "tokens_per_s", "mfu", "device_memory_bytes", "peak_memory_bytes", "kernels_ms")
+           if k in r})
 PY
 }
 
@@ -283,7 +297,10 @@ run() {
     tar -C "$unpacked" -xJf "$dir/pack.tar.xz" || { echo "device_check.sh: cannot unpack $dir/pack.tar.xz"; exit 2; }
     dir=$unpacked
   fi
+  echo "pack: $(cat "$dir/PACKED" 2>/dev/null || echo "no PACKED record (an older pack)")"
   local cuda_lib status=0
+  # The outer limit's TERM (timeout -k ... run) still says how far the run came.
+  trap 'echo "status 1: terminated at ${SECONDS} s (status so far $status)"; exit 1' TERM
   cuda_lib=$(cuda_library_path | paste -sd:)
   export LD_LIBRARY_PATH=$dir/lib${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
@@ -292,6 +309,15 @@ run() {
     { echo "device_check.sh: hsdp-data synth failed"; exit 2; }
   local selfcheck=("$repo/tools/selfcheck/hsdp-selfcheck" --train "$dir/bin/hsdp-train" --plan "$dir/bin/hsdp-plan"
                    --data "$dir/bin/hsdp-data" --ckpt "$dir/bin/hsdp-ckpt" --mpirun "$HSDP_MPIRUN")
+  # A self-check within SECONDS (then its arguments): a hung row must not take the later sections' time.
+  selfcheck_within() {
+    local limit=$1
+    shift
+    timeout -k 10 "$limit" "${selfcheck[@]}" "$@"
+    local code=$?
+    ((code == 124)) && echo "TIMEOUT: hsdp-selfcheck $* ran $limit s"
+    return "$code"
+  }
   if [[ $what == cpu ]]; then # the packed MPI and tools without a GPU: what CI checks of the pack
     : >"$out/bench.jsonl"
     OMP_NUM_THREADS=1 "${selfcheck[@]}" --device cpu --rows full_shard,hybrid_shard+qgZ\ bf16 --steps 4 \
@@ -318,24 +344,24 @@ run() {
   # Every strategy and ZeRO++ through the engine on the GPU against the CPU: one rank (NCCL's groups are all of
   # one member), four ranks as 2 nodes x 2 sharing the GPU over MPI (staged), one row with the streams checked.
   echo "== [${SECONDS} s] hsdp-selfcheck, 1 cuda rank"
-  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --work "$out/selfcheck_1" \
+  selfcheck_within 180 --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --work "$out/selfcheck_1" \
     --json "$out/selfcheck.jsonl" || status=1
-  echo "== [${SECONDS} s] hsdp-selfcheck, 1 cuda rank, a Llama (input/llama_tiny.ini: RMSNorm, RoPE, SwiGLU, GQA kernels)"
-  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
+  echo "== [${SECONDS} s] hsdp-selfcheck, 1 cuda rank, a Llama (llama_tiny.ini: RMSNorm, RoPE, SwiGLU, GQA kernels)"
+  selfcheck_within 100 --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
     --rows no_shard,full_shard\ bf16,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_llama" \
     --json "$out/selfcheck_llama.jsonl" || status=1
   echo "== [${SECONDS} s] hsdp-selfcheck, 1 cuda rank, fused attention and GEMM epilogues (GPT-2, then the Llama)"
-  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --set model.attention=fused \
+  selfcheck_within 100 --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --set model.attention=fused \
     --set model.gemm_epilogue=fused --rows no_shard,full_shard\ bf16 --work "$out/selfcheck_lean" \
     --json "$out/selfcheck_lean.jsonl" || status=1
-  "${selfcheck[@]}" --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
+  selfcheck_within 60 --device cuda --ranks 1 --ranks-per-node 1 --steps 10 --config "$repo/input/llama_tiny.ini" \
     --set model.attention=fused --set model.gemm_epilogue=fused --rows full_shard\ bf16 \
     --work "$out/selfcheck_lean_llama" --json "$out/selfcheck_lean_llama.jsonl" || status=1
   echo "== [${SECONDS} s] hsdp-selfcheck, 2x2 cuda ranks sharing the GPU"
-  "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 10 --set comm.intra=mpi \
+  selfcheck_within 240 --device cuda --ranks 4 --ranks-per-node 2 --steps 10 --set comm.intra=mpi \
     --work "$out/selfcheck_2x2" --json "$out/selfcheck_2x2.jsonl" || status=1
   echo "== [${SECONDS} s] hsdp-selfcheck, 2x2 cuda ranks, device.streams=check"
-  "${selfcheck[@]}" --device cuda --ranks 4 --ranks-per-node 2 --steps 4 --set comm.intra=mpi \
+  selfcheck_within 120 --device cuda --ranks 4 --ranks-per-node 2 --steps 4 --set comm.intra=mpi \
     --set device.streams=check --rows full_shard,full_shard+qwZ+hpZ+qgZ\ bf16 --work "$out/selfcheck_check" \
     --json "$out/selfcheck_check.jsonl" || status=1
   echo "== [${SECONDS} s] a model beyond the GPU's memory is refused before allocation (exit 2, naming the GPU)"
@@ -346,8 +372,8 @@ run() {
     status=1
   fi
   echo "== [${SECONDS} s] log.trace on the GPU: 4 ranks' timelines of CUDA events hold every unit's work in its step"
-  bash "$repo/tests/train/trace.sh" $HSDP_MPIRUN -np 4 -- "$dir/bin/hsdp-train" "$repo/input/quickstart.ini" \
-    "$out/data" "$out/train/trace" --device.type=cuda --comm.intra=mpi || status=1
+  timeout -k 10 120 bash "$repo/tests/train/trace.sh" $HSDP_MPIRUN -np 4 -- "$dir/bin/hsdp-train" \
+    "$repo/input/quickstart.ini" "$out/data" "$out/train/trace" --device.type=cuda --comm.intra=mpi || status=1
   echo "== [${SECONDS} s] checkpoint round trip, 4 cuda ranks <-> 1 cpu rank"
   round_trip cuda || status=1
   # GPT-2 124M, B = 8, T = 1024, bf16, one GPU: the engine (its bench, and hsdp-train) against the whole-model path
