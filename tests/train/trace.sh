@@ -50,7 +50,8 @@ for rank in range(4):
 print(f"4 ranks x 3 steps: every unit's forward, backward, qgZ all-to-all and all-reduce in its step's timeline; "
       f"rank 0's waits cover exposed_comm_ms")
 PY
-# tools/bench/trace_gaps.py reads the real timeline too: its steps add up, the compute track's idle share in [0, 1].
+# tools/bench/trace_gaps.py reads the real timeline too: its steps add up, the compute track's idle share in [0, 1],
+# the idle time split by the host's part in it (waiting, after a wait, busy) adds up to it.
 gaps_tool=$(dirname "${BASH_SOURCE[0]}")/../../tools/bench/trace_gaps.py
 python3 "$gaps_tool" "$run/trace_rank0.json" --top 3 >"$run/gaps.jsonl"
 python3 - "$run/gaps.jsonl" <<'PY'
@@ -60,7 +61,11 @@ steps, total = rows[:-1], rows[-1]
 assert len(steps) == 3 and total["steps"] == 3, rows
 for r in steps:
     assert abs(r["busy_ms"] + r["idle_ms"] - r["step_ms"]) < 1e-6 and r["busy_ms"] > 0, r
+    assert abs(r["waiting_ms"] + r["after_wait_ms"] + r["host_busy_ms"] - r["idle_ms"]) < 1e-6, r
 assert 0 <= total["idle_share"] <= 1, total
-print(f"trace_gaps.py: compute idle {100 * total['idle_share']:.1f}% of the steps; longest gap "
-      f"{total['gaps'][0]['ms']:.3f} ms, after '{total['gaps'][0]['after']}', before '{total['gaps'][0]['before']}'")
+longest = total["gaps"][0]
+print(f"trace_gaps.py: compute idle {100 * total['idle_share']:.1f}% of the steps (host waiting "
+      f"{total['waiting_ms']:.3f} ms, after a host wait {total['after_wait_ms']:.3f}, host busy "
+      f"{total['host_busy_ms']:.3f} a step); longest gap {longest['ms']:.3f} ms, after '{longest['after']}', before "
+      f"'{longest['before']}': {longest['cause']}")
 PY

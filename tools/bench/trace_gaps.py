@@ -8,8 +8,19 @@ host, an instant at each begin_step). A step runs from its begin_step to the nex
 last span). For each step after the first --skip: its length, the time the track was busy (the union of its
 spans) and idle, and the --top longest idle gaps with the operations on either side; on a GPU the spans are the
 kernels' times, so idle is time the device had nothing of that queue to run. Then the same over all those steps.
-One JSON line each on stdout: {"step", "step_ms", "busy_ms", "idle_ms", "gaps": [{"ms", "after", "before"}, ...]},
-then {"steps", "step_ms", "busy_ms", "idle_ms", "idle_share", "gaps": [...]} with means and the longest gaps of all.
+
+Each gap also says what the host was doing (its track's "wait for Q" spans, the host's waits on a queue):
+  "host waiting for Q"       the host waited for Q for at least half the gap: it could not enqueue the next work;
+  "after the host's wait for Q"  a host wait ended inside the gap: the device ran dry while the host waited (a
+                             synchronization), and the rest of the gap is the host's time from that wait to the next
+                             work (reading the result, its own bookkeeping, enqueueing);
+  "host busy"                no wait: the host was running its own work (enqueueing slower than the device ran it,
+                             data, logging).
+Per step the idle time by these three ("waiting_ms", "after_wait_ms", "host_busy_ms").
+
+One JSON line each on stdout: {"step", "step_ms", "busy_ms", "idle_ms", "waiting_ms", "after_wait_ms",
+"host_busy_ms", "gaps": [{"ms", "after", "before", "cause"}, ...]}, then {"steps", "step_ms", "busy_ms", "idle_ms",
+"idle_share", "waiting_ms", "after_wait_ms", "host_busy_ms", "gaps": [...]} with means and the longest gaps of all.
 Exit 2 when the file has no such track or too few steps.
 """
 import argparse
@@ -29,14 +40,34 @@ def gaps_in(spans, begin, end):
     for ts, stop, name in sorted(spans):
         ts, stop = max(ts, begin), min(stop, end)  # spans that reach into [begin, end): ts <= stop
         if ts > cursor:
-            gaps.append({"us": ts - cursor, "after": last, "before": name})
+            gaps.append({"us": ts - cursor, "from": cursor, "to": ts, "after": last, "before": name})
         if stop > cursor:
             busy += stop - max(ts, cursor)
             cursor = stop
         last = name
     if end > cursor:
-        gaps.append({"us": end - cursor, "after": last, "before": "(step end)"})
+        gaps.append({"us": end - cursor, "from": cursor, "to": end, "after": last, "before": "(step end)"})
     return busy, gaps
+
+
+CLASSES = {"waiting": "waiting_ms", "after_wait": "after_wait_ms", "host_busy": "host_busy_ms"}
+
+
+def cause_of(gap, waits):
+    """The host's part in a gap (see the module's text): (class, cause) from the host's waits (ts, stop, queue)."""
+    lo, hi = gap["from"], gap["to"]
+    overlap = {}
+    ended = []
+    for ts, stop, queue in waits:
+        if stop > lo and ts < hi:
+            overlap[queue] = overlap.get(queue, 0.0) + min(stop, hi) - max(ts, lo)
+        if lo <= stop <= hi:
+            ended.append((stop, queue))
+    if overlap and sum(overlap.values()) >= (hi - lo) / 2:
+        return "waiting", "host waiting for " + max(overlap, key=overlap.get)
+    if ended:
+        return "after_wait", "after the host's wait for " + max(ended)[1]
+    return "host_busy", "host busy"
 
 
 def main():
@@ -57,6 +88,9 @@ def main():
     if not tids:
         fail(f"{a.trace} has no track '{a.track}' (it has: {', '.join(sorted(tracks.values())) or 'none'})")
     spans = [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e.get("ph") == "X" and e["tid"] in tids]
+    host = [tid for tid, name in tracks.items() if name == "host"]
+    waits = [(e["ts"], e["ts"] + e["dur"], e["name"][len("wait for "):]) for e in events
+             if e.get("ph") == "X" and e["tid"] in host and e["name"].startswith("wait for ")]
     starts = sorted(e["ts"] for e in events if e.get("ph") == "i" and e["name"].startswith("begin_step"))
     if len(starts) <= a.skip:
         fail(f"{a.trace} has {len(starts)} step(s), --skip {a.skip} leaves none")
@@ -69,8 +103,14 @@ def main():
         busy, gaps = gaps_in([s for s in spans if s[1] >= begin and s[0] < end], begin, end)
         gaps.sort(key=lambda g: -g["us"])
         step = {"step": k + 1, "step_ms": (end - begin) / 1e3, "busy_ms": busy / 1e3,
-                "idle_ms": (end - begin - busy) / 1e3,
-                "gaps": [{"ms": g["us"] / 1e3, "after": g["after"], "before": g["before"]} for g in gaps[:a.top]]}
+                "idle_ms": (end - begin - busy) / 1e3}
+        for key in CLASSES.values():
+            step[key] = 0.0
+        for g in gaps:
+            kind, g["cause"] = cause_of(g, waits)
+            step[CLASSES[kind]] += g["us"] / 1e3
+        step["gaps"] = [{"ms": g["us"] / 1e3, "after": g["after"], "before": g["before"], "cause": g["cause"]}
+                        for g in gaps[:a.top]]
         rows.append(step)
         all_gaps += [dict(g, step=k + 1) for g in gaps]
         print(json.dumps(step))
@@ -78,10 +118,13 @@ def main():
     mean = lambda key: sum(r[key] for r in rows) / n
     all_gaps.sort(key=lambda g: -g["us"])
     idle_share = sum(r["idle_ms"] for r in rows) / sum(r["step_ms"] for r in rows)
-    print(json.dumps({"steps": n, "track": a.track, "step_ms": mean("step_ms"), "busy_ms": mean("busy_ms"),
-                      "idle_ms": mean("idle_ms"), "idle_share": idle_share,
-                      "gaps": [{"ms": g["us"] / 1e3, "step": g["step"], "after": g["after"], "before": g["before"]}
-                               for g in all_gaps[:a.top]]}))
+    total = {"steps": n, "track": a.track, "step_ms": mean("step_ms"), "busy_ms": mean("busy_ms"),
+             "idle_ms": mean("idle_ms"), "idle_share": idle_share}
+    for key in CLASSES.values():
+        total[key] = mean(key)
+    total["gaps"] = [{"ms": g["us"] / 1e3, "step": g["step"], "after": g["after"], "before": g["before"],
+                      "cause": g["cause"]} for g in all_gaps[:a.top]]
+    print(json.dumps(total))
     return 0
 
 
