@@ -180,7 +180,12 @@ TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Determin
     mc::fused_attention_forward(d_out.data(), d_lse.data(), d_rows.data(), s.B, s.T_, s.NH, s.NKV, s.hs,
                                 this->stream());
     const auto got_out = this->download(d_out);
-    EXPECT_TRUE(close(floats(got_out), out, tol<T>())) << "out, hs=" << s.hs << " NKV=" << s.NKV;
+    // On a failure, where: by the tensor-core kernels' 64-row tiles and by head.
+    const auto where = [&](const std::vector<float>& got, const std::vector<float>& want, int width) {
+      return where_out_of_tolerance(got, want, tol<T>(), s.T_, width, 64, s.hs);
+    };
+    EXPECT_TRUE(close(floats(got_out), out, tol<T>()))
+        << "out, hs=" << s.hs << " NKV=" << s.NKV << where(floats(got_out), out, C);
     EXPECT_TRUE(close(this->download(d_lse), lse, kF32)) << "lse, hs=" << s.hs;
 
     // The backward reference: the CPU's from its own probabilities, with the GPU's output for D = dO . O only
@@ -205,11 +210,28 @@ TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Determin
       first = raw;
       const auto got = floats(raw);
       const auto [got_dq, got_dk, got_dv] = split_qkv(got, N, C, K);
-      EXPECT_TRUE(close(got_dq, dq, tol<T>())) << "dq, hs=" << s.hs << " NKV=" << s.NKV;
-      EXPECT_TRUE(close(got_dk, dk, tol<T>())) << "dk, hs=" << s.hs << " NKV=" << s.NKV;
-      EXPECT_TRUE(close(got_dv, dv, tol<T>())) << "dv, hs=" << s.hs << " NKV=" << s.NKV;
+      EXPECT_TRUE(close(got_dq, dq, tol<T>())) << "dq, hs=" << s.hs << " NKV=" << s.NKV << where(got_dq, dq, C);
+      EXPECT_TRUE(close(got_dk, dk, tol<T>())) << "dk, hs=" << s.hs << " NKV=" << s.NKV << where(got_dk, dk, K);
+      EXPECT_TRUE(close(got_dv, dv, tol<T>())) << "dv, hs=" << s.hs << " NKV=" << s.NKV << where(got_dv, dv, K);
     }
   }
+}
+
+// The map of a failure that the fused attention's test prints, on a made-up tensor (no GPU needed): 2 sequences of 5
+// rows of 6 columns, groups of 3 columns, tiles of 2 rows. Out of tolerance: (b 0, t 0, column 0) in (0, 0); (b 0,
+// t 4, column 5) and (b 1, t 4, column 4) in (2, 1); a NaN at (b 1, t 2, column 1) in (1, 0); most first.
+TEST(GpuTestUtil, WhereOutOfTolerance_CountsByRowTileAndColumnGroup) {
+  std::vector<float> want(2 * 5 * 6, 1.0f);
+  std::vector<float> got = want;
+  const auto at = [](int b, int t, int c) { return static_cast<std::size_t>((b * 5 + t) * 6 + c); };
+  got[at(0, 0, 0)] = 2.0f;
+  got[at(0, 4, 5)] = 0.0f;
+  got[at(1, 4, 4)] = 1.5f;
+  got[at(1, 2, 1)] = std::nanf("");
+  got[at(1, 3, 2)] = 1.0f + 1e-6f;  // within {1e-4, 1e-5}
+  EXPECT_EQ(where_out_of_tolerance(got, want, kF32, 5, 6, 2, 3),
+            "; out of tolerance by (2-row tile of t, 3-column group): (2, 1): 2 (0, 0): 1 (1, 0): 1");
+  EXPECT_EQ(where_out_of_tolerance(want, want, kF32, 5, 6, 2, 3), "");
 }
 
 TYPED_TEST(AttentionBlasGpu, Matmul_ForwardAndBackward_MatchCpu_AndAccumulate) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hsdp/core/dtype.hpp"
@@ -97,29 +98,69 @@ struct Tolerance {
   double scale_rel;
 };
 
+inline double max_abs(const std::vector<float>& x) {
+  double scale = 0.0;
+  for (const float v : x) scale = std::max(scale, std::abs(static_cast<double>(v)));
+  return scale;
+}
+
+// The tolerance's rule for one element, given max|want| (scale); false for NaN.
+inline bool within(float got, float want, double scale, Tolerance tol) {
+  const double err = std::abs(static_cast<double>(got) - want);
+  return err <= tol.rel * std::abs(static_cast<double>(want)) + tol.scale_rel * scale;
+}
+
 inline ::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol) {
   if (got.size() != want.size()) {
     return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
   }
-  double scale = 0.0;
-  for (const float w : want) scale = std::max(scale, std::abs(static_cast<double>(w)));
+  const double scale = max_abs(want);
   std::size_t bad = 0;
   std::size_t first = 0;
   double worst = 0.0;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
-    const double limit = tol.rel * std::abs(static_cast<double>(want[i])) + tol.scale_rel * scale;
-    if (!(err <= limit)) {
+    if (!within(got[i], want[i], scale, tol)) {
       if (bad == 0) first = i;
       ++bad;
     }
-    worst = std::max(worst, err / (scale > 0 ? scale : 1.0));
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / (scale > 0 ? scale : 1.0));
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " of " << want.size() << " elements out of tolerance (rel " << tol.rel
                                        << ", " << tol.scale_rel << " of max |want| " << scale << "); first at " << first
                                        << ": got " << got[first] << ", want " << want[first]
                                        << "; worst error / max|want| = " << worst;
+}
+
+// Where the elements out of tolerance lie, for rows of `width` values (row b T + t, t < T): their counts by tile of
+// `tile` rows of t and group of `group` columns (a kernel's row tiles and heads), "(tile, group): count", the 12
+// largest; empty when none is out. A kernel's bug shows its shape: one tile edge, one warp's rows, the last tile.
+inline std::string where_out_of_tolerance(const std::vector<float>& got, const std::vector<float>& want, Tolerance tol,
+                                          int T, int width, int tile, int group) {
+  if (got.size() != want.size() || width < 1 || T < 1 || tile < 1 || group < 1) return {};
+  const double scale = max_abs(want);
+  std::vector<std::pair<std::pair<int, int>, int>> counts;  // ((tile, group), count), in order of first sight
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (within(got[i], want[i], scale, tol)) continue;
+    const int t = static_cast<int>(i / static_cast<std::size_t>(width)) % T;
+    const std::pair<int, int> at{t / tile, static_cast<int>(i % static_cast<std::size_t>(width)) / group};
+    const auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == at; });
+    if (it == counts.end()) {
+      counts.push_back({at, 1});
+    } else {
+      ++it->second;
+    }
+  }
+  if (counts.empty()) return {};
+  std::stable_sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string text =
+      "; out of tolerance by (" + std::to_string(tile) + "-row tile of t, " + std::to_string(group) + "-column group):";
+  for (std::size_t k = 0; k < counts.size() && k < 12; ++k) {
+    text += " (" + std::to_string(counts[k].first.first) + ", " + std::to_string(counts[k].first.second) +
+            "): " + std::to_string(counts[k].second);
+  }
+  if (counts.size() > 12) text += " ... (" + std::to_string(counts.size()) + " places)";
+  return text;
 }
 
 // The q, k and v parts of N rows laid out q (C) | k (K) | v (K), as three row-major buffers (a Llama's and the GPU
