@@ -363,25 +363,33 @@ bool Engine::found_nonfinite() {
 void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) {
   Impl& m = *impl_;
   m.compute_after_reductions();
+  // Unsharded with bf16 compute copies (a GPU's no_shard): AdamW writes the copies in its own pass, as
+  // refresh_derived_state's conversion would after it (the same rounding; the padding AdamW does not see keeps the
+  // zeros of the first conversion), and that pass over the masters goes.
+  const bool copies_in_adamw = m.unsharded && !m.st.gather_after_step && m.o.param_dtype == DType::bf16 &&
+                               m.o.compute_dtype == DType::bf16 && !m.persistent_params.empty();
   std::vector<BufferAccess> access;
   for (int u = 0; u < m.n_units; ++u) {
     access.push_back(writes(m.master_id[static_cast<std::size_t>(u)]));
     access.push_back(writes(m.unsharded ? m.flat_grad_id[static_cast<std::size_t>(u)]
                                         : m.grad_shard_id[static_cast<std::size_t>(u)]));
+    if (copies_in_adamw) access.push_back(writes(m.persistent_params[static_cast<std::size_t>(u)].id));
   }
-  m.q.enqueue(m.compute, "adamw", access, [this, &m, config, step] {
+  m.q.enqueue(m.compute, "adamw", access, [this, &m, config, step, copies_in_adamw] {
     for (int u = 0; u < m.n_units; ++u) {
       FlatParamUnit& fp = *units_[static_cast<std::size_t>(u)];
       const std::size_t n = fp.geometry.valid;
       float* grad = m.unsharded ? m.grads(u) : fp.grad_shard.data();
+      bf16_t* copy = nullptr;
+      if (copies_in_adamw) copy = reinterpret_cast<bf16_t*>(m.persistent_params[static_cast<std::size_t>(u)].data());
       device_->adamw(config, step, fp.master.data(), grad, fp.exp_avg.data(), fp.exp_avg_sq.data(), n, fp.segments,
-                     true);
+                     true, copy);
     }
   });
   m.params_updated = m.q.record(m.compute);
   // Every element AdamW did not see (the shards' padding) was zero already: reduce-scatters of zero padding.
   m.reduced_grads_zero = true;
-  refresh_derived_state();
+  if (!copies_in_adamw) refresh_derived_state();
   m.q.synchronize(m.q.record(m.compute));
   m.settle_timing();  // zero1's all-gathers after AdamW belong to the step
 }

@@ -78,13 +78,15 @@ class CpuDeviceOps final : public DeviceOps {
     quant::reduce_requantize(views(messages, count, spec), quant::message_span(out, count, spec));
   }
   void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads, float* m,
-             float* v, std::size_t count, std::span<const optim::DecaySegment> segments, bool zero_grads) override {
+             float* v, std::size_t count, std::span<const optim::DecaySegment> segments, bool zero_grads,
+             bf16_t* param_copy) override {
     const std::span<float> p(params, count), g(grads, count), m1(m, count), m2(v, count);
     if (zero_grads) {
       optim::adamw_update_zeroing_grads(config, step, p, g, m1, m2, segments);
     } else {
       optim::adamw_update(config, step, p, g, m1, m2, segments);
     }
+    if (param_copy != nullptr) convert_from_f32(p, param_copy, DType::bf16);
   }
   void squared_sum(const float* values, std::size_t count, double* sum) override {
     *sum += optim::local_squared_sum(std::span<const float>(values, count));

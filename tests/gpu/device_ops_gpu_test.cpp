@@ -217,23 +217,35 @@ TEST_F(DeviceOpsGpu, NonFiniteQuantize_IsRaisedLater_WithTheCpusMessage) {
   }
 }
 
+// The last step also writes a bf16 copy of the updated params in its pass (the engine's no_shard with bf16 compute
+// copies): on each device the bits its convert gives from those params.
 TEST_F(DeviceOpsGpu, AdamW_WithDecaySegments_MatchesTheCpu_AndZeroesTheGradients) {
   const optim::AdamWConfig config{};
   const std::vector<optim::DecaySegment> segments{{0, 40000, true}, {40000, 1000, false}, {41000, kN - 41000, true}};
   std::vector<float> params = values(30), m(kN, 0.0f), v(kN, 0.0f);
   auto d_params = on_gpu(params), d_m = on_gpu(m), d_v = on_gpu(v);
+  std::vector<bf16_t> cpu_copy(kN);
+  auto d_copy = gpu_->array<bf16_t>(kN, MemCategory::params);
   for (std::int64_t t = 1; t <= 3; ++t) {
     std::vector<float> grads = values(40 + static_cast<std::uint64_t>(t));
     auto d_grads = on_gpu(grads);
     const optim::AdamWStep step{.lr = 1e-3f, .t = t, .grad_scale = 0.5f};
-    cpu_->adamw(config, step, params.data(), grads.data(), m.data(), v.data(), kN, segments, true);
-    gpu_->adamw(config, step, d_params.data(), d_grads.data(), d_m.data(), d_v.data(), kN, segments, true);
+    cpu_->adamw(config, step, params.data(), grads.data(), m.data(), v.data(), kN, segments, true,
+                t == 3 ? cpu_copy.data() : nullptr);
+    gpu_->adamw(config, step, d_params.data(), d_grads.data(), d_m.data(), d_v.data(), kN, segments, true,
+                t == 3 ? d_copy.data() : nullptr);
     EXPECT_TRUE(same_bytes(back(d_grads), std::vector<float>(kN, 0.0f))) << "step " << t;
   }
   const Tolerance tight{1e-6, 1e-6};
   EXPECT_TRUE(close(back(d_params), params, tight));
   EXPECT_TRUE(close(back(d_m), m, tight));
   EXPECT_TRUE(close(back(d_v), v, tight));
+  std::vector<bf16_t> cpu_converted(kN);
+  cpu_->convert(params.data(), DType::f32, cpu_converted.data(), DType::bf16, kN);
+  EXPECT_TRUE(same_bytes(cpu_copy, cpu_converted)) << "the CPU's copy in AdamW's pass";
+  auto d_converted = gpu_->array<bf16_t>(kN, MemCategory::params);
+  gpu_->convert(d_params.data(), DType::f32, d_converted.data(), DType::bf16, kN);
+  EXPECT_TRUE(same_bytes(back(d_copy), back(d_converted))) << "the GPU's copy in AdamW's pass";
 }
 
 TEST_F(DeviceOpsGpu, Scalars_SquaredSumAndNonFiniteFlags_AreTheCpus) {

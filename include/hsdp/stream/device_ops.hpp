@@ -95,10 +95,12 @@ class DeviceOps {
   virtual void reduce_requantize(std::span<const std::uint8_t* const> messages, std::size_t count,
                                  quant::QuantSpec spec, std::uint8_t* out) = 0;
 
-  // zero_grads: the gradients are set to zero in the same pass (the next step accumulates into them).
+  // zero_grads: the gradients are set to zero in the same pass (the next step accumulates into them). param_copy,
+  // when not null: count bf16 values that receive the updated params rounded to bf16 (convert's rounding), in the
+  // same pass (a bf16 compute copy kept beside unsharded masters).
   virtual void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads,
                      float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments,
-                     bool zero_grads) = 0;
+                     bool zero_grads, bf16_t* param_copy) = 0;
   // Scalars stay in device memory until the host copies them (once a step: loss, norm, overflow flag).
   // *sum += the sum of squares of the values, in double (the global norm's partial sum).
   virtual void squared_sum(const float* values, std::size_t count, double* sum) = 0;

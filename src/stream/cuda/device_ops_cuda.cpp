@@ -130,9 +130,10 @@ const optim::cuda::DeviceDecaySegments& CudaDeviceOps::segments_of(float* params
 
 void CudaDeviceOps::adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads,
                           float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments,
-                          bool zero_grads) {
+                          bool zero_grads, bf16_t* param_copy) {
   if (count == 0) return;
-  optim::cuda::adamw_update(optim::cuda::adamw_values(config, step), segments_of(params, segments, count), params, grads, m, v, nullptr, stream_);
+  optim::cuda::adamw_update(optim::cuda::adamw_values(config, step), segments_of(params, segments, count), params,
+                            grads, m, v, param_copy, stream_);
   if (zero_grads) fill_zero(grads, count * sizeof(float));
 }
 
