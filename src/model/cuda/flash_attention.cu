@@ -27,8 +27,8 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
 #include <type_traits>
+#include <utility>
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/device/cuda/kernel_util.cuh"
