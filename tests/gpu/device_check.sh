@@ -35,8 +35,9 @@
 # `mkdir -p /tmp/o; timeout -k 10 470 bash tests/gpu/device_check.sh run .gpu /tmp/o >/tmp/o/run.log 2>&1;
 # tar -C /tmp -cJf $OUT/o.tar.xz --exclude=checkpoints --exclude='*.h5' --exclude='*.bin' o; tail -c 11000
 # /tmp/o/run.log` (the tool brings back a few files and the output's tail: the logs as one archive), then the same
-# with `run .gpu /tmp/o speed`. Each section's header shows the seconds since the start; a gtest binary, a self-check
-# and a run each have a time limit of their own, so that a hang costs its section, not the call.
+# with /tmp/s for /tmp/o and `run .gpu /tmp/s speed` (OUT is a folder of its own: run refuses one that holds an
+# earlier run's results). Each section's header shows the seconds since the start; a gtest binary, a self-check and
+# a run each have a time limit of their own, so that a hang costs its section, not the call.
 # Exit status of run: non-zero when a gtest, a self-check row or the round trip failed (the benchmarks report).
 set -uo pipefail
 
@@ -291,6 +292,10 @@ run() {
   repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
+  for f in gpu.txt bench.jsonl selfcheck.jsonl speed.jsonl round_trip.jsonl; do
+    [[ -e $out/$f ]] &&
+      { echo "device_check.sh: $out holds an earlier run's results ($f): give a folder of its own"; exit 2; }
+  done
   if [[ -f $dir/pack.tar.xz ]]; then # unpacked outside the carried tree, removed at exit
     unpacked=$(mktemp -d "${TMPDIR:-/tmp}/hsdp-gpu.XXXXXX")
     trap 'rm -rf "$unpacked"' EXIT
