@@ -61,37 +61,28 @@ struct Llama {
   }
   static constexpr double kBf16Grad = 0.23, kBf16Loss = 0.12;
 };
+// A model with its fused parts switched on: model.attention=fused and model.gemm_epilogue=fused.
+template <typename Base, bool kFusedAttention, bool kFusedEpilogues>
+struct With : Base {
+  static model::GptConfig config() {
+    model::GptConfig c = Base::config();
+    c.fused_attention = kFusedAttention;
+    c.fused_epilogues = kFusedEpilogues;
+    return c;
+  }
+};
 // The same two models with model.attention=fused: the bounds stand (the fused kernels round the same values: q, k, v,
 // the output, their gradients; in bf16 the tensor-core kernels round P and dS for their products as the unfused path
 // stores them, the CUDA-core kernels keep both in fp32).
 template <typename Base>
-struct Fused : Base {
-  static model::GptConfig config() {
-    model::GptConfig c = Base::config();
-    c.fused_attention = true;
-    return c;
-  }
-};
-// And with model.gemm_epilogue=fused (GELU, its gradient and the residual adds in cuBLASLt's epilogues): again the
-// same values rounded, fewer times (the product before its GELU or residual add is not stored in T first).
+using Fused = With<Base, true, false>;
+// The GEMM epilogues alone (GELU, its gradient and the residual adds in cuBLASLt's epilogues): again the same values
+// rounded, fewer times (the product before its GELU or residual add is not stored in T first).
 template <typename Base>
-struct Lean : Base {
-  static model::GptConfig config() {
-    model::GptConfig c = Base::config();
-    c.fused_attention = true;
-    c.fused_epilogues = true;
-    return c;
-  }
-};
-// The epilogues alone (the unfused attention), so that a failing Lean case says which of its two parts broke.
+using Epilogues = With<Base, false, true>;
+// Both (a failing Lean case's parts are the two above, each a case of its own).
 template <typename Base>
-struct Epilogues : Base {
-  static model::GptConfig config() {
-    model::GptConfig c = Base::config();
-    c.fused_epilogues = true;
-    return c;
-  }
-};
+using Lean = With<Base, true, true>;
 template <typename Compute, typename Model_>
 struct Case {
   using T = Compute;

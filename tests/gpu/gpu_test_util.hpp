@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -139,19 +140,14 @@ inline std::string where_out_of_tolerance(const std::vector<float>& got, const s
                                           int T, int width, int tile, int group) {
   if (got.size() != want.size() || width < 1 || T < 1 || tile < 1 || group < 1) return {};
   const double scale = max_abs(want);
-  std::vector<std::pair<std::pair<int, int>, int>> counts;  // ((tile, group), count), in order of first sight
+  std::map<std::pair<int, int>, int> by_place;  // (tile, group) -> count
   for (std::size_t i = 0; i < want.size(); ++i) {
     if (within(got[i], want[i], scale, tol)) continue;
     const int t = static_cast<int>(i / static_cast<std::size_t>(width)) % T;
-    const std::pair<int, int> at{t / tile, static_cast<int>(i % static_cast<std::size_t>(width)) / group};
-    const auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == at; });
-    if (it == counts.end()) {
-      counts.push_back({at, 1});
-    } else {
-      ++it->second;
-    }
+    ++by_place[{t / tile, static_cast<int>(i % static_cast<std::size_t>(width)) / group}];
   }
-  if (counts.empty()) return {};
+  if (by_place.empty()) return {};
+  std::vector<std::pair<std::pair<int, int>, int>> counts(by_place.begin(), by_place.end());
   std::stable_sort(counts.begin(), counts.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   std::string text =
       "; out of tolerance by (" + std::to_string(tile) + "-row tile of t, " + std::to_string(group) + "-column group):";

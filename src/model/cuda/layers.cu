@@ -348,12 +348,7 @@ __device__ void gelu_backward_packs(T* dinp, const T* inp, const T* dout, std::s
     detail::Pack<T, P> gs;
     if constexpr (kAdd) gs = detail::load_pack<P>(dinp + i * P);
     for (int k = 0; k < P; ++k) {
-      const float d = load(&ds.v[k]) * gelu_grad_of(load(&xs.v[k]));
-      if constexpr (kAdd) {
-        store(&gs.v[k], load(&gs.v[k]) + d);
-      } else {
-        store(&gs.v[k], 0.0f + d);  // store_grad's write: the bits of an add onto zeros (+0 where d is -0)
-      }
+      detail::store_grad(&gs.v[k], load(&ds.v[k]) * gelu_grad_of(load(&xs.v[k])), kAdd);
     }
     detail::store_pack(dinp + i * P, gs);
   }
