@@ -169,14 +169,15 @@ void Engine::begin_step() {
   timing_ = {};
   m.in_flight.clear();
   m.waited_at_step_start = m.q.host_waited_s();
-  std::vector<BufferAccess> zeroed{writes(m.flag_id)};
+  std::vector<BufferAccess> zeroed{writes(m.flag_id), writes(m.loss_sum_id)};
   const bool clear_reduced = !m.reduced_grads_zero;
   if (clear_reduced) {
     for (const BufferId id : m.grad_shard_id) zeroed.push_back(writes(id));
     for (const BufferId id : m.flat_grad_id) zeroed.push_back(writes(id));
   }
   // What to zero, taken now: the host may allocate and free gradient buffers before the work runs.
-  std::vector<std::pair<void*, std::size_t>> zero{{m.scalar(Impl::Scalar::nonfinite_flag), sizeof(double)}};
+  std::vector<std::pair<void*, std::size_t>> zero{{m.scalar(Impl::Scalar::nonfinite_flag), sizeof(double)},
+                                                  {m.scalar(Impl::Scalar::loss_sum), sizeof(double)}};
   if (clear_reduced) {
     for (auto& u : units_) zero.emplace_back(u->grad_shard.data(), u->grad_shard.size() * sizeof(float));
     zero.emplace_back(m.flat_grads.data(), m.flat_grads.size() * sizeof(float));
@@ -197,7 +198,8 @@ void Engine::begin_step() {
 // strategy frees after forward (and then keeps its hpZ slice), evaluation keeps nothing after a block and the
 // embedding's hpZ slice for a tied head. A tied head's embedding is prefetched again at the last block where it was
 // released; an untied head (a Llama's lm_head, in the final unit) never reads the embedding.
-void Engine::forward_blocks(model::UnitModel& model, std::span<const std::int32_t> tokens, Purpose purpose) {
+void Engine::forward_blocks(model::UnitModel& model, std::shared_ptr<const std::vector<std::int32_t>> tokens,
+                            Purpose purpose) {
   Impl& m = *impl_;
   const int L = m.n_layer;
   StreamQueues& q = m.q;
@@ -208,7 +210,7 @@ void Engine::forward_blocks(model::UnitModel& model, std::span<const std::int32_
   m.ensure(Impl::kEmbedding);
   m.maybe_prefetch(Impl::block_unit(0));
   q.enqueue(m.compute, "forward embedding", {reads(m.params_id(Impl::kEmbedding))},
-            [g, tokens, p = m.params(Impl::kEmbedding)] { g->forward_embedding(tokens, p); });
+            [g, tokens, p = m.params(Impl::kEmbedding)] { g->forward_embedding(*tokens, p); });
   if (release_after_use) {  // a tied head reads its hpZ slice
     m.release(Impl::kEmbedding, m.tied_head ? Impl::Secondary::keep : Impl::Secondary::drop);
   }
@@ -226,8 +228,8 @@ void Engine::forward_blocks(model::UnitModel& model, std::span<const std::int32_
   if (m.tied_head) m.ensure(Impl::kEmbedding);
 }
 
-float Engine::forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
-                               std::span<const std::int32_t> targets, float dloss, bool last) {
+void Engine::forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
+                              std::span<const std::int32_t> targets, float dloss, bool last) {
   Impl& m = *impl_;
   require_compute_dtype(model, m.o.compute_dtype);
   const int L = m.n_layer;
@@ -243,17 +245,24 @@ float Engine::forward_backward(model::UnitModel& model, std::span<const std::int
     for (const Bucket& b : m.buckets) m.bucket_pending_units.push_back(b.last_unit - b.first_unit + 1);
   }
   model::UnitModel* g = &model;
+  // The ids, copied: nothing below waits for the device, so the caller may refill its buffers while this
+  // micro-batch's work is still to run (on worker threads; a GPU's model copies them at the call).
+  auto token_ids = std::make_shared<const std::vector<std::int32_t>>(tokens.begin(), tokens.end());
+  auto target_ids = std::make_shared<const std::vector<std::int32_t>>(targets.begin(), targets.end());
 
-  // forward: embedding, blocks, head
-  forward_blocks(model, tokens, Purpose::training);
+  // forward: embedding, blocks, head (its loss added to the step's)
+  forward_blocks(model, std::move(token_ids), Purpose::training);
   if (m.free_after_forward && L > 0) m.maybe_prefetch(Impl::block_unit(L - 1), Impl::Pass::backward);
   double* loss_slot = m.scalar(Impl::Scalar::loss);
+  double* loss_sum = m.scalar(Impl::Scalar::loss_sum);
   const bool tied = m.tied_head;
-  std::vector<BufferAccess> head_reads{reads(m.params_id(final_unit)), writes(m.loss_id)};
+  std::vector<BufferAccess> head_reads{reads(m.params_id(final_unit)), writes(m.loss_id), writes(m.loss_sum_id)};
   if (tied) head_reads.push_back(reads(m.params_id(emb)));
   q.enqueue(compute, "forward head", head_reads,
-            [g, targets, dloss, loss_slot, pf = m.params(final_unit), pe = tied ? m.params(emb) : nullptr] {
-              g->forward_head(targets, pf, pe, dloss, loss_slot);
+            [g, dev = device_.get(), target_ids, dloss, loss_slot, loss_sum, pf = m.params(final_unit),
+             pe = tied ? m.params(emb) : nullptr] {
+              g->forward_head(*target_ids, pf, pe, dloss, loss_slot);
+              dev->add_scalar(loss_sum, loss_slot);
             });
 
   // backward: head (final norm, the LM head: the embedding's when tied), blocks, embedding
@@ -282,7 +291,6 @@ float Engine::forward_backward(model::UnitModel& model, std::span<const std::int
             [g, ge = m.grads(emb)] { g->backward_embedding(ge); });
   m.unit_backward_done(emb, last);
   q.progress();
-  return static_cast<float>(m.read_scalar(Impl::Scalar::loss, "read the loss"));
 }
 
 float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens,
@@ -294,7 +302,8 @@ float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> to
   StreamQueues& q = m.q;
   const PollBetweenKernels poll(model, q);
   model::UnitModel* g = &model;
-  forward_blocks(model, tokens, Purpose::evaluation);
+  forward_blocks(model, std::make_shared<const std::vector<std::int32_t>>(tokens.begin(), tokens.end()),
+                 Purpose::evaluation);
   double* loss_slot = m.scalar(Impl::Scalar::loss);
   const bool tied = m.tied_head;
   std::vector<BufferAccess> head_reads{reads(m.params_id(final_unit)), writes(m.loss_id)};
@@ -305,13 +314,13 @@ float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> to
             });
   m.release(final_unit);
   m.release(emb);
-  return static_cast<float>(m.read_scalar(Impl::Scalar::loss, "read the loss"));
+  return static_cast<float>(m.read_loss());  // the targets span outlives the work: the read waits for it
 }
 
-double Engine::grad_norm_squared() {
+StepScalars Engine::step_scalars(bool check_nonfinite) {
   Impl& m = *impl_;
   m.compute_after_reductions();
-  std::vector<BufferAccess> access{writes(m.norm_id)};
+  std::vector<BufferAccess> access;
   for (int u = 0; u < m.n_units; ++u) {
     access.push_back(reads(m.unsharded ? m.flat_grad_id[static_cast<std::size_t>(u)]
                                        : m.grad_shard_id[static_cast<std::size_t>(u)]));
@@ -321,7 +330,9 @@ double Engine::grad_norm_squared() {
   // the same averaged gradients.
   const bool contributes = m.unsharded || mesh_.replicate().rank() == 0;
   double* norm = m.scalar(Impl::Scalar::squared_norm);
-  m.q.enqueue(m.compute, "squared sum", access, [this, &m, norm, contributes] {
+  std::vector<BufferAccess> norm_access = access;
+  norm_access.push_back(writes(m.norm_id));
+  m.q.enqueue(m.compute, "squared sum", norm_access, [this, &m, norm, contributes] {
     device_->fill_zero(norm, sizeof(double));
     if (!contributes) return;
     for (int u = 0; u < m.n_units; ++u) {
@@ -333,31 +344,21 @@ double Engine::grad_norm_squared() {
     }
   });
   if (!m.unsharded) m.world_sum(norm, m.norm_id, "all_reduce squared norm");
-  const double result = m.read_scalar(Impl::Scalar::squared_norm, "read the norm");
-  m.settle_timing();
-  return result;
-}
-
-bool Engine::found_nonfinite() {
-  Impl& m = *impl_;
-  m.compute_after_reductions();
-  std::vector<BufferAccess> access{writes(m.flag_id)};
-  for (int u = 0; u < m.n_units; ++u) {
-    access.push_back(reads(m.unsharded ? m.flat_grad_id[static_cast<std::size_t>(u)]
-                                       : m.grad_shard_id[static_cast<std::size_t>(u)]));
+  if (check_nonfinite) {
+    double* flag = m.scalar(Impl::Scalar::nonfinite_flag);  // qgZ may have set it already (begin_step zeroed it)
+    access.push_back(writes(m.flag_id));
+    m.q.enqueue(m.compute, "non-finite check", access, [this, &m, flag] {
+      for (int u = 0; u < m.n_units; ++u) {
+        const float* g = m.unsharded ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
+        const std::size_t n = m.unsharded ? m.geo(u).numel : m.geo(u).valid;
+        device_->flag_nonfinite(g, n, flag);
+      }
+    });
+    m.world_sum(flag, m.flag_id, "all_reduce non-finite flag");
   }
-  double* flag = m.scalar(Impl::Scalar::nonfinite_flag);  // qgZ may have set it already (begin_step zeroed it)
-  m.q.enqueue(m.compute, "non-finite check", access, [this, &m, flag] {
-    for (int u = 0; u < m.n_units; ++u) {
-      const float* g = m.unsharded ? m.grads(u) : units_[static_cast<std::size_t>(u)]->grad_shard.data();
-      const std::size_t n = m.unsharded ? m.geo(u).numel : m.geo(u).valid;
-      device_->flag_nonfinite(g, n, flag);
-    }
-  });
-  m.world_sum(flag, m.flag_id, "all_reduce non-finite flag");
-  const double result = m.read_scalar(Impl::Scalar::nonfinite_flag, "read the non-finite flag");
+  const auto [loss_sum, norm_squared, flag] = m.read_step_scalars();
   m.settle_timing();
-  return result > 0;
+  return {loss_sum, norm_squared, check_nonfinite && flag > 0};
 }
 
 void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) {
@@ -390,8 +391,9 @@ void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamW
   // Every element AdamW did not see (the shards' padding) was zero already: reduce-scatters of zero padding.
   m.reduced_grads_zero = true;
   if (!copies_in_adamw) refresh_derived_state();
-  m.q.synchronize(m.q.record(m.compute));
-  m.settle_timing();  // zero1's all-gathers after AdamW belong to the step
+  // zero1's all-gathers after AdamW belong to the step (the host waits for their time); else the host goes on.
+  if (m.st.gather_after_step) m.q.synchronize(m.q.record(m.compute));
+  m.settle_timing();
 }
 
 std::vector<UnitShard> Engine::shard_views() {

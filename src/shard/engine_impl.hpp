@@ -11,6 +11,7 @@
 // Every buffer the queues touch is tracked by name for the checker; memory goes back to its pool through
 // StreamQueues::release after the event that covers its last use.
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <memory>
 #include <string>
@@ -114,22 +115,14 @@ struct Engine::Impl {
   std::vector<Buffer<float>> checkpoint_staging;
   // Host copies of the persistent full parameters where the device's memory is not the host's: the replica check.
   std::vector<std::vector<std::byte>> replica_staging;
-  // The step's scalars in device memory, each read by the host once (read_scalar).
-  enum class Scalar { loss, squared_norm, nonfinite_flag };  // the loss of the last micro-batch; the flag: fp16
+  // The step's scalars in device memory: the loss the model writes (a micro-batch's, an evaluation batch's), then
+  // the three the host reads once a step, in one copy (read_step_scalars): the loss summed over the step's
+  // micro-batches, the squared norm, fp16's non-finite flag.
+  enum class Scalar { loss, loss_sum, squared_norm, nonfinite_flag };
+  static constexpr std::size_t kScalars = static_cast<std::size_t>(Scalar::nonfinite_flag) + 1;
   DeviceArray<double> scalars;
-  BufferId loss_id = -1, norm_id = -1, flag_id = -1;
+  BufferId loss_id = -1, loss_sum_id = -1, norm_id = -1, flag_id = -1;
   double* scalar(Scalar s) { return scalars.data() + static_cast<std::size_t>(s); }
-  BufferId scalar_id(Scalar s) const {
-    switch (s) {
-      case Scalar::loss:
-        return loss_id;
-      case Scalar::squared_norm:
-        return norm_id;
-      case Scalar::nonfinite_flag:
-        return flag_id;
-    }
-    return -1;
-  }
 
   // The collectives' variants (collective_variants.hpp), chosen by Engine::configure_zeropp: qwZ makes the forward
   // gather quantized, hpZ adds the secondary gather, qgZ makes the reduction quantized.
@@ -175,8 +168,9 @@ struct Engine::Impl {
         t->span(queue, name, begin, end);
       });
     }
-    scalars = dev.array<double>(static_cast<std::size_t>(Scalar::nonfinite_flag) + 1, MemCategory::comm_buffers);
+    scalars = dev.array<double>(kScalars, MemCategory::comm_buffers);
     loss_id = q.track("loss");
+    loss_sum_id = q.track("loss sum");
     norm_id = q.track("squared norm");
     flag_id = q.track("non-finite flag");
   }
@@ -222,14 +216,26 @@ struct Engine::Impl {
     timing.comm_ms = 1e3 * covered;
     timing.exposed_comm_ms = 1e3 * (q.host_waited_s() - waited_at_step_start);
   }
-  // The host's one read of a step scalar (after everything compute did).
-  double read_scalar(Scalar s, const std::string& what) {
-    if (!(faults.early_norm_read && s == Scalar::squared_norm)) q.synchronize(q.record(compute));
-    q.host_read(scalar_id(s), what);
+  // The host's read of the loss an evaluation batch wrote (after everything compute did).
+  double read_loss() {
+    q.synchronize(q.record(compute));
+    q.host_read(loss_id, "read the loss");
     double value = 0;
-    dev.copy_to_host(&value, scalar(s), sizeof(double));
+    dev.copy_to_host(&value, scalar(Scalar::loss), sizeof(double));
     dev.raise_deferred_errors();
     return value;
+  }
+  // The host's one read a step: loss sum, squared norm and flag (adjacent), after everything compute did.
+  std::array<double, 3> read_step_scalars() {
+    if (!faults.early_norm_read) q.synchronize(q.record(compute));
+    q.host_read(norm_id, "read the norm");
+    q.host_read(flag_id, "read the non-finite flag");
+    q.host_read(loss_sum_id, "read the loss");
+    std::array<double, 3> values{};
+    static_assert(static_cast<int>(Scalar::nonfinite_flag) - static_cast<int>(Scalar::loss_sum) == 2);
+    dev.copy_to_host(values.data(), scalar(Scalar::loss_sum), sizeof(values));
+    dev.raise_deferred_errors();
+    return values;
   }
   // The scalar summed over the world (on the reduce queue, after compute; compute then after it).
   void world_sum(double* value, BufferId id, const std::string& what) {

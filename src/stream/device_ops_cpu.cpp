@@ -88,6 +88,7 @@ class CpuDeviceOps final : public DeviceOps {
     }
     if (param_copy != nullptr) convert_from_f32(p, param_copy, DType::bf16);
   }
+  void add_scalar(double* sum, const double* x) override { *sum += *x; }
   void squared_sum(const float* values, std::size_t count, double* sum) override {
     *sum += optim::local_squared_sum(std::span<const float>(values, count));
   }

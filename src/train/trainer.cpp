@@ -750,14 +750,15 @@ class Run {
     mesh_.reset_counters();
     backend.begin_step();
     const float loss_scale = fp16 ? scaler_.scale() : 1.0f;
-    double loss = 0;
     fault_point("step", rank_);
     for (int micro = 0; micro < grad_accum_; ++micro) {
       sampler_->next(inputs_, targets_);
-      loss += backend.forward_backward(inputs_, targets_, loss_scale / static_cast<float>(grad_accum_),
-                                       micro + 1 == grad_accum_);
+      backend.forward_backward(inputs_, targets_, loss_scale / static_cast<float>(grad_accum_),
+                               micro + 1 == grad_accum_);
     }
-    loss = global_mean(island_, loss / grad_accum_);
+    // The step's one wait for the device: loss, norm and (fp16) overflow flag in one read.
+    const shard::StepScalars scalars = backend.step_scalars(fp16);
+    double loss = global_mean(island_, scalars.loss_sum / grad_accum_);
     std::vector<double> island_losses;
     if (mesh_.islands() > 1) {  // the islands' losses, and their mean
       island_losses.resize(static_cast<std::size_t>(mesh_.islands()));
@@ -769,12 +770,12 @@ class Run {
     const double lr = optim::learning_rate(o_.schedule, step);
     optim::ClipResult clip;
     bool skipped = false;
-    if (fp16 && scaler_.update(any_island(backend.found_nonfinite()))) {
+    if (fp16 && scaler_.update(any_island(scalars.nonfinite))) {
       skipped = true;
       log_.info("step ", step + 1, ": fp16 gradients overflowed; step skipped, loss scale now ", scaler_.scale());
     } else {
       const double scale_squared = static_cast<double>(loss_scale) * loss_scale;
-      clip = optim::clip_coefficient(backend.grad_norm_squared() / scale_squared, o_.grad_clip);
+      clip = optim::clip_coefficient(scalars.norm_squared / scale_squared, o_.grad_clip);
       // The loss and the norm are all-reduced (the norm over the island, then agreed across islands), so every rank
       // sees the same: every rank throws, rank 0 says it.
       if (any_island(!clip.finite) || !std::isfinite(loss)) {

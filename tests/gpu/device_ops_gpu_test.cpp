@@ -277,5 +277,18 @@ TEST_F(DeviceOpsGpu, Scalars_SquaredSumAndNonFiniteFlags_AreTheCpus) {
   EXPECT_EQ(back(d_scalars)[2], cpu_flag);
 }
 
+// The step's loss sum: each micro-batch's loss added in double, as the CPU adds (one rounding each: the same bits).
+TEST_F(DeviceOpsGpu, AddScalar_IsTheCpus) {
+  const std::vector<double> losses{10.8234567891, 1e-17, -3.25, 7.0000000001};
+  auto d_losses = on_gpu(losses);
+  auto d_sum = on_gpu(std::vector<double>{0.1});
+  double cpu_sum = 0.1;
+  for (std::size_t i = 0; i < losses.size(); ++i) {
+    cpu_->add_scalar(&cpu_sum, &losses[i]);
+    gpu_->add_scalar(d_sum.data(), d_losses.data() + i);
+  }
+  EXPECT_TRUE(same_bytes(back(d_sum), std::vector<double>{cpu_sum}));
+}
+
 }  // namespace
 }  // namespace hsdp::gpu_testing

@@ -135,16 +135,16 @@ Result run_engine(Sharding strategy, int steps, int global_rows, int k, DType pa
   for (int step = 0; step < steps; ++step) {
     mesh.reset_counters();
     engine.begin_step();
-    double loss = 0;
     for (int j = 0; j < k; ++j) {
       const int first = rank * per_rank + j * micro;
-      loss += engine.forward_backward(units, rows(step, first, micro, false), rows(step, first, micro, true),
-                                      1.0f / static_cast<float>(k), j + 1 == k);
+      engine.forward_backward(units, rows(step, first, micro, false), rows(step, first, micro, true),
+                              1.0f / static_cast<float>(k), j + 1 == k);
     }
-    loss /= k;
+    const StepScalars scalars = engine.step_scalars(false);
+    double loss = scalars.loss_sum / k;
     ctx.world.all_reduce(std::span<double>(&loss, 1), comm::ReduceOp::avg);
     result.losses.push_back(loss);
-    const auto clip = optim::clip_coefficient(engine.grad_norm_squared(), kClip);
+    const auto clip = optim::clip_coefficient(scalars.norm_squared, kClip);
     engine.optimizer_step(kAdam, {static_cast<float>(optim::learning_rate(kSchedule, step)), step + 1, clip.coefficient});
     if (!(mesh.total_counters() == expected)) result.counters_match = false;
   }
@@ -362,7 +362,7 @@ Traffic measure(comm::ProcessMesh& mesh, const EngineOptions& options, float ran
   engine.begin_step();
   const float dloss = ctx.world.rank() == 0 ? rank0_dloss : 1.0f;
   engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true);
-  engine.grad_norm_squared();
+  engine.step_scalars(false);
   t.mine = mesh.total_counters();
   t.step = summed_inter(t.mine.total().inter);
   t.gathers = summed_inter(t.mine.of(comm::Collective::all_gather).bytes.inter);
@@ -486,10 +486,10 @@ TEST(ZeroPP, Fp16OverflowOnOneRank_IsSeenByEveryRankBeforeQuantizing) {
   engine.begin_step();
   const float dloss = ctx.world.rank() == 0 ? std::numeric_limits<float>::infinity() : 1.0f;
   EXPECT_NO_THROW(engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true));
-  EXPECT_TRUE(engine.found_nonfinite());
+  EXPECT_TRUE(engine.step_scalars(true).nonfinite);
   engine.begin_step();
   engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), 1.0f, true);
-  EXPECT_FALSE(engine.found_nonfinite());
+  EXPECT_FALSE(engine.step_scalars(true).nonfinite);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The stream checker over the whole engine (label streams), on every emulated mesh: every strategy and ZeRO++ with
 // gradient accumulation, activation checkpointing, fp16 and bf16, run with every queue on its own worker thread
 // after seeded random delays and every access checked, must report nothing and give bit for bit what the inline
-// (synchronous) engine gives: losses, norms, overflow flags, master weights and AdamW moments. And the checker must
-// catch an ordering left out on purpose, naming the buffer and the operations.
+// (synchronous) engine gives: losses, norms, overflow flags, master weights and AdamW moments, with one read of the
+// device a step. And the checker must catch an ordering left out on purpose, naming the buffer and the operations.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +10,7 @@
 
 #include "../comm/deferred_staging.hpp"
 #include "../comm/mpi_test_context.hpp"
+#include "../stream/counting_device_ops.hpp"
 #include "../stream/dropping_executor.hpp"
 #include "hsdp/comm/staged.hpp"
 #include "hsdp/core/error.hpp"
@@ -46,7 +47,8 @@ struct Config {
 
 // Everything a run produces, compared with ==.
 struct Outcome {
-  std::vector<float> losses;
+  std::vector<double> losses;     // each step's loss sum
+  std::vector<int> device_reads;  // each step's copies from device memory to the host
   std::vector<double> norms;
   std::vector<bool> overflows;
   std::vector<std::vector<float>> master, m, v;
@@ -83,7 +85,9 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
   EngineOptions options = c.options;
   options.streams = streams;
   if (segment.bf16_compute) options.compute_dtype = DType::bf16;
-  Engine engine(layout, mesh, options, segment.seed, memory, nullptr, make_cpu_device_ops(memory, segment.host_visible));
+  auto device = std::make_unique<stream::testing::CountingDeviceOps>(make_cpu_device_ops(memory, segment.host_visible));
+  const auto device_reads = device->reads();
+  Engine engine(layout, mesh, options, segment.seed, memory, nullptr, std::move(device));
   engine.inject(faults);
   if (segment.resume != nullptr) {
     const std::vector<UnitShard> views = engine.shard_views();
@@ -101,17 +105,21 @@ Outcome train(const Config& c, const StreamOptions& streams, const StreamFaults&
   const bool fp16 = options.param_dtype == DType::f16;
   Outcome run;
   for (int step = segment.first; step < segment.end; ++step) {
+    const int reads_before = *device_reads;
     engine.begin_step();
     for (int j = 0; j < kAccum; ++j) {
       const int first = (world.rank() * kAccum + j) * kMicro;
-      run.losses.push_back(engine.forward_backward(units, rows(step, first, false), rows(step, first, true),
-                                                   1.0f / kAccum, j + 1 == kAccum));
+      engine.forward_backward(units, rows(step, first, false), rows(step, first, true), 1.0f / kAccum,
+                              j + 1 == kAccum);
     }
-    run.overflows.push_back(fp16 && engine.found_nonfinite());
-    run.norms.push_back(engine.grad_norm_squared());
+    const StepScalars scalars = engine.step_scalars(fp16);
+    run.losses.push_back(scalars.loss_sum);
+    run.overflows.push_back(scalars.nonfinite);
+    run.norms.push_back(scalars.norm_squared);
     const auto clip = optim::clip_coefficient(run.norms.back(), 1.0);
     engine.optimizer_step(kAdam,
                           {static_cast<float>(optim::learning_rate(kSchedule, step)), step + 1, clip.coefficient});
+    run.device_reads.push_back(*device_reads - reads_before);
   }
   for (const UnitShard& s : engine.shard_views()) {
     run.master.emplace_back(s.params, s.params + s.count);
@@ -165,6 +173,8 @@ std::vector<Config> configs() {
 TEST(StreamCheckerEngine, EveryConfiguration_OnWorkerThreadsWith3Seeds_HasNoViolation_AndIsBitIdenticalToInline) {
   for (const Config& c : configs()) {
     const Outcome inline_run = train(c, {});
+    // The host reads the device once a step: loss sum, norm and flag in one copy (and nothing per micro-batch).
+    EXPECT_EQ(inline_run.device_reads, std::vector<int>(kSteps, 1)) << c.name;
     for (const std::uint64_t seed : {1u, 2u, 3u}) {
       const Outcome threaded = train(c, {.check = true, .threads = true, .seed = seed, .max_delay_us = 100});
       EXPECT_TRUE(threaded == inline_run) << c.name << ", seed " << seed << ": differs from the inline run";

@@ -3,8 +3,8 @@
 // bf16 GEMMs, fp32 accumulation), fp32 gradients, master weights and AdamW, on every rank's GPU. --warmup steps,
 // then --steps timed steps of begin_step, forward + backward, the global gradient norm and AdamW (hsdp-train's step
 // without clipping, loss scaling or data loading), each timed on the host from its start to the next one's (the
-// engine reads the loss and the norm once a step, so a step's work has finished when the next one starts; the last
-// waits for the device).
+// engine reads the loss and the norm once a step, in one read before AdamW, and does not wait for AdamW: a step's
+// time is from that read to the next one's, AdamW included; the last step waits for the device).
 //
 // FLOPs per step: hsdp::bench::step_flops (gpt_bench.hpp), as hsdp-bench-train-cpu counts them, per rank.
 // MFU = achieved FLOP/s / the card's dense bf16 peak, from a table by device name (H100 SXM 989, H100 PCIe 756,
@@ -203,16 +203,16 @@ int run(const Options& o, const hsdp::Logger& log) {
   for (auto& t : ids) t = static_cast<std::int32_t>(rng.next_u64() % static_cast<std::uint64_t>(o.model.vocab_size));
   const std::span<const std::int32_t> tokens(ids.data(), N), targets(ids.data() + 1, N);
 
-  float loss = 0;
+  double loss = 0;
   std::int64_t t = 0;
-  const auto step = [&] {
+  const auto step = [&] {  // as hsdp-train's: one read of the step's scalars, AdamW not waited for
     backend->begin_step();
-    loss = backend->forward_backward(tokens, targets, 1.0f, true);
-    const double norm_squared = backend->grad_norm_squared();
-    (void)norm_squared;
+    backend->forward_backward(tokens, targets, 1.0f, true);
+    loss = backend->step_scalars(false).loss_sum;
     backend->optimizer_step(to.adamw, hsdp::optim::AdamWStep{3e-4f, ++t, 1.0f});
   };
   for (int s = 0; s < o.warmup; ++s) step();
+  if (gpu) cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the last warm-up's AdamW
   MPI_Barrier(MPI_COMM_WORLD);
   using Clock = std::chrono::steady_clock;
   std::vector<Clock::time_point> marks{Clock::now()};

@@ -80,6 +80,13 @@ struct StreamFaults {
   bool early_norm_read = false;     // the host reads the squared norm without waiting for its reduction
 };
 
+// The scalars of one optimizer step, computed on the device and copied to the host in one read (Engine::step_scalars).
+struct StepScalars {
+  double loss_sum = 0;      // this rank's micro-batch mean losses, summed over the step's micro-batches
+  double norm_squared = 0;  // the global squared gradient norm, the same on every rank
+  bool nonfinite = false;   // asked for (fp16): any rank's gradients hold inf or nan, the same on every rank
+};
+
 struct StepTiming {
   double comm_ms = 0;          // wall time with at least one collective in flight (issue -> observed completion):
                                // the union of those intervals, so never more than the step
@@ -98,16 +105,19 @@ class Engine {
 
   // Zeroes the gradients and the step's timers; call before the first micro-batch of a step.
   void begin_step();
-  // One micro-batch: forward and backward with gradients scaled by dloss (1/k, times a loss scale for fp16).
-  // Returns the micro-batch's mean loss on this rank. `last` marks the last micro-batch of the step.
-  // The model computes in fp32 (its compute_dtype(); the engine's compute copies are fp32 on the CPU device).
-  float forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
-                         std::span<const std::int32_t> targets, float dloss, bool last);
-  // The global squared gradient norm (every rank gets the same value). After the last micro-batch.
-  double grad_norm_squared();
-  // True on every rank when any rank's gradients hold inf or nan (fp16 overflow).
-  bool found_nonfinite();
+  // One micro-batch: forward and backward with gradients scaled by dloss (1/k, times a loss scale for fp16); its
+  // mean loss on this rank is added to the step's on the device. `last` marks the last micro-batch of the step.
+  // Nothing here waits for the device: the host may refill its token buffers at once (the ids are copied).
+  // The model computes in its compute_dtype(), the dtype of the engine's compute copies (fp32 on the CPU device).
+  void forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
+                        std::span<const std::int32_t> targets, float dloss, bool last);
+  // After the last micro-batch: the loss sum, the global squared gradient norm and, with check_nonfinite (fp16
+  // overflow), the flag, all-reduced where they must be and read by the host in one copy: the step's one wait for
+  // the device before its optimizer step (the clipping coefficient and an fp16 skip are decided on the host).
+  StepScalars step_scalars(bool check_nonfinite);
   // AdamW on the local shards, then whatever the strategy needs to make parameters current (zero1: all-gather).
+  // Returns without waiting for the device but for zero1 (its all-gathers' time is the step's): the next step's
+  // step_scalars, a checkpoint's or the replica check's views, an evaluation's loss wait for it.
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step);
   // Forward only (evaluation): mean loss of this rank's batch.
   float evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
@@ -142,7 +152,8 @@ class Engine {
   void configure_zeropp(const ZeroPPOptions& z);
   // What a forward is for: training (a backward follows) or evaluation (the loss only).
   enum class Purpose { training, evaluation };
-  void forward_blocks(model::UnitModel& model, std::span<const std::int32_t> tokens, Purpose purpose);
+  void forward_blocks(model::UnitModel& model, std::shared_ptr<const std::vector<std::int32_t>> tokens,
+                      Purpose purpose);
   // After the masters changed (AdamW, a checkpoint load): the persistent full parameters follow.
   void refresh_derived_state();
   std::unique_ptr<DeviceOps> device_;

@@ -121,10 +121,11 @@ std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size, bool over
 //                      them at the latest before AdamW); with qgZ instead an fp32 sum per unit's shard and the
 //                      int4 messages of 3 units' hops (send and receive of each hop);
 //   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k;
-//   step scalars       the loss, the squared norm and the overflow flag, three doubles (kStepScalarBytes).
+//   step scalars       the micro-batch's loss, the step's loss sum, the squared norm and the overflow flag, four
+//                      doubles (kStepScalarBytes).
 // An upper bound where the host runs ahead of the device (a GPU): the engine waits before it allocates a fourth
 // unit's gathered copy or gradient buffer (engine_impl.hpp, kAliveUnits).
-inline constexpr std::int64_t kStepScalarBytes = 3 * sizeof(double);
+inline constexpr std::int64_t kStepScalarBytes = 4 * sizeof(double);
 std::int64_t transient_bytes(const UnitSizes& units, const EngineOptions& options, int shard_size, int nodes = 1,
                              int ranks_per_node = 1);
 

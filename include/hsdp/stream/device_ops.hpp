@@ -102,6 +102,8 @@ class DeviceOps {
                      float* m, float* v, std::size_t count, std::span<const optim::DecaySegment> segments,
                      bool zero_grads, bf16_t* param_copy) = 0;
   // Scalars stay in device memory until the host copies them (once a step: loss, norm, overflow flag).
+  // *sum += *x (one double each: a micro-batch's loss added to the step's).
+  virtual void add_scalar(double* sum, const double* x) = 0;
   // *sum += the sum of squares of the values, in double (the global norm's partial sum).
   virtual void squared_sum(const float* values, std::size_t count, double* sum) = 0;
   // *flag = 1 if any value is inf or nan (else unchanged).

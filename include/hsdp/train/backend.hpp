@@ -28,14 +28,15 @@ class Backend {
 
   // Start of an optimizer step: zero gradients and this step's timings and counters.
   virtual void begin_step() = 0;
-  // One micro-batch (tokens and targets on the host): forward and backward with the loss gradient scaled by
-  // dloss (1/k, times a loss scale for fp16). Returns this rank's mean loss. `last`: last micro-batch of the step.
-  virtual float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
-                                 float dloss, bool last) = 0;
-  // The global squared gradient norm, the same on every rank (after the last micro-batch).
-  virtual double grad_norm_squared() = 0;
-  // True on every rank when any rank's gradients hold inf or nan (fp16 overflow).
-  virtual bool found_nonfinite() = 0;
+  // One micro-batch (tokens and targets on the host, free to refill on return): forward and backward with the loss
+  // gradient scaled by dloss (1/k, times a loss scale for fp16). `last`: last micro-batch of the step.
+  virtual void forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                                float dloss, bool last) = 0;
+  // After the last micro-batch, in one read of the device: this rank's micro-batch losses summed, the global squared
+  // gradient norm and, with check_nonfinite, whether any rank's gradients hold inf or nan (fp16 overflow); the norm
+  // and the flag the same on every rank (shard::Engine::step_scalars).
+  virtual shard::StepScalars step_scalars(bool check_nonfinite) = 0;
+  // AdamW; it may return before the device is done (the next read waits for it).
   virtual void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) = 0;
   // Forward only: the sum, in double, of the per-position losses of the batch's first `rows` sequences (the rest
   // are padding: every rank makes the same calls, collective strategies need that).
@@ -67,12 +68,11 @@ class Backend {
 class EngineBackend : public Backend {
  public:
   void begin_step() override { engine().begin_step(); }
-  float forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
-                         bool last) override {
-    return engine().forward_backward(model(), tokens, targets, dloss, last);
+  void forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
+                        bool last) override {
+    engine().forward_backward(model(), tokens, targets, dloss, last);
   }
-  double grad_norm_squared() override { return engine().grad_norm_squared(); }
-  bool found_nonfinite() override { return engine().found_nonfinite(); }
+  shard::StepScalars step_scalars(bool check_nonfinite) override { return engine().step_scalars(check_nonfinite); }
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
     engine().optimizer_step(config, step);
   }

@@ -1,5 +1,6 @@
 #include "hsdp/model/cuda/gpt.hpp"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -55,6 +56,8 @@ GptCuda<T>::GptCuda(const ModelLayout& layout, int B, int seq_len, cudaStream_t 
       unit_base_(unit_offsets(layout)),
       blas_(dc::BlasLt::kDefaultWorkspaceBytes) {
   static_assert(dc::BlasLt::kDefaultWorkspaceBytes == kGpuBlasWorkspaceBytes);
+  token_staging_.ids = dc::PinnedBuffer<std::int32_t>(N_);
+  target_staging_.ids = dc::PinnedBuffer<std::int32_t>(N_);
   if (cfg_.fused_attention && !fused_attention_supports(cfg_.head_size())) {
     throw_config("model.attention=fused takes head sizes up to 128; model.n_embd / model.n_head is " +
                  std::to_string(cfg_.head_size()) + " (use model.attention=unfused)");
@@ -128,7 +131,8 @@ void GptCuda<T>::check_block(int block) const {
 }
 
 template <typename T>
-void GptCuda<T>::upload_ids(Slice<std::int32_t> dest, std::span<const std::int32_t> ids, const char* what) {
+void GptCuda<T>::upload_ids(Slice<std::int32_t> dest, IdStaging& staging, std::span<const std::int32_t> ids,
+                            const char* what) {
   if (ids.size() != N_) {
     throw_internal(std::string(what) + ": expected B*T = " + std::to_string(N_) + " ids, got " +
                    std::to_string(ids.size()));
@@ -139,8 +143,10 @@ void GptCuda<T>::upload_ids(Slice<std::int32_t> dest, std::span<const std::int32
                  " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
     }
   }
-  // From pageable memory: the call returns once the ids are staged, so the span may go after it.
-  dc::copy_to_device(dest.data(), ids.data(), ids.size(), stream_);
+  staging.copied.synchronize();  // its last copy (returns at once before the first record)
+  std::copy(ids.begin(), ids.end(), staging.ids.data());
+  dc::copy_to_device(dest.data(), staging.ids.data(), N_, stream_);
+  staging.copied.record(stream_);
 }
 
 // ----------------------------------------------------------------------------------------------- the passes
@@ -455,7 +461,7 @@ const T* typed(const void* p) {
 
 template <typename T>
 void GptCuda<T>::forward_embedding(std::span<const std::int32_t> tokens, const void* emb_params) {
-  upload_ids(ids_, tokens, "token");
+  upload_ids(ids_, token_staging_, tokens, "token");
   embed(ids_.data(), typed<T>(emb_params), stream_);
 }
 
@@ -468,7 +474,7 @@ void GptCuda<T>::forward_block(int block, const void* block_params) {
 template <typename T>
 void GptCuda<T>::forward_head(std::span<const std::int32_t> targets, const void* lnf_params, const void* emb_params,
                               float dloss, double* loss) {
-  upload_ids(target_ids_, targets, "target");
+  upload_ids(target_ids_, target_staging_, targets, "target");
   head_forward(target_ids_.data(), typed<T>(lnf_params), typed<T>(emb_params), dloss / static_cast<float>(N_), true,
                stream_);
   mean_loss(loss, losses_.data(), static_cast<int>(N_), stream_);
@@ -477,7 +483,7 @@ void GptCuda<T>::forward_head(std::span<const std::int32_t> targets, const void*
 template <typename T>
 void GptCuda<T>::evaluate_head(std::span<const std::int32_t> targets, const void* lnf_params, const void* emb_params,
                                double* loss) {
-  upload_ids(target_ids_, targets, "target");
+  upload_ids(target_ids_, target_staging_, targets, "target");
   head_forward(target_ids_.data(), typed<T>(lnf_params), typed<T>(emb_params), 0.0f, false, stream_);
   mean_loss(loss, losses_.data(), static_cast<int>(N_), stream_);
 }

@@ -137,11 +137,15 @@ void CudaDeviceOps::adamw(const optim::AdamWConfig& config, const optim::AdamWSt
   if (zero_grads) fill_zero(grads, count * sizeof(float));
 }
 
+void CudaDeviceOps::add_scalar(double* sum, const double* x) {
+  hsdp::stream::cuda::add_scalar(sum, x, stream_);
+}
+
 void CudaDeviceOps::squared_sum(const float* values, std::size_t count, double* sum) {
   if (count == 0) return;
   double* partial = scratch_.data() + optim::cuda::kSumOfSquaresScratch;
   optim::cuda::sum_of_squares(partial, values, count, scratch_.data(), stream_);
-  add_scalar(sum, partial, stream_);
+  hsdp::stream::cuda::add_scalar(sum, partial, stream_);
 }
 
 void CudaDeviceOps::flag_nonfinite(const float* values, std::size_t count, double* flag) {

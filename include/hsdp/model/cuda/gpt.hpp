@@ -102,8 +102,14 @@ class GptCuda final : public UnitModel {
   T* residual(int index) { return residuals_.data() + static_cast<std::size_t>(index) * N_ * C(); }
   BlockActivations& activations(int block) { return blocks_[checkpointing_ ? 0 : static_cast<std::size_t>(block)]; }
   void check_block(int block) const;
-  // Host ids checked against the vocabulary, copied to `dest` on the unit stream.
-  void upload_ids(Slice<std::int32_t> dest, std::span<const std::int32_t> ids, const char* what);
+  // The host side of an id upload: page-locked, so that the copy never waits for the stream (one from pageable
+  // memory may: the driver stages it), refilled after the event of its last copy (a micro-batch ago: long done).
+  struct IdStaging {
+    device::cuda::PinnedBuffer<std::int32_t> ids;
+    device::cuda::Event copied;
+  };
+  // Host ids checked against the vocabulary, copied through `staging` to `dest` on the unit stream.
+  void upload_ids(Slice<std::int32_t> dest, IdStaging& staging, std::span<const std::int32_t> ids, const char* what);
 
   // The passes, on `stream`; tokens and targets are device ids.
   void embed(const std::int32_t* tokens, const T* emb, cudaStream_t stream);
@@ -142,6 +148,7 @@ class GptCuda final : public UnitModel {
   device::cuda::BlasLt blas_;
   device::cuda::DeviceBuffer<std::uint8_t> arena_;  // every buffer below: one allocation
   Slice<std::int32_t> ids_, target_ids_;            // unit calls' uploaded ids
+  IdStaging token_staging_, target_staging_;
   Buffer residuals_;                                // x_0 .. x_L: the input of every block and of the head
   Buffer lnf_, logits_;
   FloatBuffer lnf_mean_, lnf_rstd_, losses_;

@@ -57,6 +57,7 @@ class CudaDeviceOps final : public DeviceOps {
   void adamw(const optim::AdamWConfig& config, const optim::AdamWStep& step, float* params, float* grads, float* m,
              float* v, std::size_t count, std::span<const optim::DecaySegment> segments, bool zero_grads,
              bf16_t* param_copy) override;
+  void add_scalar(double* sum, const double* x) override;
   void squared_sum(const float* values, std::size_t count, double* sum) override;
   void flag_nonfinite(const float* values, std::size_t count, double* flag) override;
   void zero_if_nonfinite(float* values, std::size_t count, double* flag) override;
