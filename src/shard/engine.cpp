@@ -396,6 +396,10 @@ void Engine::optimizer_step(const optim::AdamWConfig& config, const optim::AdamW
   m.settle_timing();
 }
 
+void Engine::synchronize() {
+  queues_->drain();
+}
+
 std::vector<UnitShard> Engine::shard_views() {
   // Checkpoints read and write the shards on the host: in place where the host can reach device memory (the CPU),
   // else through host copies, taken on compute after the last update of the masters.

@@ -96,6 +96,8 @@ struct Engine::Impl {
   };
   AliveUnits alive_gathered, alive_grads;
   void make_room(AliveUnits& a) {
+    if (a.going.empty()) return;
+    q.progress();  // the releases whose events happened run now: their memory is back before the next allocation
     while (!a.going.empty() && q.happened(a.going.front())) a.going.pop_front();
     while (!a.going.empty() && a.held + static_cast<int>(a.going.size()) >= kAliveUnits) {
       q.synchronize(a.going.front());  // frees it (and what went back before it)

@@ -20,9 +20,9 @@ class CpuBackend final : public EngineBackend {
  public:
   CpuBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh, MemoryAccountant& memory,
              const Logger& log)
-      : engine_(layout, mesh, engine_options(o, mesh), o.model_seed, memory, &log),
-        gpt_(layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing),
-        units_(gpt_) {}
+      : gpt_(layout, o.micro_batch, o.seq_len, memory, o.activation_checkpointing),
+        units_(gpt_),
+        engine_(layout, mesh, engine_options(o, mesh), o.model_seed, memory, &log) {}
 
   double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
                            std::size_t rows) override {
@@ -38,9 +38,11 @@ class CpuBackend final : public EngineBackend {
   const shard::Engine& engine() const override { return engine_; }
   model::UnitModel& model() override { return units_; }
 
-  shard::Engine engine_;
+  // The model before the engine: the engine goes first, and its destructor runs the work still queued (after an
+  // error mid-step: the host does not wait for a micro-batch), which calls the model.
   model::Gpt<float> gpt_;
   model::CpuUnitModel units_;
+  shard::Engine engine_;
 };
 
 }  // namespace

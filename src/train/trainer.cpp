@@ -511,6 +511,8 @@ class Run {
       report(m, last);
       if (checkpoint_or_stop(m.step)) break;
     }
+    // The last AdamW, not waited for by its step: done (or its error thrown) before the run reports success.
+    backend_->synchronize();
     // An outer exchange still in flight completes here (its checkpoint, if one was written, holds its shift), so
     // that no collective is open at shutdown.
     if (outer_) outer_->settle();

@@ -119,6 +119,8 @@ class Engine {
   // Returns without waiting for the device but for zero1 (its all-gathers' time is the step's): the next step's
   // step_scalars, a checkpoint's or the replica check's views, an evaluation's loss wait for it.
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step);
+  // Waits for every queued operation (the last step's AdamW); an error of one throws here.
+  void synchronize();
   // Forward only (evaluation): mean loss of this rank's batch.
   float evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
 

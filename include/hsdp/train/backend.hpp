@@ -36,8 +36,10 @@ class Backend {
   // gradient norm and, with check_nonfinite, whether any rank's gradients hold inf or nan (fp16 overflow); the norm
   // and the flag the same on every rank (shard::Engine::step_scalars).
   virtual shard::StepScalars step_scalars(bool check_nonfinite) = 0;
-  // AdamW; it may return before the device is done (the next read waits for it).
+  // AdamW; it may return before the device is done (the next read waits for it, or synchronize).
   virtual void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) = 0;
+  // Waits for everything the device was given; its errors throw here (after the last step).
+  virtual void synchronize() = 0;
   // Forward only: the sum, in double, of the per-position losses of the batch's first `rows` sequences (the rest
   // are padding: every rank makes the same calls, collective strategies need that).
   virtual double evaluate_loss_sum(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
@@ -76,6 +78,7 @@ class EngineBackend : public Backend {
   void optimizer_step(const optim::AdamWConfig& config, const optim::AdamWStep& step) override {
     engine().optimizer_step(config, step);
   }
+  void synchronize() override { engine().synchronize(); }
   const shard::StepTiming& timing() const override { return engine().timing(); }
   std::vector<ckpt::UnitShard> checkpoint_shards() override { return engine().shard_views(); }
   void checkpoint_loaded() override { engine().checkpoint_loaded(); }

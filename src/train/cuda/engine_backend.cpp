@@ -46,11 +46,11 @@ class GpuEngineBackend final : public EngineBackend {
  public:
   GpuEngineBackend(const TrainOptions& o, const model::ModelLayout& layout, comm::ProcessMesh& mesh,
                    MemoryAccountant& memory, const Logger& log)
-      : owned_device_(std::make_unique<stream::cuda::CudaDeviceOps>(memory, model_stream_.get())),
+      : gpt_(layout, o.micro_batch, o.seq_len, model_stream_.get(), o.activation_checkpointing),
+        owned_device_(std::make_unique<stream::cuda::CudaDeviceOps>(memory, model_stream_.get())),
         device_(*owned_device_),
         engine_(layout, mesh, gpu_engine_options(o, mesh, compute_dtype(), device_), o.model_seed, memory, &log,
-                std::move(owned_device_)),
-        gpt_(layout, o.micro_batch, o.seq_len, model_stream_.get(), o.activation_checkpointing) {
+                std::move(owned_device_)) {
     memory.allocate(MemCategory::activations, gpt_.activation_bytes());
     activation_bytes_ = gpt_.activation_bytes();
     memory_ = &memory;
@@ -79,11 +79,13 @@ class GpuEngineBackend final : public EngineBackend {
   const shard::Engine& engine() const override { return engine_; }
   model::UnitModel& model() override { return gpt_; }
 
-  dc::Stream model_stream_;                                    // the model's and the compute queue's
+  dc::Stream model_stream_;  // the model's and the compute queue's
+  // The model before the engine: the engine goes first, and its destructor runs the work still queued (after an
+  // error mid-step: the host does not wait for a micro-batch), which calls the model.
+  model::cuda::GptCuda<T> gpt_;
   std::unique_ptr<stream::cuda::CudaDeviceOps> owned_device_;  // until the engine takes it
   stream::cuda::CudaDeviceOps& device_;                        // the engine's, for the executor's binding
   shard::Engine engine_;
-  model::cuda::GptCuda<T> gpt_;
   std::vector<float> losses_;
   std::size_t activation_bytes_ = 0;
   MemoryAccountant* memory_ = nullptr;
