@@ -15,7 +15,9 @@
 #                                                   the last commit with the whole-model path ($baseline_rev), for
 #                                                   pack's BASELINE (DIR/build)
 #   tests/gpu/device_check.sh run [DIR] [OUT] [all|tests|cpu|speed]
-#                                                   there: the gtests (kernels, GPT by unit, DeviceOps, executor);
+#                                                   there: the gtests (kernels, GPT by unit, DeviceOps, executor;
+#                                                   a binary's failed tests again under compute-sanitizer's memcheck
+#                                                   and racecheck);
 #                                                   then (all) hsdp-selfcheck --device cuda on 1 rank (GPT-2, and
 #                                                   3 rows of a Llama; 3 rows with fused attention and
 #                                                   epilogues), on 2x2 ranks
@@ -166,7 +168,36 @@ gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on
   ((status == 124)) && echo "TIMEOUT: $1 ran 240 s; the last test started: $(grep '^\[ RUN' "$out/$1.log" | tail -n 1)"
   grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(gpt2 |llama )?(float|bf16): ' "$out/$1.log"
   grep -B2 -A10 'Failure' "$out/$1.log" | head -60
+  ((status != 0 && status != 124)) && sanitize "$1" "$out/$1.log"
   return $status
+}
+
+# The tests a gtest LOG reports failed, one a line, as --gtest_filter takes them (a parameterised test's name
+# without gtest's ", where GetParam() = ..." after it).
+failed_tests() { # LOG
+  awk '/^\[  FAILED  \] [^ ]+\.[^ ]+/ { name = $4; sub(/,$/, "", name); if (!(name in seen)) { seen[name]; print name } }' \
+    "$1"
+}
+
+# A failed gtest binary's first three failed tests again under compute-sanitizer, memcheck then racecheck, each
+# within 60 s (nothing when all passed): an out-of-bounds access or a shared-memory race is then named with its
+# kernel, so the fix needs no second call of a lent GPU's few minutes. Where the machine has no compute-sanitizer,
+# or it refuses the device (it does under gVisor), its one line says so.
+sanitize() { # BINARY LOG
+  local sanitizer filter tool code
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [[ -x $sanitizer ]] || { echo "no compute-sanitizer on this machine: $1's failures not run under it"; return 0; }
+  filter=$(failed_tests "$2" | head -n 3 | paste -sd:)
+  [[ -n $filter ]] || return 0
+  for tool in memcheck racecheck; do
+    echo "== [${SECONDS} s] compute-sanitizer --tool $tool $1 --gtest_filter=$filter"
+    timeout -k 10 60 "$sanitizer" --tool "$tool" --print-limit 10 "$dir/bin/$1" --gtest_filter="$filter" \
+      >"$out/$1.$tool.log" 2>&1
+    code=$?
+    ((code == 124)) && echo "TIMEOUT: compute-sanitizer --tool $tool ran 60 s"
+    grep -E '^========= ' "$out/$1.$tool.log" | head -n 24
+  done
+  return 0
 }
 
 # hsdp-train on the packed MPI: NAME RANKS KEYS... into OUT/train/NAME (log and metrics), the quickstart model on
@@ -409,6 +440,8 @@ run() {
   return "$status"
 }
 
+# Sourced (its test calls the functions), it defines them and does nothing.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 case ${1:-} in
 pack) shift; pack "$@" ;;
 baseline) shift; baseline "$@" ;;
