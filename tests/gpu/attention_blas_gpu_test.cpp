@@ -136,7 +136,7 @@ TYPED_TEST(AttentionBlasGpu, GroupedQueryAttention_ForwardAndBackward_MatchCpu) 
 // 24 (not a multiple of the warp: lanes own 1 dim, some none) and 100; T = 67 and 70 cross the kernels' 32-row tiles
 // and 8-row blocks, so the causal mask is checked at their edges; grouped-query (4 over 2, 4 over 1) and multi-head.
 // bf16 with head sizes 64, 128 and 32 runs the tensor-core kernels (64-row tiles: T = 67 and 70 cross one edge, 150
-// two, with a block whose warps skip the last key tile); 24 and 100 the CUDA-core ones.
+// two, its last block's diagonal tile holding only 22 rows); 24 and 100 the CUDA-core ones.
 // lse against log sum exp of the CPU's scores. The backward twice: the same bits (no atomics).
 TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Deterministic) {
   using T = TypeParam;

@@ -488,7 +488,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(bf16_t* out, float* l
     __syncthreads();  // the previous tile's readers are done
     load_kv<HS>(k_s, v_s, seq, kvh, j0, s);
     __syncthreads();
-    if (j0 > q0 + r0 + 15) continue;  // every key of the tile comes after this warp's rows
+    // A warp whose rows all come before the tile's keys skips it; with kCols == kRows none does (the last tile is
+    // the diagonal one, whose first key is the block's first row), but without the test ptxas spills at HS = 128.
+    if (j0 > q0 + r0 + 15) continue;
     rows_by_rows_t<HS>(s_w, q, k_s);
     __syncwarp();
     // Column pairs c, c + 1 of the half from c = 2 ((i + lane) % 16): each lane starts at its own pair, so that the
@@ -582,7 +584,7 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(bf16_t* dqkv, const bf16_t
     __syncthreads();
     load_kv<HS>(k_s, v_s, seq, kvh, j0, s);
     __syncthreads();
-    if (j0 > q0 + r0 + 15) continue;
+    if (j0 > q0 + r0 + 15) continue;    // as in the forward: never with kCols == kRows
     rows_by_rows_t<HS>(s_w, q, k_s);    // S = Q K^T
     rows_by_rows_t<HS>(dp_w, dO, v_s);  // dP = dO V^T
     __syncwarp();
