@@ -179,22 +179,28 @@ failed_tests() { # LOG
     "$1"
 }
 
-# A failed gtest binary's first three failed tests again under compute-sanitizer, memcheck then racecheck, each
-# within 60 s (nothing when all passed): an out-of-bounds access or a shared-memory race is then named with its
-# kernel, so the fix needs no second call of a lent GPU's few minutes. Where the machine has no compute-sanitizer,
-# or it refuses the device (it does under gVisor), its one line says so.
+# A failed gtest binary's first three failed tests again under compute-sanitizer, memcheck then racecheck (nothing
+# when all passed): an out-of-bounds access or a shared-memory race is then named with its kernel, so the fix needs
+# no second call of a lent GPU's few minutes. Each tool gets 45 s, and all of them together sanitize_seconds, so
+# that failures leave the later sections their time. Where the machine has no compute-sanitizer, or it refuses the
+# device (it does under gVisor), its output says so.
+sanitize_seconds=120
 sanitize() { # BINARY LOG
-  local sanitizer filter tool code
+  local sanitizer filter tool code limit start
   sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   [[ -x $sanitizer ]] || { echo "no compute-sanitizer on this machine: $1's failures not run under it"; return 0; }
   filter=$(failed_tests "$2" | head -n 3 | paste -sd:)
   [[ -n $filter ]] || return 0
   for tool in memcheck racecheck; do
-    echo "== [${SECONDS} s] compute-sanitizer --tool $tool $1 --gtest_filter=$filter"
-    timeout -k 10 60 "$sanitizer" --tool "$tool" --print-limit 10 "$dir/bin/$1" --gtest_filter="$filter" \
+    limit=$((sanitize_seconds < 45 ? sanitize_seconds : 45))
+    ((limit >= 10)) || { echo "compute-sanitizer: this run's ${sanitize_seconds} s left, not run ($tool $1)"; continue; }
+    echo "== [${SECONDS} s] compute-sanitizer --tool $tool $1 --gtest_filter=$filter (within $limit s)"
+    start=$SECONDS
+    timeout -k 5 "$limit" "$sanitizer" --tool "$tool" --print-limit 10 "$dir/bin/$1" --gtest_filter="$filter" \
       >"$out/$1.$tool.log" 2>&1
     code=$?
-    ((code == 124)) && echo "TIMEOUT: compute-sanitizer --tool $tool ran 60 s"
+    sanitize_seconds=$((sanitize_seconds - (SECONDS - start)))
+    ((code == 124)) && echo "TIMEOUT: compute-sanitizer --tool $tool ran $limit s"
     grep -E '^========= ' "$out/$1.$tool.log" | head -n 24
   done
   return 0

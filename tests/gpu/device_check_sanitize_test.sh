@@ -2,7 +2,8 @@
 # device_check.sh's rerun of a failed GPU gtest under compute-sanitizer, without a GPU: its functions sourced, a fake
 # gtest binary that fails two tests (one parameterised) and a fake compute-sanitizer that records its arguments.
 # The failed tests must go to memcheck and then racecheck as one --gtest_filter, the sanitizer's report must reach
-# the run's output, and a binary whose tests pass must not be run again.
+# the run's output, a binary whose tests pass must not be run again, and nor must anything once the run's time for
+# the sanitizer is spent.
 #
 #   device_check_sanitize_test.sh DEVICE_CHECK WORK
 set -euo pipefail
@@ -73,7 +74,15 @@ grep -q '^========= Invalid __global__ write' "$work/failing.out" || fail "memch
 grep -q '^========= Error: Race reported' "$work/failing.out" || fail "racecheck's report not in the output"
 grep -q "run again: $filter" "$work/out/failing_gpu_test.racecheck.log" || fail "the binary not run under racecheck"
 
+# The run's sanitizer time spent: a later failure is not run under it, and says so.
 rm -f "$work/calls"
+sanitize_seconds=5
+PATH=$work/sanitizer:$PATH gtest failing_gpu_test >"$work/spent.out" || true
+[[ ! -e $work/calls ]] || fail "compute-sanitizer ran with 5 s of the run's time left"
+[[ $(grep -c 'left, not run' "$work/spent.out") == 2 ]] || fail "no line saying the sanitizer's time is spent"
+
+# shellcheck disable=SC2034 # read by the sourced functions
+sanitize_seconds=120
 PATH=$work/sanitizer:$PATH gtest passing_gpu_test >"$work/passing.out" || fail "gtest failed a passing binary"
 [[ ! -e $work/calls ]] || fail "compute-sanitizer ran for a binary whose tests passed"
 
