@@ -94,6 +94,7 @@ void CudaDeviceOps::accumulate_from(float* sum, const void* x, DType t, std::siz
 void CudaDeviceOps::quantize(const float* values, std::size_t count, quant::QuantSpec spec, std::uint8_t* message) {
   const MessageParts m = parts_of(message, count, spec);
   quantized_count_ = count;
+  quantized_unchecked_ = true;
   quant::cuda::quantize(values, DType::f32, count, spec, m.packed, m.scales, quant_status_, stream_);
 }
 
@@ -174,7 +175,10 @@ void CudaDeviceOps::copy_from_host(void* device, const void* host, std::size_t b
   dc::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (copy_from_host)");
 }
 
+// Reads the device only when a quantize ran since the last read: a step without ZeRO++ makes one read, its scalars'.
 void CudaDeviceOps::raise_deferred_errors() {
+  if (!quantized_unchecked_) return;
+  quantized_unchecked_ = false;
   quant_status_.throw_if_non_finite(quantized_count_, stream_);
 }
 

@@ -78,6 +78,7 @@ class CudaDeviceOps final : public DeviceOps {
   device::cuda::Stream allocation_stream_;  // the host's allocations and frees outside work
   quant::cuda::QuantStatus quant_status_;
   std::size_t quantized_count_ = 0;             // the last quantize's element count, for the error's text
+  bool quantized_unchecked_ = false;            // a quantize ran since raise_deferred_errors last read the status
   device::cuda::DeviceBuffer<double> scratch_;  // squared_sum's partial sums and its result
   // AdamW's decay segments on the device, per shard (keyed by the shard's parameters; they never change).
   std::map<std::pair<const float*, std::size_t>, std::unique_ptr<optim::cuda::DeviceDecaySegments>> segments_;
