@@ -35,7 +35,8 @@ if (($# > 0)); then
 else
   # The unit tests and those labelled parallel (single processes, no timing in their checks: the fuzzers of the file
   # readers) two at a time, then every other test alone: the multi-rank, cluster and Slurm tests use every core and
-  # time out if they share them.
+  # time out if they share them. Each test of the first group has an Open MPI session folder of its own
+  # (tests/CMakeLists.txt: two singleton starts at once can race in a shared one).
   ctest --output-on-failure --timeout 900 -j 2 -L '^(unit|parallel)$' || status=$?
   ctest --output-on-failure --timeout 900 -LE '^(unit|parallel)$' || status=$?
 fi
