@@ -173,10 +173,16 @@ gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on
 }
 
 # The tests a gtest LOG reports failed, one a line, as --gtest_filter takes them (a parameterised test's name
-# without gtest's ", where GetParam() = ..." after it).
+# without gtest's ", where GetParam() = ..." after it); none reported (the binary crashed, or hung): the last one
+# started.
 failed_tests() { # LOG
-  awk '/^\[  FAILED  \] [^ ]+\.[^ ]+/ { name = $4; sub(/,$/, "", name); if (!(name in seen)) { seen[name]; print name } }' \
-    "$1"
+  awk '/^\[ RUN      \] / { last = $4 }
+       /^\[  FAILED  \] [^ ]+\.[^ ]+/ {
+         name = $4
+         sub(/,$/, "", name)
+         if (!(name in seen)) { seen[name]; n++; print name }
+       }
+       END { if (n == 0 && last != "") print last }' "$1"
 }
 
 # A failed gtest binary's first three failed tests again under compute-sanitizer, memcheck then racecheck (nothing
@@ -193,7 +199,8 @@ sanitize() { # BINARY LOG
   [[ -n $filter ]] || return 0
   for tool in memcheck racecheck; do
     limit=$((sanitize_seconds < 45 ? sanitize_seconds : 45))
-    ((limit >= 10)) || { echo "compute-sanitizer: this run's ${sanitize_seconds} s left, not run ($tool $1)"; continue; }
+    ((limit >= 10)) ||
+      { echo "compute-sanitizer: this run's ${sanitize_seconds} s left, not run ($tool $1)"; continue; }
     echo "== [${SECONDS} s] compute-sanitizer --tool $tool $1 --gtest_filter=$filter (within $limit s)"
     start=$SECONDS
     timeout -k 5 "$limit" "$sanitizer" --tool "$tool" --print-limit 10 "$dir/bin/$1" --gtest_filter="$filter" \

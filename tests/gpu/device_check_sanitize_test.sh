@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # device_check.sh's rerun of a failed GPU gtest under compute-sanitizer, without a GPU: its functions sourced, a fake
 # gtest binary that fails two tests (one parameterised) and a fake compute-sanitizer that records its arguments.
-# The failed tests must go to memcheck and then racecheck as one --gtest_filter, the sanitizer's report must reach
-# the run's output, a binary whose tests pass must not be run again, and nor must anything once the run's time for
-# the sanitizer is spent.
+# The failed tests must go to memcheck and then racecheck as one --gtest_filter (a crashed binary's last started
+# test), the sanitizer's report must reach the run's output, a binary whose tests pass must not be run again, and
+# nor must anything once the run's time for the sanitizer is spent.
 #
 #   device_check_sanitize_test.sh DEVICE_CHECK WORK
 set -euo pipefail
@@ -33,6 +33,12 @@ Expected: (gap) <= (bound), actual: 0.5 vs 0.01
  2 FAILED TESTS
 LOG
 exit 1
+FAKE
+cat >"$work/bin/crashing_gpu_test" <<'FAKE'
+#!/usr/bin/env bash
+for a in "$@"; do [[ $a == --gtest_filter=* ]] && { echo "run again: ${a#--gtest_filter=}"; exit 134; }; done
+printf '[ RUN      ] Layers.Gelu\n[       OK ] Layers.Gelu (1 ms)\n[ RUN      ] FusedAttention.Fp32_Head100\n'
+exit 134
 FAKE
 cat >"$work/bin/passing_gpu_test" <<'FAKE'
 #!/usr/bin/env bash
@@ -73,6 +79,15 @@ mapfile -t calls < <(cat "$work/calls" 2>/dev/null)
 grep -q '^========= Invalid __global__ write' "$work/failing.out" || fail "memcheck's report not in the output"
 grep -q '^========= Error: Race reported' "$work/failing.out" || fail "racecheck's report not in the output"
 grep -q "run again: $filter" "$work/out/failing_gpu_test.racecheck.log" || fail "the binary not run under racecheck"
+
+# A binary that crashed reports no failed test: the last one it started goes to the sanitizer.
+rm -f "$work/calls"
+status=0
+PATH=$work/sanitizer:$PATH gtest crashing_gpu_test >"$work/crashing.out" || status=$?
+((status == 134)) || fail "gtest returned $status for a crashed binary, not 134"
+mapfile -t calls < <(cat "$work/calls" 2>/dev/null)
+[[ ${#calls[@]} == 2 && ${calls[0]} == *"crashing_gpu_test --gtest_filter=FusedAttention.Fp32_Head100" ]] ||
+  fail "for a crash compute-sanitizer called as: ${calls[*]}"
 
 # The run's sanitizer time spent: a later failure is not run under it, and says so.
 rm -f "$work/calls"
