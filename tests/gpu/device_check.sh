@@ -173,8 +173,7 @@ gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on
 }
 
 # The tests a gtest LOG reports failed, one a line, as --gtest_filter takes them (a parameterised test's name
-# without gtest's ", where GetParam() = ..." after it); none reported (the binary crashed, or hung): the last one
-# started.
+# without gtest's ", where GetParam() = ..." after it); none reported (the binary crashed): the last one started.
 failed_tests() { # LOG
   awk '/^\[ RUN      \] / { last = $4 }
        /^\[  FAILED  \] [^ ]+\.[^ ]+/ {
