@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -304,31 +305,41 @@ TYPED_TEST(AttentionBlasGpu, GemmEpilogues_MatchTheSeparateLayersOnTheCpu) {
   model::matmul_backward(dprod.data(), dw.data(), db.data(), dout.data(), inp_g.data(), w.data(), N, IC, OC);
   model::gelu_backward(dpre.data(), pre_in.data(), dprod.data(), dpre.size());
 
-  cuda::BlasLt blas;
-  auto d_inp = this->upload(as<T>(inp)), d_w = this->upload(as<T>(w)), d_bias = this->upload(as<T>(bias));
-  auto d_residual = this->upload(as<T>(residual)), d_dout = this->upload(as<T>(dout));
-  auto d_pre_in = this->upload(as<T>(pre_in)), d_inp_g = this->upload(as<T>(inp_g));
-  auto d_dw = this->upload(dw_start), d_db = this->upload(db_start);
-  auto d_dpre = this->upload(as<T>(inputs<T>(N * IC, 88)));  // written, whatever it held
-  cuda::DeviceBuffer<T> d_out(N * OC), d_pre(N * OC), d_sum(N * OC);
-  cuda::DeviceBuffer<float> scratch(mc::column_sum_scratch_floats(OC, 1));
-  mc::matmul_gelu_forward(blas, d_out.data(), d_pre.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC,
-                          this->stream());
-  mc::matmul_residual_forward(blas, d_sum.data(), d_residual.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC,
-                              this->stream());
-  mc::matmul_dgelu_backward(blas, d_dpre.data(), d_dw.data(), d_db.data(), scratch.data(), d_dout.data(),
-                            d_inp_g.data(), d_pre_in.data(), d_w.data(), N, IC, OC, this->stream());
-  EXPECT_TRUE(close(floats(this->download(d_pre)), pre, tol<T>())) << "the GELU's kept input";
-  EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>())) << "gelu(product + bias)";
-  EXPECT_TRUE(close(floats(this->download(d_sum)), sum, tol<T>())) << "residual + product + bias";
-  EXPECT_TRUE(close(floats(this->download(d_dpre)), dpre, tol<T>())) << "gradient through the GELU";
-  EXPECT_TRUE(close(this->download(d_dw), dw, kF32)) << "dweight";
-  EXPECT_TRUE(close(this->download(d_db), db, kF32)) << "dbias";
-  // In place (out == residual).
-  auto d_inplace = this->upload(as<T>(residual));
-  mc::matmul_residual_forward(blas, d_inplace.data(), d_inplace.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC,
-                              OC, this->stream());
-  EXPECT_TRUE(close(floats(this->download(d_inplace)), sum, tol<T>())) << "residual + product + bias, in place";
+  // With epilogues declined (as where cuBLASLt has no kernel for one: BlasLt::try_gemm), the same results from the
+  // separate kernels, and the two GELU GEMMs named in declined().
+  for (const bool epilogues : {true, false}) {
+    SCOPED_TRACE(epilogues ? "cuBLASLt's epilogues" : "epilogues declined: the separate kernels");
+    cuda::BlasLt blas(cuda::BlasLt::kDefaultWorkspaceBytes, epilogues);
+    auto d_inp = this->upload(as<T>(inp)), d_w = this->upload(as<T>(w)), d_bias = this->upload(as<T>(bias));
+    auto d_residual = this->upload(as<T>(residual)), d_dout = this->upload(as<T>(dout));
+    auto d_pre_in = this->upload(as<T>(pre_in)), d_inp_g = this->upload(as<T>(inp_g));
+    auto d_dw = this->upload(dw_start), d_db = this->upload(db_start);
+    auto d_dpre = this->upload(as<T>(inputs<T>(N * IC, 88)));  // written, whatever it held
+    cuda::DeviceBuffer<T> d_out(N * OC), d_pre(N * OC), d_sum(N * OC);
+    cuda::DeviceBuffer<float> scratch(mc::column_sum_scratch_floats(OC, 1));
+    mc::matmul_gelu_forward(blas, d_out.data(), d_pre.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC, OC,
+                            this->stream());
+    mc::matmul_residual_forward(blas, d_sum.data(), d_residual.data(), d_inp.data(), d_w.data(), d_bias.data(), N, IC,
+                                OC, this->stream());
+    mc::matmul_dgelu_backward(blas, d_dpre.data(), d_dw.data(), d_db.data(), scratch.data(), d_dout.data(),
+                              d_inp_g.data(), d_pre_in.data(), d_w.data(), N, IC, OC, this->stream());
+    EXPECT_TRUE(close(floats(this->download(d_pre)), pre, tol<T>())) << "the GELU's kept input";
+    EXPECT_TRUE(close(floats(this->download(d_out)), out, tol<T>())) << "gelu(product + bias)";
+    EXPECT_TRUE(close(floats(this->download(d_sum)), sum, tol<T>())) << "residual + product + bias";
+    EXPECT_TRUE(close(floats(this->download(d_dpre)), dpre, tol<T>())) << "gradient through the GELU";
+    EXPECT_TRUE(close(this->download(d_dw), dw, kF32)) << "dweight";
+    EXPECT_TRUE(close(this->download(d_db), db, kF32)) << "dbias";
+    // In place (out == residual).
+    auto d_inplace = this->upload(as<T>(residual));
+    mc::matmul_residual_forward(blas, d_inplace.data(), d_inplace.data(), d_inp.data(), d_w.data(), d_bias.data(), N,
+                                IC, OC, this->stream());
+    EXPECT_TRUE(close(floats(this->download(d_inplace)), sum, tol<T>())) << "residual + product + bias, in place";
+    if (epilogues) {
+      for (const auto& shape : blas.declined()) std::cout << "cuBLASLt has no kernel here for " << shape << "\n";
+    } else {
+      EXPECT_EQ(blas.declined().size(), 2u) << "the GELU forward and its gradient";
+    }
+  }
 }
 
 // V = 1003 (odd, as GPT-2's 50257) takes the aligned part plus a tail of 3 columns; V = 1000 the aligned part only.

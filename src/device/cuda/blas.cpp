@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -128,23 +129,35 @@ struct BlasLt::Impl {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer<std::uint8_t> workspace;
   std::map<PlanKey, Plan> plans;
+  bool epilogues = true;              // false: a GEMM with a GELU epilogue is declined without asking
+  std::set<PlanKey> no_algorithm;     // shapes the heuristic had no kernel for: not asked again
+  std::vector<std::string> declined;  // and their descriptions, in the order found
 
   // Row-major D = op(A) op(B) is column-major D^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" our A,
-  // each with its transpose flag, and its M x N is our N x M.
-  Plan& plan_for(const GemmArgs& g) {
+  // each with its transpose flag, and its M x N is our N x M. Null where cuBLASLt has no algorithm for the shape.
+  Plan* plan_for(const GemmArgs& g) {
     const PlanKey key = key_of(g);
-    if (const auto it = plans.find(key); it != plans.end()) return it->second;
-    Plan& plan = plans[key];
-    try {
-      build(plan, g);
-    } catch (...) {
+    if (const auto it = plans.find(key); it != plans.end()) return &it->second;
+    if (no_algorithm.contains(key)) return nullptr;
+    if (epilogues || g.epilogue == Epilogue::none) {
+      Plan& plan = plans[key];
+      bool found = false;
+      try {
+        found = build(plan, g);
+      } catch (...) {
+        plans.erase(key);
+        throw;
+      }
+      if (found) return &plan;
       plans.erase(key);
-      throw;
     }
-    return plan;
+    no_algorithm.insert(key);
+    declined.push_back(describe(g));
+    return nullptr;
   }
 
-  void build(Plan& plan, const GemmArgs& g) const {
+  // False where the heuristic has no algorithm for the shape.
+  bool build(Plan& plan, const GemmArgs& g) const {
     const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A = our B
     const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B = our A
     const auto m = static_cast<std::uint64_t>(g.n);
@@ -235,14 +248,14 @@ struct BlasLt::Impl {
     if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
       check_lt(status, ("cublasLtMatmulAlgoGetHeuristic for " + describe(g)).c_str());
     }
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-      throw_internal("cuBLASLt has no algorithm for " + describe(g));
-    }
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) return false;
     plan.algo = result.algo;
+    return true;
   }
 };
 
-BlasLt::BlasLt(std::size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+BlasLt::BlasLt(std::size_t workspace_bytes, bool epilogues) : impl_(std::make_unique<Impl>()) {
+  impl_->epilogues = epilogues;
   check_lt(cublasLtCreate(&impl_->handle), "cublasLtCreate");
   impl_->workspace = DeviceBuffer<std::uint8_t>(workspace_bytes);
 }
@@ -256,10 +269,18 @@ std::size_t BlasLt::cached_plans() const {
   return impl_->plans.size();
 }
 
+const std::vector<std::string>& BlasLt::declined() const {
+  return impl_->declined;
+}
+
 void BlasLt::gemm(const GemmArgs& g, cudaStream_t stream) {
+  if (!try_gemm(g, stream)) throw_internal("cuBLASLt has no algorithm for " + describe(g));
+}
+
+bool BlasLt::try_gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0) {
     if (g.m < 0 || g.n < 0 || g.k < 0) throw_internal("cuBLASLt GEMM with a negative dimension: " + describe(g));
-    return;
+    return true;
   }
   const bool extras = g.bias != nullptr || g.epilogue != Epilogue::none || separate_c(g);
   if (g.batch < 1 || (g.batch > 1 && extras)) throw_internal("cuBLASLt GEMM: bad batch: " + describe(g));
@@ -271,7 +292,9 @@ void BlasLt::gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.epilogue == Epilogue::dgelu && g.bias != nullptr) {
     throw_internal("cuBLASLt GEMM: the GELU-gradient epilogue takes no bias: " + describe(g));
   }
-  Plan& plan = impl_->plan_for(g);
+  Plan* const found = impl_->plan_for(g);
+  if (found == nullptr) return false;
+  Plan& plan = *found;
   // The plan may come from an earlier call with other (equally aligned) bias and aux pointers.
   if (g.bias != nullptr) {
     check_lt(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias),
@@ -285,6 +308,7 @@ void BlasLt::gemm(const GemmArgs& g, cudaStream_t stream) {
   check_lt(cublasLtMatmul(impl_->handle, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, c, plan.d, g.d, plan.d,
                           &plan.algo, impl_->workspace.data(), impl_->workspace.size_bytes(), stream),
            ("cublasLtMatmul " + describe(g)).c_str());
+  return true;
 }
 
 }  // namespace hsdp::device::cuda

@@ -50,7 +50,8 @@ class GpuEngineBackend final : public EngineBackend {
         owned_device_(std::make_unique<stream::cuda::CudaDeviceOps>(memory, model_stream_.get())),
         device_(*owned_device_),
         engine_(layout, mesh, gpu_engine_options(o, mesh, compute_dtype(), device_), o.model_seed, memory, &log,
-                std::move(owned_device_)) {
+                std::move(owned_device_)),
+        log_(log) {
     memory.allocate(MemCategory::activations, gpt_.activation_bytes());
     activation_bytes_ = gpt_.activation_bytes();
     memory_ = &memory;
@@ -60,6 +61,17 @@ class GpuEngineBackend final : public EngineBackend {
   GpuEngineBackend& operator=(const GpuEngineBackend&) = delete;
 
   static DType compute_dtype() { return std::is_same_v<T, bf16_t> ? DType::bf16 : DType::f32; }
+  // After each step (its scalars are read once a step): a warning for each fused GEMM that fell back to the separate
+  // kernels since the last one.
+  shard::StepScalars step_scalars(bool check_nonfinite) override {
+    const shard::StepScalars scalars = EngineBackend::step_scalars(check_nonfinite);
+    const auto& declined = gpt_.declined_epilogues();
+    for (; declined_warned_ < declined.size(); ++declined_warned_) {
+      log_.warn("model.gemm_epilogue=fused: cuBLASLt has no fused kernel for ", declined[declined_warned_],
+                " on this GPU; that GEMM runs with the separate kernels");
+    }
+    return scalars;
+  }
   double peak_tflops() const override { return peak_tflops_; }
   void time_kernels(bool on) override { gpt_.time_kernels(on ? &kernel_timer_ : nullptr); }
   std::vector<std::pair<std::string, double>> kernel_times() override { return kernel_timer_.report(); }
@@ -91,6 +103,8 @@ class GpuEngineBackend final : public EngineBackend {
   MemoryAccountant* memory_ = nullptr;
   double peak_tflops_ = model::dense_bf16_peak_tflops(dc::current_device_info().name);
   model::cuda::KernelTimer kernel_timer_;
+  const Logger& log_;
+  std::size_t declined_warned_ = 0;
 };
 
 }  // namespace

@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "hsdp/core/dtype.hpp"
 
@@ -59,14 +61,21 @@ struct GemmArgs {
 class BlasLt {
  public:
   static constexpr std::size_t kDefaultWorkspaceBytes = std::size_t{32} << 20;  // what cuBLAS asks for on Hopper
-  explicit BlasLt(std::size_t workspace_bytes = kDefaultWorkspaceBytes);
+  // epilogues = false: every GEMM with a GELU epilogue is declined (try_gemm) as if cuBLASLt had no kernel for it,
+  // which is how the callers' separate path is tested on a GPU that has the kernels.
+  explicit BlasLt(std::size_t workspace_bytes = kDefaultWorkspaceBytes, bool epilogues = true);
   ~BlasLt();
   BlasLt(const BlasLt&) = delete;
   BlasLt& operator=(const BlasLt&) = delete;
 
   // Enqueues the GEMM on `stream`; throws an internal Error naming the shape if cuBLASLt has no algorithm for it.
   void gemm(const GemmArgs& args, cudaStream_t stream);
+  // The same, but where cuBLASLt has no algorithm for the shape enqueues nothing and returns false (asked once per
+  // shape; such a shape is kept in declined()): for a GEMM with an epilogue whose caller has the separate kernels.
+  bool try_gemm(const GemmArgs& args, cudaStream_t stream);
   std::size_t cached_plans() const;
+  // Each shape a try_gemm found no algorithm for, as its error would name it, in the order found.
+  const std::vector<std::string>& declined() const;
 
  private:
   struct Impl;

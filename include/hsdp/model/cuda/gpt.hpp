@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "hsdp/core/dtype.hpp"
@@ -53,6 +54,9 @@ class GptCuda final : public UnitModel {
   const float* losses() const { return losses_.data(); }
   // Marks each group of kernels on `timer` (hsdp/model/cuda/kernel_timer.hpp) from now on; null: no more.
   void time_kernels(KernelTimer* timer) { timer_ = timer; }
+  // The GEMMs with an epilogue (model.gemm_epilogue=fused) that cuBLASLt had no kernel for here, run by the separate
+  // kernels instead: BlasLt::declined, each named once.
+  const std::vector<std::string>& declined_epilogues() const { return blas_.declined(); }
 
   // --- by unit (UnitModel) ---------------------------------------------------------------------------
   const ModelLayout& layout() const override { return layout_; }
