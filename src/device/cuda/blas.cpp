@@ -131,7 +131,7 @@ struct BlasLt::Impl {
   std::map<PlanKey, Plan> plans;
   bool epilogues = true;              // false: a GEMM with a GELU epilogue is declined without asking
   std::set<PlanKey> no_algorithm;     // shapes the heuristic had no kernel for: not asked again
-  std::vector<std::string> declined;  // and their descriptions, in the order found
+  std::vector<std::string> declined;  // those with an epilogue, described, in the order found
 
   // Row-major D = op(A) op(B) is column-major D^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" our A,
   // each with its transpose flag, and its M x N is our N x M. Null where cuBLASLt has no algorithm for the shape.
@@ -152,7 +152,11 @@ struct BlasLt::Impl {
       plans.erase(key);
     }
     no_algorithm.insert(key);
-    declined.push_back(describe(g));
+    // An epilogue's, named once (keys that differ in alignment alone describe alike); a plain GEMM's ends the run.
+    if (const std::string shape = describe(g);
+        g.epilogue != Epilogue::none && std::find(declined.begin(), declined.end(), shape) == declined.end()) {
+      declined.push_back(shape);
+    }
     return nullptr;
   }
 

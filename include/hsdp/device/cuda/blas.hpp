@@ -74,7 +74,8 @@ class BlasLt {
   // shape; such a shape is kept in declined()): for a GEMM with an epilogue whose caller has the separate kernels.
   bool try_gemm(const GemmArgs& args, cudaStream_t stream);
   std::size_t cached_plans() const;
-  // Each shape a try_gemm found no algorithm for, as its error would name it, in the order found.
+  // Each GEMM with an epilogue that try_gemm found no algorithm for, as its error would name it, once, in the order
+  // found.
   const std::vector<std::string>& declined() const;
 
  private:
