@@ -166,7 +166,8 @@ gtest() { # BINARY: its tests, the log under OUT, the summary and any failure on
   timeout -k 10 240 "$dir/bin/$1" --gtest_output="json:$out/$1.json" >"$out/$1.log" 2>&1
   local status=$?
   ((status == 124)) && echo "TIMEOUT: $1 ran 240 s; the last test started: $(grep '^\[ RUN' "$out/$1.log" | tail -n 1)"
-  grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(gpt2 |llama )?(float|bf16): ' "$out/$1.log"
+  grep -E '^\[  (FAILED|PASSED) |^\[==========\]|^  unit |^(gpt2 |llama )?(float|bf16): |^cuBLASLt has no kernel' \
+    "$out/$1.log"
   grep -B2 -A10 'Failure' "$out/$1.log" | head -60
   ((status != 0 && status != 124)) && sanitize "$1" "$out/$1.log"
   return $status
@@ -210,6 +211,13 @@ sanitize() { # BINARY LOG
     grep -E '^========= ' "$out/$1.$tool.log" | head -n 24
   done
   return 0
+}
+
+# The fused GEMMs that cuBLASLt had no kernel for on this GPU, run with the separate kernels instead (docs/gpu.md):
+# hsdp-train's warnings in every log under OUT (the self-checks' runs too), each once.
+declined_epilogues() {
+  grep -rhoE 'cuBLASLt has no fused kernel for .* on this GPU' "$out" 2>/dev/null | sort -u | head -n 8 |
+    sed 's/^/declined: /'
 }
 
 # hsdp-train on the packed MPI: NAME RANKS KEYS... into OUT/train/NAME (log and metrics), the quickstart model on
@@ -314,6 +322,7 @@ speed() {
   done
   bench xl_lean --n_layer 48 --n_embd 1600 --n_head 25 --steps 5 --warmup 2 --set model.attention=fused \
     --set model.gemm_epilogue=fused
+  declined_epilogues
   cp "$out/bench.jsonl" "$out/speed.jsonl"
   python3 - "$out/speed.jsonl" <<'PY'
 import json, sys
@@ -448,6 +457,7 @@ run() {
     --model.n_head=25 --model.block_size=1024 --model.vocab_size=50257 --model.padded_vocab_size=50304 \
     --train.micro_batch=8 --train.seq_len=1024 --precision.param=bf16 --train.activation_checkpointing=true \
     --nodes 1 --ranks-per-node 1 --device cuda --json >"$out/plan_xl.jsonl" || status=1
+  declined_epilogues
   echo "status $status (${SECONDS} s)"
   return "$status"
 }

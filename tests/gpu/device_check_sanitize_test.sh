@@ -3,7 +3,8 @@
 # gtest binary that fails two tests (one parameterised) and a fake compute-sanitizer that records its arguments.
 # The failed tests must go to memcheck and then racecheck as one --gtest_filter (a crashed binary's last started
 # test), the sanitizer's report must reach the run's output, a binary whose tests pass must not be run again, and
-# nor must anything once the run's time for the sanitizer is spent.
+# nor must anything once the run's time for the sanitizer is spent. A GEMM epilogue cuBLASLt declined is shown: the
+# GPU test's line, and hsdp-train's warnings from every log under OUT, once each.
 #
 #   device_check_sanitize_test.sh DEVICE_CHECK WORK
 set -euo pipefail
@@ -42,6 +43,8 @@ exit 134
 FAKE
 cat >"$work/bin/passing_gpu_test" <<'FAKE'
 #!/usr/bin/env bash
+printf 'cuBLASLt has no kernel here for D[40x96] = op(A) op(B) with K=72, lda/ldb/ldd 72/96/96, f32 -> f32, %s\n' \
+  'GELU-gradient epilogue, ld_aux 96'
 printf '[==========] 1 test from 1 test suite ran. (1 ms total)\n[  PASSED  ] 1 test.\n'
 FAKE
 cat >"$work/sanitizer/compute-sanitizer" <<FAKE
@@ -100,6 +103,19 @@ PATH=$work/sanitizer:$PATH gtest failing_gpu_test >"$work/spent.out" || true
 sanitize_seconds=120
 PATH=$work/sanitizer:$PATH gtest passing_gpu_test >"$work/passing.out" || fail "gtest failed a passing binary"
 [[ ! -e $work/calls ]] || fail "compute-sanitizer ran for a binary whose tests passed"
+# A GEMM epilogue that cuBLASLt declined: the test's line in the run's output, and hsdp-train's warnings from every
+# log under OUT at the end, each once.
+grep -q '^cuBLASLt has no kernel here for D\[40x96\]' "$work/passing.out" || fail "the test's declined GEMM not shown"
+mkdir -p "$work/out/selfcheck_lean/no_shard"
+gemm="D[8192x3072] = op(A) op(B) with K=768, lda/ldb/ldd 768/3072/3072, f32 -> f32, GELU-gradient epilogue, ld_aux 3072"
+for run in straight resumed; do
+  printf 'step 1/4 | loss 4.2\nwarning: model.gemm_epilogue=fused: %s %s on this GPU; %s\n' \
+    "cuBLASLt has no fused kernel for" "$gemm" "that GEMM runs with the separate kernels" \
+    >"$work/out/selfcheck_lean/no_shard/$run.log"
+done
+mapfile -t declined < <(declined_epilogues)
+[[ ${#declined[@]} == 1 && ${declined[0]} == "declined: cuBLASLt has no fused kernel for $gemm on this GPU" ]] ||
+  fail "declined_epilogues gave: ${declined[*]}"
 
 if [[ ! -e /usr/local/cuda/bin/compute-sanitizer ]] && ! command -v compute-sanitizer >/dev/null; then
   status=0
@@ -107,4 +123,5 @@ if [[ ! -e /usr/local/cuda/bin/compute-sanitizer ]] && ! command -v compute-sani
   ((status == 1)) || fail "without compute-sanitizer gtest returned $status, not 1"
   grep -q '^no compute-sanitizer on this machine' "$work/none.out" || fail "no line saying compute-sanitizer is missing"
 fi
-echo "a failed gtest's tests re-run under memcheck and racecheck as one filter; a passing binary's not"
+echo "a failed gtest's tests re-run under memcheck and racecheck as one filter; a passing binary's not; declined" \
+  "GEMM epilogues named once"
