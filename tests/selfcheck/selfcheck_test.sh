@@ -11,7 +11,8 @@
 # one_rank:   --ranks 1 (a GPU node's first row): rows on one rank pass with --set device.streams=check; a --set
 #             key reaches the rows and not the reference (--set train.lr=3.3e-3 fails the loss check). Its --mpirun
 #             lacks --allow-run-as-root: as root, hsdp-selfcheck adds it itself.
-# bad_input:  an odd --steps, a --set without KEY=VALUE, each exits 2 naming it, before running anything.
+# bad_input:  an odd --steps, a --set without KEY=VALUE, a --work folder of other files (kept as it was), each exits
+#             2 naming it, before running anything; a --work folder an earlier hsdp-selfcheck made is replaced.
 set -euo pipefail
 case=$1 selfcheck=$2 bin=$3 work=$4
 shift 4
@@ -85,6 +86,16 @@ WRAP
     run 2 "$work/set.txt" --work "$work/run" --set comm.intra
     grep -q "hsdp-selfcheck: error: --set comm.intra: need KEY=VALUE" "$work/set.txt" || fail "--set message"
     [[ ! -e $work/run ]] || fail "ran something"
+    # --work: a folder of someone else's files is refused and kept; one an earlier hsdp-selfcheck made is replaced.
+    mkdir -p "$work/theirs/checkpoints" && echo keep >"$work/theirs/checkpoints/step_100.h5"
+    run 2 "$work/theirs.txt" --work "$work/theirs" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
+    grep -q "hsdp-selfcheck: error: --work $work/theirs: a folder that holds files and was not made by hsdp-selfcheck" \
+      "$work/theirs.txt" || fail "--work message"
+    [[ $(cat "$work/theirs/checkpoints/step_100.h5") == keep ]] || fail "a refused --work folder was changed"
+    run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
+    touch "$work/own/left_from_before"
+    run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
+    [[ -e $work/own/.hsdp-selfcheck && ! -e $work/own/left_from_before ]] || fail "its own --work folder not replaced"
     ;;
   *) fail "unknown case $case" ;;
 esac
