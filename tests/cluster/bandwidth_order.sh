@@ -8,6 +8,7 @@
 set -euo pipefail
 build=$1 work=$2
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+rm -rf "$work"
 mkdir -p "$work"
 code=0
 "$root/tools/bench/bandwidth.sh" --build "$build" --work "$work/run" --rates 0,100 \

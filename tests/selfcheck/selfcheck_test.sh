@@ -95,7 +95,8 @@ WRAP
     run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
     touch "$work/own/left_from_before"
     run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
-    [[ -e $work/own/.hsdp-selfcheck && ! -e $work/own/left_from_before ]] || fail "its own --work folder not replaced"
+    [[ $(cat "$work/own/.hsdp-own-dir") == hsdp-selfcheck && ! -e $work/own/left_from_before ]] ||
+      fail "its own --work folder not replaced"
     ;;
   *) fail "unknown case $case" ;;
 esac

@@ -13,6 +13,9 @@
 #                            [--calibration-iters 32,8] [--tcp-eager BYTES] [--deck input/quickstart.ini]
 #                            [--build build] [--work DIR] [--json FILE.jsonl]
 #
+# --work (default $TMPDIR/hsdp_bandwidth, else /tmp/hsdp_bandwidth): the runs' folder; new, empty or an earlier
+# bandwidth.sh's, which it replaces (any other: exit 2, untouched; tools/bench/own_dir.sh).
+#
 # With --json, also FILE.md (the table: tokens/s, measured and predicted step per point) and FILE.png (tokens/s
 # against the rate, one line per strategy; FILE.gp and FILE.dat to restyle it).
 #
@@ -103,8 +106,9 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 "$cluster" check >/dev/null || { "$cluster" check; exit 77; }
 as_root=()
 [[ $(id -u) -eq 0 ]] && as_root=(--allow-run-as-root)
-rm -rf "$work"
-mkdir -p "$work"
+# shellcheck source=tools/bench/own_dir.sh
+source "$root/tools/bench/own_dir.sh"
+own_dir "$work" --work bandwidth.sh
 cd "$work"
 trap '"$cluster" down' EXIT
 "$cluster" up 2 >/dev/null

@@ -7,12 +7,13 @@
 # Runs the studies with hsdp-sweep (--local; 4 ranks as 4 emulated nodes of one rank): the synchronous one into
 # DIR/sync, each island spec (default input/study_islands.ini, input/study_islands_ef.ini and
 # input/study_islands_overlap.ini; --spec replaces them) into DIR/islands_<k>; with --reuse it takes their results as
-# DIR holds them. Then it writes DIR/quality.jsonl (one line per point: islands, inner_steps, bits, fragments,
-# overlap, error_feedback, final val loss and its ratio to the synchronous run's, tokens/s), DIR/quality.md (the
-# table) and DIR/quality.png (val loss against tokens: the synchronous run and every island point of 2 islands, one
-# fragment, int4, no overlap; DIR/quality.gp and .dat to restyle it). The default specs: 2 and 4 islands, H 8, 32,
-# 128, bf16 and int4, 1 and 4 fragments, then int4 without error feedback at H 32, then 2 islands at H 32 with the
-# exchange overlapped by 1 and 8 steps; 384 steps of the quickstart deck (about 18 minutes on 2 cores).
+# DIR holds them; without, DIR must be new, empty or an earlier islands_quality.sh's, which it replaces (any other: exit
+# 2, untouched; tools/bench/own_dir.sh). Then it writes DIR/quality.jsonl (one line per point: islands, inner_steps,
+# bits, fragments, overlap, error_feedback, final val loss and its ratio to the synchronous run's, tokens/s),
+# DIR/quality.md (the table) and DIR/quality.png (val loss against tokens: the synchronous run and every island point of
+# 2 islands, one fragment, int4, no overlap; DIR/quality.gp and .dat to restyle it). The default specs: 2 and 4 islands,
+# H 8, 32, 128, bf16 and int4, 1 and 4 fragments, then int4 without error feedback at H 32, then 2 islands at H 32 with
+# the exchange overlapped by 1 and 8 steps; 384 steps of the quickstart deck (about 18 minutes on 2 cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=$root/runs/islands_quality
@@ -45,8 +46,9 @@ if [[ ! -f data/text/train.bin ]]; then
     --val-fraction 0.05 >/dev/null
 fi
 if ((reuse == 0)); then
-  rm -rf "$out"
-  mkdir -p "$out"
+  # shellcheck source=tools/bench/own_dir.sh
+  source "$root/tools/bench/own_dir.sh"
+  own_dir "$out" --out islands_quality.sh
   tools/sweep/hsdp-sweep run --local "$sync" --out "$out/sync" >/dev/null
   for k in "${!specs[@]}"; do  # a failed point is said in the table
     tools/sweep/hsdp-sweep run --local "${specs[$k]}" --out "$out/islands_$k" || true
