@@ -196,7 +196,8 @@ int main(int argc, char** argv) {
   // clang-format off
   options.add_options()
       ("help,h", "print this help and exit")
-      ("dir", po::value(&o.dir)->default_value(o.dir), "checkpoint directory (on the disk to measure)")
+      ("dir", po::value(&o.dir)->default_value(o.dir),
+       "checkpoint directory (on the disk to measure): new or empty, removed at the end unless --keep")
       ("io", po::value(&o.io)->default_value(o.io), "single_call, per_dataset or both")
       ("reps", po::value(&o.reps)->default_value(o.reps), "repetitions per I/O mode")
       ("tiny", po::bool_switch(&o.tiny), "a 2-layer model instead of GPT-2 124M (a quick check)")
@@ -208,8 +209,17 @@ int main(int argc, char** argv) {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, options), vm);
     po::notify(vm);
+    std::error_code ec;
     if (vm.count("help")) {
       if (rank == 0) std::cout << "usage: mpirun -np 4 hsdp-bench-ckpt [options]\n\n" << options;
+    } else if (std::filesystem::exists(o.dir, ec) && !std::filesystem::is_empty(o.dir, ec)) {
+      // It writes checkpoints there and removes the folder at the end: never one that holds anything else.
+      if (rank == 0) {
+        std::cerr << "hsdp-bench-ckpt: --dir " << o.dir
+                  << ": exists and is not empty (the bench writes its checkpoints there and removes the folder at the "
+                     "end): give a new or empty folder\n";
+      }
+      code = 2;
     } else {
       code = run(o, rank, world);
     }
