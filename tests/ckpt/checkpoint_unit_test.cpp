@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "../temp_dir.hpp"
 #include "fixtures.hpp"
 #include "hsdp/ckpt/checksum.hpp"
 #include "hsdp/ckpt/commit.hpp"
@@ -83,22 +84,7 @@ TEST(Retention, FileNamesParseToSteps) {
   EXPECT_EQ(step_of_file_name("latest"), std::nullopt);
 }
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("hsdp_ckpt_unit_" + std::to_string(::getpid()))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using hsdp::testing::TempDir;
 
 std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

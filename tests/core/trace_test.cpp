@@ -1,15 +1,14 @@
 #include "hsdp/core/trace.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <thread>
 
+#include "../temp_dir.hpp"
 #include "hsdp/core/error.hpp"
 
 namespace hsdp {
@@ -22,27 +21,10 @@ std::string read_all(const std::filesystem::path& p) {
   return s.str();
 }
 
-// A folder of the test's own under the system's temp folder, removed with everything in it when the test ends (each
-// test runs as a process of its own: a folder per process left one behind per test and CI run).
-class Scratch {
- public:
-  Scratch() : dir_(std::filesystem::temp_directory_path() / ("hsdp_trace_test_" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(dir_);
-  }
-  ~Scratch() {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return dir_ / name; }
-
- private:
-  std::filesystem::path dir_;
-};
+using testing::TempDir;
 
 TEST(TraceFile, WritesAJsonArrayOfEvents_OneTrackPerName_NamedOnFirstUse) {
-  const Scratch scratch;
+  const TempDir scratch;
   const auto path = scratch / "a/b/trace.json";  // parent folders are made
   {
     TraceFile trace(path.string(), 3);
@@ -63,7 +45,7 @@ TEST(TraceFile, WritesAJsonArrayOfEvents_OneTrackPerName_NamedOnFirstUse) {
 }
 
 TEST(TraceFile, SpansFromSeveralThreads_AreEachWrittenWhole) {
-  const Scratch scratch;
+  const TempDir scratch;
   const auto path = scratch / "threads.json";
   constexpr int kPerThread = 500;
   {

@@ -5,9 +5,9 @@
 #include <fstream>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/data/token_file.hpp"
-#include "temp_dir.hpp"
 
 namespace hsdp::data {
 namespace {

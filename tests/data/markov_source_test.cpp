@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/data/synth_dataset.hpp"
 #include "hsdp/data/token_file.hpp"
-#include "temp_dir.hpp"
 
 namespace hsdp::data {
 namespace {

@@ -6,8 +6,8 @@
 #include <set>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "hsdp/core/error.hpp"
-#include "temp_dir.hpp"
 
 namespace hsdp::data {
 namespace {

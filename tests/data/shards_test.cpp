@@ -12,9 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/data/sampler.hpp"
-#include "temp_dir.hpp"
 
 namespace hsdp::data {
 namespace {

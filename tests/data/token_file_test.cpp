@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "hsdp/core/error.hpp"
-#include "temp_dir.hpp"
 
 namespace hsdp::data {
 namespace {

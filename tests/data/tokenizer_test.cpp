@@ -5,12 +5,12 @@
 
 #include <fstream>
 #include <functional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "hsdp/core/error.hpp"
-#include "temp_dir.hpp"
 
 namespace hsdp::data {
 namespace {
