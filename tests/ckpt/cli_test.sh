@@ -73,6 +73,15 @@ expect 0 "transformer.h.1.mlp.c_proj.weight +\[16, 64\]" "$bin" inspect "$ck"
 expect 0 "/optim/exp_avg_sq/" "$bin" inspect "$ck"
 expect 0 "OK .*step_12.h5" "$bin" verify "$ck"
 expect 0 "wrote .*one.h5: step 12, world_size 1" "$bin" consolidate "$ck" --output "$dir/one.h5"
+# No output over a checkpoint (an HDF5 file), whichever command writes it; a regular file of another kind is replaced.
+before=$(sha256sum <"$dir/one.h5")
+expect 2 "--output: '$dir/one.h5' is an HDF5 file \(a checkpoint\?\), which hsdp-ckpt never writes over" \
+  "$bin" consolidate "$ck" --output "$dir/one.h5"
+expect 2 "is an HDF5 file" "$bin" export "$ck" --format llmc --output "$dir/one.h5"
+expect 2 "is an HDF5 file" "$bin" import --format llmc "$dir/model.bin" --output "$dir/one.h5"
+[[ $(sha256sum <"$dir/one.h5") == "$before" ]] || fail "a refused --output changed the checkpoint"
+echo "not a checkpoint" >"$dir/old.bin"
+expect 0 "wrote .*old.bin \(llmc\)" "$bin" export "$ck" --format llmc --output "$dir/old.bin"
 expect 0 "saved by 1 rank\(s\) on 1 node\(s\), mesh 1x1" "$bin" inspect "$dir/one.h5" --summary
 "$probe" compare "$dir/one.h5" 12 || fail "the consolidated checkpoint holds other values"
 "${mpiexec[@]}" "$probe" compare "$dir/one.h5" 12 || fail "the consolidated checkpoint does not load on 4 ranks"

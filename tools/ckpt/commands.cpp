@@ -2,22 +2,24 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <boost/program_options.hpp>
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
+#include "../common/subcommands.hpp"
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/ckpt/export.hpp"
 #include "hsdp/ckpt/hf.hpp"
 #include "hsdp/ckpt/inspect.hpp"
-#include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
-#include "hsdp/data/tokenizer.hpp"
 #include "hsdp/core/files.hpp"
+#include "hsdp/data/tokenizer.hpp"
 
 namespace po = boost::program_options;
 
@@ -30,6 +32,19 @@ po::positional_options_description one_positional(const char* name) {
   po::positional_options_description p;
   p.add(name, 1);
   return p;
+}
+
+// An output that is a regular file is replaced (a re-export after more training), but never one holding an HDF5 file
+// (a run's checkpoint: step_N.h5, a consolidated or imported one): hsdp-ckpt writes no output over a checkpoint.
+void require_not_checkpoint(const std::string& output) {
+  std::ifstream in(output, std::ios::binary);
+  std::array<char, 8> head{};
+  constexpr std::array<char, 8> kHdf5{'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};  // HDF5's signature at byte 0
+  if (in && in.read(head.data(), head.size()) && head == kHdf5) {
+    throw Error(ErrorKind::config, "--output: '" + output +
+                                       "' is an HDF5 file (a checkpoint?), which hsdp-ckpt never writes over: give "
+                                       "another path, or remove it first");
+  }
 }
 
 std::string human_bytes(std::uint64_t bytes) {
@@ -165,6 +180,7 @@ int run_consolidate(const std::vector<std::string>& args) {
   if (!vm) return kExitOk;
   const std::string output = (*vm)["output"].as<std::string>();
   require_regular_output(output, "--output");
+  require_not_checkpoint(output);
   ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(ckpt::checkpoint_file((*vm)["file"].as<std::string>()));
   full.state.world_size = 1;
   full.state.nodes = 1;
@@ -219,7 +235,10 @@ int run_export(const std::vector<std::string>& args) {
   }
   const std::string path = ckpt::checkpoint_file((*vm)["file"].as<std::string>());
   const std::string output = (*vm)["output"].as<std::string>();
-  if (format != "hf") require_regular_output(output, "--output");  // hf: a directory of two files
+  if (format != "hf") {  // hf: a directory of two files
+    require_regular_output(output, "--output");
+    require_not_checkpoint(output);
+  }
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
   const model::ModelLayout layout(full.config);
   if (format == "safetensors") {
@@ -289,6 +308,7 @@ int run_import(const std::vector<std::string>& args) {
   const std::string input = (*vm)["input"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
   require_regular_output(output, "--output");
+  require_not_checkpoint(output);
   if (format == "llmc") {
     require_regular_input(input, "import");
   } else {
