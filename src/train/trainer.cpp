@@ -164,6 +164,26 @@ void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std:
                "(another checkpoint.dir, or checkpoint.resume=none)");
 }
 
+// Empty where a resume from `s` continues the record in this run's log.dir: the checkpoint's run kept its record in
+// the same folder (its deck's log.dir, compared as an absolute path, also where it is written otherwise). Else why
+// not, for guard_log_dir's message: an imported model (step 0) continues no run, and a checkpoint of a run that
+// logged elsewhere continues that run's record, not the one here.
+std::string record_continued(const ckpt::TrainState& s, const TrainOptions& o) {
+  if (s.step <= 0) return "it resumed from an imported model, step 0, which continues no run";
+  namespace fs = std::filesystem;
+  const auto folder = [](const std::string& path) {
+    std::error_code ec;
+    fs::path p = fs::absolute(path, ec).lexically_normal();
+    return p.has_filename() ? p : p.parent_path();  // "runs/a/" is "runs/a"
+  };
+  for (const DeckChange& c : deck_changes(s.deck_text, o.deck_text)) {
+    if (c.key == "log.dir" && folder(c.saved) != folder(c.now)) {
+      return "it resumed from a checkpoint of the run whose log.dir was '" + c.saved + "'";
+    }
+  }
+  return {};
+}
+
 // The host names of the job's nodes, in node order (each node's first rank's MPI_Get_processor_name), on rank 0.
 std::vector<std::string> host_names(MPI_Comm world, const comm::Topology& topo) {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
@@ -394,7 +414,7 @@ class Run {
         check_resume_changes(*state, o_, static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * world_.size(),
                              log_);
       }
-      if (log_.is_root()) guard_log_dir(resumed.has_value());
+      if (log_.is_root()) guard_log_dir(resumed ? record_continued(*resumed, o_) : "it resumed from no checkpoint");
       // eval_only leaves a training run's metrics.jsonl as it is.
       if (log_.is_root() && !o_.eval_only) metrics_->keep_through_step(first_step_);
     });
@@ -404,11 +424,12 @@ class Run {
   }
 
   // A run's record (metrics.jsonl, summary.json) is replaced only by the run that continues it (a resume from its
-  // checkpoints), by a run told to start over (log.overwrite=true, or checkpoint.overwrite=true: its checkpoints go
-  // too): another run is refused with one line and the way out (train.eval_only writes eval_step_<N>.json beside it
-  // and touches neither). Rank 0.
-  void guard_log_dir(bool continues) const {
-    if (continues || o_.eval_only || o_.log_overwrite || o_.checkpoint_overwrite) return;
+  // checkpoints: `not_continued` empty), by a run told to start over (log.overwrite=true, or checkpoint.overwrite=true:
+  // its checkpoints go too): another run is refused with one line that says why this run does not continue it
+  // (`not_continued`) and the way out (train.eval_only writes eval_step_<N>.json beside it and touches neither).
+  // Rank 0.
+  void guard_log_dir(const std::string& not_continued) const {
+    if (not_continued.empty() || o_.eval_only || o_.log_overwrite || o_.checkpoint_overwrite) return;
     namespace fs = std::filesystem;
     const fs::path dir(o_.log_dir);
     std::error_code ec;
@@ -424,8 +445,8 @@ class Run {
     }
     if (summary) held += std::string(held.empty() ? "" : " and ") + "summary.json";
     throw_config("log.dir '" + o_.log_dir + "' holds another run's record (" + held +
-                 ") and this run does not continue it (it resumed from no checkpoint): give this run a log.dir of its "
-                 "own, or set log.overwrite=true to replace the record");
+                 ") and this run does not continue it (" + not_continued +
+                 "): give this run a log.dir of its own, or set log.overwrite=true to replace the record");
   }
 
   // What runs, on rank 0: the model, the ranks, the strategy, the batch; a BLAS that does not know this CPU.

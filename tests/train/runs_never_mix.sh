@@ -6,7 +6,8 @@
 #   checkpoint.resume=auto with a damaged latest (its file truncated) falls back to the newest checkpoint that loads,
 #   saying which it skipped and why; checkpoint.fallback=false makes that exit 2 instead.
 #   a fresh run into a log.dir holding another run's record (metrics.jsonl, summary.json) exits 2 naming it and
-#   leaves both byte-identical; log.overwrite=true replaces them; a run that resumes continues its own record.
+#   leaves both byte-identical; log.overwrite=true replaces them; a run that resumes continues its own record, and
+#   a resume of another run's checkpoint into it (its checkpoint's deck names another log.dir) is refused the same way.
 # Also: the size hsdp-train logs for a checkpoint is the size `hsdp-ckpt inspect` prints for it.
 set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4 ckpt=$5
@@ -69,6 +70,18 @@ expect 2 "log.dir '.*/log' holds another run's record \(metrics.jsonl with 3 ste
 expect 0 "done: 2 steps" --train.steps=2 --checkpoint.dir= --log.dir="$run/log" --log.overwrite=true
 [[ $(wc -l <"$run/log/metrics.jsonl") -eq 2 ]] || fail "log.overwrite=true did not replace the record"
 echo "another run's log.dir: refused (exit 2, record unchanged), then replaced with log.overwrite=true"
+# A resume continues only the record of the run it resumes: run y's checkpoint resumed into run x's log.dir is
+# refused, x's record unchanged; x resumed from its own, its log.dir written otherwise, continues it.
+expect 0 "done: 4 steps" --train.steps=4 --checkpoint.dir="$run/ckx" --log.dir="$run/x"
+expect 0 "done: 2 steps" --train.steps=2 --checkpoint.dir="$run/cky" --log.dir="$run/y"
+record_x() { (cd "$run/x" && sha256sum metrics.jsonl summary.json); }
+before=$(record_x)
+expect 2 "log.dir '.*/x' holds another run's record \(metrics.jsonl with 4 step\(s\) and summary.json\) and this run does not continue it \(it resumed from a checkpoint of the run whose log.dir was '.*/y'\)" \
+  --train.steps=4 --checkpoint.dir="$run/cky" --log.dir="$run/x"
+[[ $(record_x) == "$before" ]] || fail "a resume of another run changed the record in log.dir"
+expect 0 "done: 2 steps in this run \(4 -> 6 of 6\)" --train.steps=6 --checkpoint.dir="$run/ckx" --log.dir="$run/x/"
+[[ $(wc -l <"$run/x/metrics.jsonl") -eq 6 ]] || fail "x's resume did not continue its record"
+echo "a resume into another run's log.dir: refused (exit 2, record unchanged); into its own: continued"
 # The last line says what was done: one step (no tokens/s: they are measured from the second step on), an evaluation
 # (nothing trained; its own result file).
 expect 0 "^done: 1 step in .*, no tokens/s \(measured from the second step of a segment on\)" --train.steps=1 \
