@@ -80,6 +80,12 @@ expect 2 "--output: '$dir/one.h5' is an HDF5 file \(a checkpoint\?\), which hsdp
 expect 2 "is an HDF5 file" "$bin" export "$ck" --format llmc --output "$dir/one.h5"
 expect 2 "is an HDF5 file" "$bin" import --format llmc "$dir/model.bin" --output "$dir/one.h5"
 [[ $(sha256sum <"$dir/one.h5") == "$before" ]] || fail "a refused --output changed the checkpoint"
+# The model of a bytes run is not written beside an earlier export's tokenizer (it would be read with it).
+mkdir -p "$dir/hf_old" && echo "an earlier export's" >"$dir/hf_old/tokenizer.model"
+expect 2 "--output: '$dir/hf_old' holds tokenizer.model of an earlier export, and this checkpoint's run read bytes" \
+  "$bin" export "$ck" --format hf --output "$dir/hf_old"
+[[ ! -e $dir/hf_old/config.json && ! -e $dir/hf_old/model.safetensors ]] || fail "a refused hf export wrote files"
+expect 0 "wrote .*hf_new \(hf\)" "$bin" export "$ck" --format hf --output "$dir/hf_new"
 echo "not a checkpoint" >"$dir/old.bin"
 expect 0 "wrote .*old.bin \(llmc\)" "$bin" export "$ck" --format llmc --output "$dir/old.bin"
 expect 0 "saved by 1 rank\(s\) on 1 node\(s\), mesh 1x1" "$bin" inspect "$dir/one.h5" --summary

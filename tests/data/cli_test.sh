@@ -54,6 +54,12 @@ expect 0 'wrote .*out.bin: 10 tokens' "$bin" encode --input "$dir/in.txt" --outp
   --val-output "$dir/val.bin" --val-fraction 0.1
 expect 0 '10 tokens' "$bin" info --input "$dir/out.bin" --vocab 256
 expect 0 'wrote .*new/dir/out.bin' "$bin" encode --input "$dir/in.txt" --output "$dir/new/dir/out.bin"
+# An output never replaces the text it is made from, nor the other output.
+text_before=$(sha256sum <"$dir/in.txt")
+expect 2 "--output '.*in.txt' is the file --input names" "$bin" encode --input "$dir/in.txt" --output "$dir/./in.txt"
+expect 2 "--val-output '.*v.bin' is the file --output names" "$bin" encode --input "$dir/in.txt" --output "$dir/v.bin" \
+  --val-output "$dir/v.bin"
+[[ $(sha256sum <"$dir/in.txt") == "$text_before" ]] || fail "a refused encode changed its input"
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
 expect 2 '--val-fraction needs --val-output' "$bin" encode --input "$dir/in.txt" --output "$dir/x.bin" \
   --val-fraction 0.2

@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -259,6 +260,17 @@ int run_export(const std::vector<std::string>& args) {
   } else {
     const data::Tokenizer tokenizer =
         data::Tokenizer::of_run((*vm)["tokenizer"].as<std::string>(), full.state.tokenizer, full.state.deck_text);
+    // A model of a bytes run written beside an earlier export's tokenizer would be read with that tokenizer.
+    for (const char* name : {ckpt::kHfTokenizerFile, ckpt::kHfTokenizerConfigFile}) {
+      std::error_code ec;
+      if (tokenizer.is_bytes() && std::filesystem::exists(output + "/" + name, ec)) {
+        throw Error(ErrorKind::config, "--output: '" + output + "' holds " + name +
+                                           " of an earlier export, and this checkpoint's run read bytes (no "
+                                           "tokenizer): the folder would pair this model with another tokenizer; "
+                                           "give a new folder, or remove " +
+                                           name + " first");
+      }
+    }
     ckpt::write_hf(output, layout, full.params);
     if (!tokenizer.is_bytes()) {
       ckpt::write_hf_tokenizer(output, tokenizer.model_bytes(), full.config.block_size);

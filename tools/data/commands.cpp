@@ -12,13 +12,15 @@
 #include <sstream>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "../common/subcommands.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/files.hpp"
 #include "hsdp/data/byte_encoder.hpp"
-#include "hsdp/data/synth_dataset.hpp"
 #include "hsdp/data/sampler.hpp"
+#include "hsdp/data/synth_dataset.hpp"
 #include "hsdp/data/token_file.hpp"
 #include "hsdp/data/tokenizer.hpp"
 
@@ -106,6 +108,21 @@ int run_encode(const std::vector<std::string>& args) {
   require_regular_output(output.string(), "--output");
   const bool val = vm->count("val-output") > 0;
   if (val) require_regular_output((*vm)["val-output"].as<std::string>(), "--val-output");
+  // The outputs replace files: never the text they are made from, nor each other (the second would replace the first).
+  std::vector<std::pair<std::string, std::filesystem::path>> paths = {{"--input", input}, {"--output", output}};
+  if (val) paths.emplace_back("--val-output", (*vm)["val-output"].as<std::string>());
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    for (std::size_t j = i + 1; j < paths.size(); ++j) {
+      std::error_code ea, eb;
+      const auto& [a, pa] = paths[i];
+      const auto& [b, pb] = paths[j];
+      const std::filesystem::path ca = std::filesystem::weakly_canonical(pa, ea);
+      const std::filesystem::path cb = std::filesystem::weakly_canonical(pb, eb);
+      if (!ea && !eb && ca == cb) {
+        throw_config(b + " '" + pb.string() + "' is the file " + a + " names: give " + b + " a path of its own");
+      }
+    }
+  }
   for (const char* key : {"val-fraction", "val-split"}) {
     if (!val && !(*vm)[key].defaulted()) {
       throw_config(std::string("--") + key + " needs --val-output (the file that receives the validation part)");
