@@ -223,6 +223,17 @@ EOF
     fail "results.csv: $(cat "$work/fail/results.csv")"
   fi
   echo "failing point: recorded (exit 2), the next point ran, run exited 1"
+  # Run again: the point that finished keeps its results and is not run; the failed one runs again.
+  kept=$(sha256sum "$work/fail/point_1/summary.json" "$work/fail/point_1/metrics.jsonl")
+  status=0
+  "$sweep" run --local "$work/fail" --np 1 >"$work/again.out" || status=$?
+  [[ $status == 1 ]] || fail "run again with the failing point exited $status, expected 1"
+  grep -q '^point 1: finished earlier (exit 0, summary.json): kept, not run again' "$work/again.out" ||
+    fail "point 1 not kept: $(cat "$work/again.out")"
+  grep -q '^point 0 (1/1) .*exit 2' "$work/again.out" || fail "point 0 not run again: $(cat "$work/again.out")"
+  [[ $(sha256sum "$work/fail/point_1/summary.json" "$work/fail/point_1/metrics.jsonl") == "$kept" ]] ||
+    fail "run again changed a finished point's results"
+  echo "run again: the finished point kept, the failed one run again"
   # Studies never mix: expanding into a directory with results is refused (exit 2, results untouched), --clean
   # deletes them first; and collect piped into head ends quietly.
   status=0

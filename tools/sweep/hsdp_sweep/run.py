@@ -72,6 +72,16 @@ def _stop(proc):
             continue
 
 
+def finished(point_dir):
+    """Whether an earlier run of the point finished well: exit 0 recorded and its summary.json written."""
+    try:
+        with open(os.path.join(point_dir, "exit_code"), encoding="utf-8") as f:
+            ok = f.read().strip() == "0"
+    except OSError:
+        return False
+    return ok and os.path.isfile(os.path.join(point_dir, "summary.json"))
+
+
 def _clear(point_dir):
     """What an earlier run of the point left, so that collect never reads it as this run's."""
     for stale in ("summary.json", "metrics.jsonl", "exit_code"):
