@@ -14,18 +14,35 @@ namespace {
 std::int64_t microseconds(double seconds) { return std::llround(seconds * 1e6); }
 }  // namespace
 
-TraceFile::TraceFile(const std::string& path, int pid) : pid_(pid) {
-  std::error_code ignored;
+TraceFile::TraceFile(const std::string& path, int pid) : path_(path), pid_(pid) {
+  std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
-  out_.open(path, std::ios::trunc);
-  if (!out_) throw_config("log.trace: cannot write " + path);
-  out_ << "[";
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  existed_ = std::filesystem::exists(path, ec);
+  // Writable, checked without truncating: the file is replaced at start(), once the run is under way (a run refused at
+  // start-up, e.g. for another run's log.dir, leaves that run's trace as it was).
+  if (!std::ofstream(path, std::ios::app)) throw_config("log.trace: cannot write " + path);
 }
 
 TraceFile::~TraceFile() {
   const std::lock_guard lock(mutex_);
+  if (!started_ && existed_) return;  // never started: an earlier file stays as it was
+  if (!started_) begin();             // a new file: what was recorded
   out_ << "\n]\n";
+}
+
+void TraceFile::start() {
+  const std::lock_guard lock(mutex_);
+  if (!started_) begin();
+}
+
+// Like every later write, a failure here is not raised (the constructor checked the path): the trace is a diagnosis.
+void TraceFile::begin() {
+  out_.open(path_, std::ios::trunc);
+  out_ << "[";
+  started_ = true;
+  for (const std::string& json : pending_) write(json);
+  pending_.clear();
 }
 
 int TraceFile::track_id(const std::string& track) {
@@ -44,6 +61,14 @@ int TraceFile::track_id(const std::string& track) {
 }
 
 void TraceFile::event(const std::string& json) {
+  if (started_) {
+    write(json);
+  } else {
+    pending_.push_back(json);
+  }
+}
+
+void TraceFile::write(const std::string& json) {
   out_ << (first_ ? "\n" : ",\n") << json;
   first_ = false;
 }
@@ -76,7 +101,7 @@ void TraceFile::instant(const std::string& name, double at_s) {
 
 void TraceFile::flush() {
   const std::lock_guard lock(mutex_);
-  out_.flush();
+  if (started_) out_.flush();
 }
 
 }  // namespace hsdp

@@ -69,6 +69,40 @@ TEST(TraceFile, SpansFromSeveralThreads_AreEachWrittenWhole) {
   EXPECT_EQ(text.substr(text.size() - 2), "]\n");
 }
 
+// Replaced at start() (the first step), not before: a run refused at start-up leaves an earlier run's trace as it
+// was; the events before start() are written first; a new path never started gets what was recorded.
+TEST(TraceFile, AnEarlierFile_IsReplacedAtStartOnly) {
+  const TempDir scratch;
+  const auto path = scratch / "trace_rank0.json";
+  const std::string span = R"({"name":"thread_name","ph":"M","pid":0,"tid":1,"args":{"name":"compute"}},)"
+                           "\n"
+                           R"({"name":"wait","ph":"X","pid":0,"tid":1,"ts":1000000,"dur":0})";
+  { std::ofstream(path) << "an earlier run's trace\n"; }
+  {
+    TraceFile refused(path.string(), 0);
+    refused.span("compute", "wait", 1.0, 1.0);
+    refused.flush();
+  }
+  EXPECT_EQ(read_all(path), "an earlier run's trace\n");
+  {
+    TraceFile trace(path.string(), 0);
+    trace.span("compute", "wait", 1.0, 1.0);
+    trace.start();
+    trace.start();
+    trace.instant("begin_step 1", 2.0);
+  }
+  EXPECT_EQ(read_all(path), "[\n" + span +
+                                ",\n"
+                                R"({"name":"begin_step 1","ph":"i","s":"p","pid":0,"tid":0,"ts":2000000})"
+                                "\n]\n");
+  const auto fresh = scratch / "fresh.json";
+  {
+    TraceFile never_started(fresh.string(), 0);
+    never_started.span("compute", "wait", 1.0, 1.0);
+  }
+  EXPECT_EQ(read_all(fresh), "[\n" + span + "\n]\n");
+}
+
 TEST(TraceFile, AnUnwritablePath_IsAConfigErrorNamingIt) {
   try {
     TraceFile trace("/proc/hsdp_no_such_dir/trace.json", 0);

@@ -5,9 +5,10 @@
 #   byte-identical; checkpoint.overwrite=true deletes them, saying so, and trains;
 #   checkpoint.resume=auto with a damaged latest (its file truncated) falls back to the newest checkpoint that loads,
 #   saying which it skipped and why; checkpoint.fallback=false makes that exit 2 instead.
-#   a fresh run into a log.dir holding another run's record (metrics.jsonl, summary.json) exits 2 naming it and
-#   leaves both byte-identical; log.overwrite=true replaces them; a run that resumes continues its own record, and
-#   a resume of another run's checkpoint into it (its checkpoint's deck names another log.dir) is refused the same way.
+#   a fresh run into a log.dir holding another run's record (metrics.jsonl, summary.json, its log.trace timeline)
+#   exits 2 naming it and leaves them byte-identical; log.overwrite=true replaces them; a run that resumes continues
+#   its own record, and a resume of another run's checkpoint into it (its checkpoint's deck names another log.dir) is
+#   refused the same way.
 # Also: the size hsdp-train logs for a checkpoint is the size `hsdp-ckpt inspect` prints for it.
 set -euo pipefail
 train=$1 deck=$2 data=$3 run=$4 ckpt=$5
@@ -60,15 +61,19 @@ grep -q "done: 4 steps in this run (2 -> 6 of 6)" "$run/last.log" || fail "did n
 echo "damaged latest: $(grep -o 'resume: skipped.*' "$run/last.log" | cut -c1-160)..."
 
 # log.dir: another run's record is never replaced silently
-expect 0 "done: 3 steps" --train.steps=3 --checkpoint.dir= --log.dir="$run/log"
-record() { (cd "$run/log" && sha256sum metrics.jsonl summary.json); }
+expect 0 "done: 3 steps" --train.steps=3 --checkpoint.dir= --log.dir="$run/log" --log.trace=true
+record() { (cd "$run/log" && sha256sum metrics.jsonl summary.json trace_rank0.json); }
 before=$(record)
 expect 2 "log.dir '.*/log' holds another run's record \(metrics.jsonl with 3 step\(s\) and summary.json\) and this run does not continue it.*log.overwrite=true" \
-  --train.steps=2 --checkpoint.dir= --log.dir="$run/log"
+  --train.steps=2 --checkpoint.dir= --log.dir="$run/log" --log.trace=true
 [[ $(record) == "$before" ]] || fail "the refused run changed the record in log.dir"
 [[ $(wc -l <"$run/last.log") -eq 1 ]] || fail "the error is not one line: $(cat "$run/last.log")"
-expect 0 "done: 2 steps" --train.steps=2 --checkpoint.dir= --log.dir="$run/log" --log.overwrite=true
+trace_before=$(sha256sum <"$run/log/trace_rank0.json")
+expect 0 "done: 2 steps" --train.steps=2 --checkpoint.dir= --log.dir="$run/log" --log.overwrite=true --log.trace=true
 [[ $(wc -l <"$run/log/metrics.jsonl") -eq 2 ]] || fail "log.overwrite=true did not replace the record"
+trace_after=$(sha256sum <"$run/log/trace_rank0.json")
+[[ $trace_after != "$trace_before" && $(grep -c '"begin_step' "$run/log/trace_rank0.json") == 2 ]] ||
+  fail "log.overwrite=true did not replace the trace with this run's 2 steps"
 echo "another run's log.dir: refused (exit 2, record unchanged), then replaced with log.overwrite=true"
 # A resume continues only the record of the run it resumes: run y's checkpoint resumed into run x's log.dir is
 # refused, x's record unchanged; x resumed from its own, its log.dir written otherwise, continues it.

@@ -11,12 +11,14 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace hsdp {
 
 class TraceFile {
  public:
-  // Throws a config error naming the path when it cannot be written.
+  // Throws a config error naming the path when it cannot be written. An existing file there is replaced at start()
+  // (the run's first step), not before: one never started leaves it as it was; a new one is written whole at the end.
   TraceFile(const std::string& path, int pid);
   ~TraceFile();
   TraceFile(const TraceFile&) = delete;
@@ -25,12 +27,20 @@ class TraceFile {
   void span(const std::string& track, const std::string& name, double begin_s, double end_s);
   void instant(const std::string& name, double at_s);
   void flush();
+  // Replaces the file with the events so far; later events go straight to it. Idempotent.
+  void start();
 
  private:
   int track_id(const std::string& track);  // under mutex_; names the track on first use
   void event(const std::string& json);     // under mutex_
+  void begin();                            // under mutex_: the file replaced, the array begun, pending_ written
+  void write(const std::string& json);     // under mutex_, started
   std::mutex mutex_;
-  std::ofstream out_;
+  std::string path_;
+  std::ofstream out_;  // opened by begin()
+  bool existed_ = false;
+  bool started_ = false;
+  std::vector<std::string> pending_;  // the events before start()
   int pid_;
   bool first_ = true;
   std::map<std::string, int> tracks_;
