@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "hsdp/core/error.hpp"
@@ -59,7 +61,19 @@ SynthSummary write_synth_dataset(const SynthSpec& spec, const std::filesystem::p
   SynthSummary summary;
   summary.entropy = source.entropy_rate();
 
+  // It replaces its own earlier files only: train.bin or val.bin without a synth's source.json beside them are data
+  // from elsewhere (hsdp-data encode, llm.c), never replaced.
   std::error_code error;
+  for (const char* name : {"train.bin", "val.bin"}) {
+    if (!std::filesystem::exists(out_dir / name, error)) continue;
+    std::ifstream json(out_dir / "source.json");
+    const std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
+    if (text.find("\"generator\":\"hsdp-data synth") == std::string::npos) {
+      throw_config("synth: --out-dir '" + out_dir.string() + "' holds " + name +
+                   " that hsdp-data synth did not write (no synth's source.json beside it): it is not replaced; give "
+                   "another --out-dir");
+    }
+  }
   std::filesystem::create_directories(out_dir, error);
   if (error) throw_data("synth: cannot create directory '" + out_dir.string() + "': " + error.message());
   summary.train_path = out_dir / "train.bin";

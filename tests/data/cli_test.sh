@@ -44,6 +44,7 @@ if truncate -s 3G "$dir/huge.txt" 2>/dev/null; then
   rm -f "$dir/huge.txt"
 fi
 expect 0 'entropy rate' "$bin" synth --out-dir "$dir/s" --vocab 32 --order 2 --train-tokens 20000 --val-tokens 3000
+expect 0 'entropy rate' "$bin" synth --out-dir "$dir/s" --vocab 32 --order 2 --train-tokens 20000 --val-tokens 3000
 [[ -f $dir/s/train.bin && -f $dir/s/val.bin ]] || fail "synth did not write train.bin and val.bin"
 grep -q '"entropy_nats_per_token":' "$dir/s/source.json" || fail "source.json lacks the entropy"
 expect 0 '20000 tokens, largest id 31, all < vocab 32' "$bin" info --input "$dir/s/train.bin" --vocab 32
@@ -54,6 +55,11 @@ expect 0 'wrote .*out.bin: 10 tokens' "$bin" encode --input "$dir/in.txt" --outp
   --val-output "$dir/val.bin" --val-fraction 0.1
 expect 0 '10 tokens' "$bin" info --input "$dir/out.bin" --vocab 256
 expect 0 'wrote .*new/dir/out.bin' "$bin" encode --input "$dir/in.txt" --output "$dir/new/dir/out.bin"
+# synth replaces only its own files: token files from elsewhere are refused, unchanged.
+mkdir -p "$dir/encoded" && cp "$dir/out.bin" "$dir/encoded/train.bin"
+expect 2 "synth: --out-dir '.*encoded' holds train.bin that hsdp-data synth did not write" "$bin" synth \
+  --out-dir "$dir/encoded"
+cmp -s "$dir/out.bin" "$dir/encoded/train.bin" || fail "a refused synth changed the token file"
 # An output never replaces the text it is made from, nor the other output.
 text_before=$(sha256sum <"$dir/in.txt")
 expect 2 "--output '.*in.txt' is the file --input names" "$bin" encode --input "$dir/in.txt" --output "$dir/./in.txt"
