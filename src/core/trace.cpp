@@ -18,17 +18,16 @@ TraceFile::TraceFile(const std::string& path, int pid) : path_(path), pid_(pid) 
   std::error_code ec;
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  existed_ = std::filesystem::exists(path, ec);
-  // Writable, checked without truncating: the file is replaced at start(), once the run is under way (a run refused at
-  // start-up, e.g. for another run's log.dir, leaves that run's trace as it was).
+  // Writable, checked without changing what is there: the file is written from start() on, once the run is under way
+  // (a run refused at start-up, e.g. for another run's log.dir, leaves that folder as it was).
+  const bool existed = std::filesystem::exists(path, ec);
   if (!std::ofstream(path, std::ios::app)) throw_config("log.trace: cannot write " + path);
+  if (!existed) std::filesystem::remove(path, ec);
 }
 
 TraceFile::~TraceFile() {
   const std::lock_guard lock(mutex_);
-  if (!started_ && existed_) return;  // never started: an earlier file stays as it was
-  if (!started_) begin();             // a new file: what was recorded
-  out_ << "\n]\n";
+  if (started_) out_ << "\n]\n";  // never started: nothing written
 }
 
 void TraceFile::start() {

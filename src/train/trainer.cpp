@@ -165,16 +165,17 @@ void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std:
 }
 
 // Empty where a resume from `s` continues the record in this run's log.dir: the checkpoint's run kept its record in
-// the same folder (its deck's log.dir, compared as an absolute path, also where it is written otherwise). Else why
+// the same folder (its deck's log.dir, compared as an absolute path with symbolic links resolved, so also where it is
+// written otherwise; a relative one is taken from this run's working directory, as a requeued job's is). Else why
 // not, for guard_log_dir's message: an imported model (step 0) continues no run, and a checkpoint of a run that
 // logged elsewhere continues that run's record, not the one here.
 std::string record_continued(const ckpt::TrainState& s, const TrainOptions& o) {
   if (s.step <= 0) return "it resumed from an imported model, step 0, which continues no run";
   namespace fs = std::filesystem;
-  const auto folder = [](const std::string& path) {
+  const auto folder = [](const std::string& path) {  // symbolic links resolved, "runs/a/" is "runs/a"
     std::error_code ec;
-    fs::path p = fs::absolute(path, ec).lexically_normal();
-    return p.has_filename() ? p : p.parent_path();  // "runs/a/" is "runs/a"
+    fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec).lexically_normal();
+    return p.has_filename() ? p : p.parent_path();
   };
   for (const DeckChange& c : deck_changes(s.deck_text, o.deck_text)) {
     if (c.key == "log.dir" && folder(c.saved) != folder(c.now)) {

@@ -65,6 +65,10 @@ text_before=$(sha256sum <"$dir/in.txt")
 expect 2 "--output '.*in.txt' is the file --input names" "$bin" encode --input "$dir/in.txt" --output "$dir/./in.txt"
 expect 2 "--val-output '.*v.bin' is the file --output names" "$bin" encode --input "$dir/in.txt" --output "$dir/v.bin" \
   --val-output "$dir/v.bin"
+echo "a tokenizer model" >"$dir/m.model"
+expect 2 "--output '.*m.model' is the file --tokenizer names" "$bin" encode --input "$dir/in.txt" \
+  --tokenizer "$dir/m.model" --output "$dir/m.model"
+[[ $(cat "$dir/m.model") == "a tokenizer model" ]] || fail "a refused encode changed its tokenizer"
 [[ $(sha256sum <"$dir/in.txt") == "$text_before" ]] || fail "a refused encode changed its input"
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
 expect 2 '--val-fraction needs --val-output' "$bin" encode --input "$dir/in.txt" --output "$dir/x.bin" \

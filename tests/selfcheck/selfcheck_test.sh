@@ -97,6 +97,8 @@ WRAP
     run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
     [[ $(cat "$work/own/.hsdp-own-dir") == hsdp-selfcheck && ! -e $work/own/left_from_before ]] ||
       fail "its own --work folder not replaced"
+    rm "$work/own/.hsdp-own-dir"  # a folder of an hsdp-selfcheck from before the mark: recognised, replaced
+    run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
     ;;
   *) fail "unknown case $case" ;;
 esac

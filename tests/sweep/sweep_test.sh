@@ -234,6 +234,13 @@ EOF
   [[ $(sha256sum "$work/fail/point_1/summary.json" "$work/fail/point_1/metrics.jsonl") == "$kept" ]] ||
     fail "run again changed a finished point's results"
   echo "run again: the finished point kept, the failed one run again"
+  # A point interrupted after its checkpoint (no exit_code, no summary.json) resumes from it and continues its record.
+  rm "$work/fail/point_1/exit_code" "$work/fail/point_1/summary.json"
+  "$sweep" run --local "$work/fail" --np 1 >"$work/resumed.out" || true
+  grep -q '^point 1 (2/2) .*exit 0' "$work/resumed.out" || fail "point 1 not run again: $(cat "$work/resumed.out")"
+  [[ $(wc -l <"$work/fail/point_1/metrics.jsonl") == 2 && -f $work/fail/point_1/summary.json ]] ||
+    fail "the resumed point's record: $(wc -l <"$work/fail/point_1/metrics.jsonl") metrics lines"
+  echo "an interrupted point with a checkpoint: resumed, its metrics kept"
   # Studies never mix: expanding into a directory with results is refused (exit 2, results untouched), --clean
   # deletes them first; and collect piped into head ends quietly.
   status=0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tools/bench/own_dir.sh, sourced as the benches source it: a new or empty folder is made and marked, one the same
-# program made is replaced, and a folder of other files, one another program made, a file or a link is refused with
-# exit 2 and one line naming it, left as it was.
+# tools/bench/own_dir.sh, sourced as the benches source it: a new folder is made and marked, an empty one marked as it
+# is, one the same program made emptied (the folder itself kept), and a folder of other files, one another program made,
+# a file or a link is refused with exit 2 and one line naming it, left as it was.
 #
 #   own_dir_test.sh OWN_DIR_SH WORK
 set -euo pipefail
@@ -23,8 +23,14 @@ echo result >"$work/new/deeper/result.jsonl"
 try 0 "$work/new/deeper"
 [[ ! -e $work/new/deeper/result.jsonl && -e $work/new/deeper/.hsdp-own-dir ]] || fail "its own folder not replaced"
 
-mkdir "$work/empty"
+mkdir "$work/empty" && chmod 0750 "$work/empty"
 try 0 "$work/empty"
+[[ $(stat -c %a "$work/empty") == 750 ]] || fail "an empty folder was made again (mode $(stat -c %a "$work/empty"))"
+mkdir -p "$work/own/sub" && echo bench.sh >"$work/own/.hsdp-own-dir" && touch "$work/own/sub/old"
+chmod 0750 "$work/own"
+try 0 "$work/own"
+[[ ! -e $work/own/sub && $(stat -c %a "$work/own") == 750 ]] ||
+  fail "its own folder: contents left or folder made again"
 
 mkdir -p "$work/theirs/checkpoints" && echo keep >"$work/theirs/checkpoints/step_100.h5"
 try 2 "$work/theirs"

@@ -15,7 +15,7 @@
 # Environment: HSDP_BUILD_DIR (default build), HSDP_JOBS, HSDP_BENCH_NP (4), HSDP_CKPT_BENCH_ROUNDS (3),
 #   HSDP_CKPT_BENCH_PAUSE (5 s), HSDP_CKPT_BENCH_VARIANTS ("single_call single_call+individual per_dataset"),
 #   HSDP_CKPT_BENCH_DIR (default ./bench_ckpt.tmp: put it on the file system to measure; new, empty or an earlier
-#   ckpt.sh's, removed at the end; any other: exit 2, untouched).
+#   ckpt.sh's, emptied at the end and removed if it was new; any other: exit 2, untouched).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -39,11 +39,14 @@ launcher=(mpirun --oversubscribe -np "$np")
 [[ $(id -u) -eq 0 ]] && launcher=(mpirun --oversubscribe --allow-run-as-root -np "$np")
 # shellcheck source=tools/bench/own_dir.sh
 source "$root/tools/bench/own_dir.sh"
-own_dir "$dir" HSDP_CKPT_BENCH_DIR ckpt.sh  # its own, so removed whole at the end
+existed=0
+# shellcheck disable=SC2034 # read by the EXIT trap
+[[ -d $dir ]] && existed=1
+own_dir "$dir" HSDP_CKPT_BENCH_DIR ckpt.sh  # its own: emptied at the end, and removed if this run made it
 dd_file=$dir/dd.bin
 source_file=/dev/shm/hsdp_ckpt_bench_source.$$
 results=$dir/results.$$
-trap 'rm -f "$source_file"; rm -rf "$dir"' EXIT
+trap 'rm -f "$source_file"; find "$dir" -mindepth 1 -delete; ((existed)) || rmdir "$dir"' EXIT
 
 # The checkpoint's tensor bytes: 3 (params, m, v) x 4 B x GPT-2 124M's logical parameters (wte 50257 rows).
 C=768 L=12 V=50257 T=1024

@@ -209,11 +209,14 @@ int main(int argc, char** argv) {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, options), vm);
     po::notify(vm);
+    // It writes checkpoints there and removes the folder at the end: never one that holds anything else. Rank 0
+    // decides for all (on node-local disks the others' view could differ, and a rank left in run() would wait).
     std::error_code ec;
+    int taken = rank == 0 && std::filesystem::exists(o.dir, ec) && !std::filesystem::is_empty(o.dir, ec) ? 1 : 0;
+    MPI_Bcast(&taken, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (vm.count("help")) {
       if (rank == 0) std::cout << "usage: mpirun -np 4 hsdp-bench-ckpt [options]\n\n" << options;
-    } else if (std::filesystem::exists(o.dir, ec) && !std::filesystem::is_empty(o.dir, ec)) {
-      // It writes checkpoints there and removes the folder at the end: never one that holds anything else.
+    } else if (taken != 0) {
       if (rank == 0) {
         std::cerr << "hsdp-bench-ckpt: --dir " << o.dir
                   << ": exists and is not empty (the bench writes its checkpoints there and removes the folder at the "

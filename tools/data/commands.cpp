@@ -108,9 +108,13 @@ int run_encode(const std::vector<std::string>& args) {
   require_regular_output(output.string(), "--output");
   const bool val = vm->count("val-output") > 0;
   if (val) require_regular_output((*vm)["val-output"].as<std::string>(), "--val-output");
-  // The outputs replace files: never the text they are made from, nor each other (the second would replace the first).
+  // The outputs replace files: never the text or tokenizer they are made from, nor each other (the second would
+  // replace the first).
   std::vector<std::pair<std::string, std::filesystem::path>> paths = {{"--input", input}, {"--output", output}};
   if (val) paths.emplace_back("--val-output", (*vm)["val-output"].as<std::string>());
+  if (const std::string model = (*vm)["tokenizer"].as<std::string>(); !model.empty()) {
+    paths.insert(paths.begin() + 1, {"--tokenizer", model});
+  }
   for (std::size_t i = 0; i < paths.size(); ++i) {
     for (std::size_t j = i + 1; j < paths.size(); ++j) {
       std::error_code ea, eb;

@@ -17,8 +17,9 @@ namespace hsdp {
 
 class TraceFile {
  public:
-  // Throws a config error naming the path when it cannot be written. An existing file there is replaced at start()
-  // (the run's first step), not before: one never started leaves it as it was; a new one is written whole at the end.
+  // Throws a config error naming the path when it cannot be written. The file is written from start() (the run's
+  // first step) on, the events before it first: a TraceFile never started writes nothing and leaves a file there as
+  // it was.
   TraceFile(const std::string& path, int pid);
   ~TraceFile();
   TraceFile(const TraceFile&) = delete;
@@ -38,7 +39,6 @@ class TraceFile {
   std::mutex mutex_;
   std::string path_;
   std::ofstream out_;  // opened by begin()
-  bool existed_ = false;
   bool started_ = false;
   std::vector<std::string> pending_;  // the events before start()
   int pid_;

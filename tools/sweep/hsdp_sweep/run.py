@@ -1,6 +1,7 @@
 """Runs a study's points one after another with mpirun, on a machine without Slurm: here (run --local), or on the
 test cluster of tools/cluster.sh, its links capped at each point's launch.link_mbit (run --cluster)."""
 
+import configparser
 import json
 import os
 import shutil
@@ -82,11 +83,26 @@ def finished(point_dir):
     return ok and os.path.isfile(os.path.join(point_dir, "summary.json"))
 
 
-def _clear(point_dir):
-    """What an earlier run of the point left, so that collect never reads it as this run's."""
-    for stale in ("summary.json", "metrics.jsonl", "exit_code"):
-        if os.path.exists(os.path.join(point_dir, stale)):
-            os.remove(os.path.join(point_dir, stale))
+def _checkpointed(deck):
+    """Whether the point resumes: its deck names a checkpoint.dir that holds a checkpoint (its `latest` pointer) and
+    does not set checkpoint.resume = none."""
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None, strict=False)
+    try:
+        parser.read(deck, encoding="utf-8")
+        folder = parser.get("checkpoint", "dir", fallback="").strip()
+        resumes = parser.get("checkpoint", "resume", fallback="auto").strip() != "none"
+    except configparser.Error:
+        return False
+    return resumes and bool(folder) and os.path.isfile(os.path.join(folder, "latest"))
+
+
+def _clear(point_dir, deck):
+    """What an earlier run of the point left, so that collect never reads it as this run's; but a point with a
+    checkpoint resumes from it, and hsdp-train continues its metrics.jsonl (kept through the resumed step)."""
+    stale = ["summary.json", "exit_code"] + ([] if _checkpointed(deck) else ["metrics.jsonl"])
+    for name in stale:
+        if os.path.exists(os.path.join(point_dir, name)):
+            os.remove(os.path.join(point_dir, name))
 
 
 def _run_point(cmd, point_dir, timeout):
@@ -111,7 +127,7 @@ def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
     failed = []
     for n, (index, values, deck) in enumerate(points, 1):
         point_dir = os.path.dirname(deck)
-        _clear(point_dir)
+        _clear(point_dir, deck)
         nodes = int(dict(values).get(LAUNCH_NODES, 0))
         ranks = np * nodes if nodes else np
         # A launch.nodes point on one machine: nodes of `np` emulated ranks each.
@@ -153,7 +169,7 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
         out(f"hsdp-sweep: test cluster '{env_name}' up: {' '.join(hosts)}")
         for n, (index, values, deck) in enumerate(points, 1):
             point_dir = os.path.dirname(deck)
-            _clear(point_dir)
+            _clear(point_dir, deck)
             nodes = int(dict(values).get(LAUNCH_NODES, 2))
             rate = int(dict(values).get(LAUNCH_LINK, 0))
             for host in hosts:
