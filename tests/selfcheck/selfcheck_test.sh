@@ -93,12 +93,12 @@ WRAP
       "$work/theirs.txt" || fail "--work message"
     [[ $(cat "$work/theirs/checkpoints/step_100.h5") == keep ]] || fail "a refused --work folder was changed"
     run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
-    touch "$work/own/left_from_before"
+    [[ $(cat "$work/own/.hsdp-own-dir") == hsdp-selfcheck ]] || fail "its --work folder not marked"
+    # As a folder of an hsdp-selfcheck from before the mark, with a file left in it: recognised and replaced.
+    rm "$work/own/.hsdp-own-dir" && touch "$work/own/left_from_before"
     run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
     [[ $(cat "$work/own/.hsdp-own-dir") == hsdp-selfcheck && ! -e $work/own/left_from_before ]] ||
       fail "its own --work folder not replaced"
-    rm "$work/own/.hsdp-own-dir"  # a folder of an hsdp-selfcheck from before the mark: recognised, replaced
-    run 0 "$work/own.txt" --work "$work/own" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
     ;;
   *) fail "unknown case $case" ;;
 esac
