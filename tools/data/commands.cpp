@@ -115,14 +115,17 @@ int run_encode(const std::vector<std::string>& args) {
   if (const std::string model = (*vm)["tokenizer"].as<std::string>(); !model.empty()) {
     paths.insert(paths.begin() + 1, {"--tokenizer", model});
   }
+  std::vector<std::filesystem::path> canonical;  // empty where it cannot be resolved: compared with none
+  for (const auto& option_path : paths) {
+    std::error_code ec;
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(option_path.second, ec);
+    canonical.push_back(ec ? std::filesystem::path() : resolved);
+  }
   for (std::size_t i = 0; i < paths.size(); ++i) {
     for (std::size_t j = i + 1; j < paths.size(); ++j) {
-      std::error_code ea, eb;
-      const auto& [a, pa] = paths[i];
-      const auto& [b, pb] = paths[j];
-      const std::filesystem::path ca = std::filesystem::weakly_canonical(pa, ea);
-      const std::filesystem::path cb = std::filesystem::weakly_canonical(pb, eb);
-      if (!ea && !eb && ca == cb) {
+      if (!canonical[i].empty() && canonical[i] == canonical[j]) {
+        const auto& [a, pa] = paths[i];
+        const auto& [b, pb] = paths[j];
         throw_config(b + " '" + pb.string() + "' is the file " + a + " names: give " + b + " a path of its own");
       }
     }

@@ -1,7 +1,6 @@
 """Runs a study's points one after another with mpirun, on a machine without Slurm: here (run --local), or on the
 test cluster of tools/cluster.sh, its links capped at each point's launch.link_mbit (run --cluster)."""
 
-import configparser
 import json
 import os
 import shutil
@@ -10,7 +9,7 @@ import subprocess
 import time
 
 from .errors import InputError
-from .spec import LAUNCH_LINK, LAUNCH_NODES, train_env
+from .spec import LAUNCH_LINK, LAUNCH_NODES, checkpoint_dir_of, deck_value, train_env
 
 TIMEOUT_EXIT = 124  # recorded for a point stopped by --timeout, as timeout(1) does
 
@@ -86,13 +85,13 @@ def finished(point_dir):
 def _checkpointed(deck):
     """Whether the point resumes: its deck names a checkpoint.dir that holds a checkpoint (its `latest` pointer) and
     does not set checkpoint.resume = none."""
-    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"), interpolation=None, strict=False)
     try:
-        parser.read(deck, encoding="utf-8")
-        folder = parser.get("checkpoint", "dir", fallback="").strip()
-        resumes = parser.get("checkpoint", "resume", fallback="auto").strip() != "none"
-    except configparser.Error:
+        with open(deck, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
         return False
+    folder = checkpoint_dir_of(text)
+    resumes = deck_value(text, "checkpoint", "resume") != "none"
     return resumes and bool(folder) and os.path.isfile(os.path.join(folder, "latest"))
 
 

@@ -244,16 +244,21 @@ def expand(spec, out_dir, train, clean=False):
     return expanded
 
 
-def checkpoint_dir_of(printed_deck):
-    """The checkpoint.dir value of a deck printed by `hsdp-train --print-config` ('' when off)."""
-    section = None
+def deck_value(printed_deck, section, key):
+    """The value of [section] key in a deck printed by `hsdp-train --print-config` (a point's deck.ini), or None."""
+    current = None
     for line in printed_deck.splitlines():
         line = line.strip()
         if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-        elif section == "checkpoint" and line.startswith("dir") and "=" in line:
+            current = line[1:-1]
+        elif current == section and "=" in line and line.split("=", 1)[0].strip() == key:
             return line.split("=", 1)[1].strip()
-    return ""
+    return None
+
+
+def checkpoint_dir_of(printed_deck):
+    """The checkpoint.dir value of a deck printed by `hsdp-train --print-config` ('' when off)."""
+    return deck_value(printed_deck, "checkpoint", "dir") or ""
 
 
 def write_points(out_dir, expanded):
