@@ -163,7 +163,7 @@ void Engine::begin_step() {
   Impl& m = *impl_;
   m.compute_after_reductions();
   if (m.trace) {
-    m.trace->start();  // the file replaced at the first step: a run refused before it leaves an earlier trace
+    m.trace->start();  // written from the first step on: a run refused before it writes no trace
     m.trace->instant("begin_step " + std::to_string(++m.steps_begun), monotonic_seconds());
     m.trace->flush();
   }
