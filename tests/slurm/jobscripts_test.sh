@@ -17,6 +17,9 @@
 #   jobscripts_test.sh study_array BIN_DIR WORK  study.sbatch's example `sbatch --array=...` line is the one
 #                                              `hsdp-sweep expand input/study_quickstart.ini` prints, and its
 #                                              header's default ranks are the study's np
+#   jobscripts_test.sh study_rerun BIN_DIR WORK  study.sbatch resubmitted: a point that finished (exit_code 0 and
+#                                              summary.json) is kept, srun not started, exit 0, its exit_code still
+#                                              0; one that did not finish runs and records hsdp-train's exit
 #   jobscripts_test.sh requeue_exit BIN_DIR WORK  train_requeue.sbatch requeues on hsdp-train's exit 3 (scontrol
 #                                              requeue, script exit 0) and never on its exit 6 (stopped with no
 #                                              checkpoint.dir: a requeue would start again from step 0): exit 6;
@@ -297,6 +300,34 @@ study_array)
   ((${per_node:-1} * ${nodes:-1} == np)) ||
     fail "study.sbatch's default ranks (${per_node:-1} x ${nodes:-1} nodes) are not the study's np = $np"
   echo "the shipped study: $points points ($want), np = $np = the header's default ranks"
+  ;;
+
+study_rerun)
+  write_probe
+  write_study
+  point=$work/study/point_0
+  mkdir -p "$work/fake"
+  # hsdp-train refusing the point's log.dir, as it does a finished point's: exit 2.
+  printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" >"%s"\nexit 2\n' "$work/srun.args" >"$work/fake/srun"
+  chmod +x "$work/fake/srun"
+  status=0
+  run_sbatch study.sbatch >"$work/out" 2>&1 || status=$?
+  [[ $status == 2 && -f $work/srun.args && $(cat "$point/exit_code") == 2 ]] ||
+    fail "a point not run before: exit $status, exit_code $(cat "$point/exit_code" 2>/dev/null); $(cat "$work/out")"
+  echo 0 >"$point/exit_code"
+  echo '{"final_loss": 1.0}' >"$point/summary.json"
+  status=0
+  run_sbatch study.sbatch >"$work/out" 2>&1 || status=$?
+  [[ $status == 0 && ! -e $work/srun.args && $(cat "$point/exit_code") == 0 ]] ||
+    fail "a finished point resubmitted: exit $status, srun $([[ -e $work/srun.args ]] && echo started || echo not started), exit_code $(cat "$point/exit_code"); $(cat "$work/out")"
+  grep -q "point 0 finished earlier .*kept, not run again" "$work/out" || fail "not said: $(cat "$work/out")"
+  # exit 0 without summary.json (or summary.json after a failure) is not finished: it runs.
+  rm "$point/summary.json"
+  status=0
+  run_sbatch study.sbatch >"$work/out" 2>&1 || status=$?
+  [[ $status == 2 && -f $work/srun.args && $(cat "$point/exit_code") == 2 ]] ||
+    fail "exit_code 0 without summary.json: exit $status, exit_code $(cat "$point/exit_code"); $(cat "$work/out")"
+  echo "study.sbatch resubmitted: the finished point kept (srun not started, exit_code 0), an unfinished one run"
   ;;
 
 site_env)
