@@ -166,6 +166,23 @@ if os.path.exists(os.path.join(study, "throughput.png")):  # gnuplot there
         assert f.read(8) == b"\x89PNG\r\n\x1a\n", "link.png is not a PNG"
 print("cluster study: tokens/s", {f"{k[0]}@{k[1]}": round(v) for k, v in tps.items()})
 PY
+  # A second sweep while one holds the cluster (its lock held here): refused, the cluster's state left alone. (Point
+  # 0 made unfinished, so that it has a point to run.)
+  rm "$work/study/point_0/exit_code"
+  mkdir -p /run/hsdp-cluster/hsdpsw
+  touch /run/hsdp-cluster/hsdpsw/held
+  status=0
+  (
+    flock -n 9 || fail "cannot take the lock"
+    HSDP_CLUSTER=hsdpsw HSDP_CLUSTER_NET=101 "$sweep" run --cluster "$work/study" >"$work/second.out" 2>&1
+  ) 9>/run/hsdp-cluster/hsdpsw.sweep.lock || status=$?
+  held=$([[ -e /run/hsdp-cluster/hsdpsw/held ]] && echo kept || echo removed)
+  rm -rf /run/hsdp-cluster/hsdpsw
+  rm -f /run/hsdp-cluster/hsdpsw.sweep.lock
+  [[ $status == 2 && $held == kept ]] || fail "a second sweep: exit $status, the cluster's state $held: $(cat "$work/second.out")"
+  grep -q "the test cluster 'hsdpsw' is in use by another hsdp-sweep run --cluster" "$work/second.out" ||
+    fail "the refusal does not say why: $(cat "$work/second.out")"
+  echo "a second sweep on the same cluster: refused (exit 2), the first one's cluster left alone"
   ;;
 local_study)
   data_tool=$5
@@ -234,6 +251,15 @@ EOF
   [[ $(sha256sum "$work/fail/point_1/summary.json" "$work/fail/point_1/metrics.jsonl") == "$kept" ]] ||
     fail "run again changed a finished point's results"
   echo "run again: the finished point kept, the failed one run again"
+  # Run again with another --np: refused (exit 2, naming the kept point and its ranks), nothing run.
+  status=0
+  "$sweep" run --local "$work/fail" --np 2 >"$work/np.out" 2>"$work/np.err" || status=$?
+  [[ $status == 2 ]] || fail "run again with --np 2 exited $status, expected 2: $(cat "$work/np.out" "$work/np.err")"
+  grep -qF "point 1 finished earlier on 1 rank(s), where this run (--np 2, --local) would use 2" "$work/np.err" ||
+    fail "the refusal does not name the point and its ranks: $(cat "$work/np.err")"
+  { [[ $(cat "$work/fail/point_0/exit_code") == 2 ]] && ! grep -q "^point 0 (" "$work/np.out"; } ||
+    fail "the refused run ran point 0: $(cat "$work/np.out")"
+  echo "run again with another --np: refused, nothing run"
   # A point interrupted after its checkpoint (no exit_code, no summary.json) resumes from it and continues its record.
   rm "$work/fail/point_1/exit_code" "$work/fail/point_1/summary.json"
   "$sweep" run --local "$work/fail" --np 1 >"$work/resumed.out" || true

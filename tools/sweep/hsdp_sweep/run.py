@@ -1,6 +1,7 @@
 """Runs a study's points one after another with mpirun, on a machine without Slurm: here (run --local), or on the
 test cluster of tools/cluster.sh, its links capped at each point's launch.link_mbit (run --cluster)."""
 
+import fcntl
 import json
 import os
 import shutil
@@ -82,6 +83,23 @@ def finished(point_dir):
     return ok and os.path.isfile(os.path.join(point_dir, "summary.json"))
 
 
+def point_ranks(values, np, cluster):
+    """The ranks a point runs on: np per node on launch.nodes nodes; without launch.nodes, 2 nodes on the test cluster
+    (run --cluster) and np ranks here (run --local)."""
+    nodes = int(dict(values).get(LAUNCH_NODES, 2 if cluster else 0))
+    return np * nodes if nodes else np
+
+
+def ranks_ran(point_dir):
+    """The ranks an earlier run of the point ran on (its summary.json's world_size), or None if not recorded."""
+    try:
+        with open(os.path.join(point_dir, "summary.json"), encoding="utf-8") as f:
+            ranks = json.load(f).get("world_size")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return ranks if isinstance(ranks, int) else None
+
+
 def _checkpointed(deck):
     """Whether the point resumes: its deck names a checkpoint.dir that holds a checkpoint (its `latest` pointer) and
     does not set checkpoint.resume = none."""
@@ -127,10 +145,9 @@ def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
     for n, (index, values, deck) in enumerate(points, 1):
         point_dir = os.path.dirname(deck)
         _clear(point_dir, deck)
-        nodes = int(dict(values).get(LAUNCH_NODES, 0))
-        ranks = np * nodes if nodes else np
+        ranks = point_ranks(values, np, cluster=False)
         # A launch.nodes point on one machine: nodes of `np` emulated ranks each.
-        emulate = [f"--topology.ranks_per_node={np}"] if nodes else []
+        emulate = [f"--topology.ranks_per_node={np}"] if int(dict(values).get(LAUNCH_NODES, 0)) else []
         cmd = [mpirun, *launcher_args(mpirun, ranks, mpirun_args), "-np", str(ranks), *mpirun_args,
                train, "--config", deck, *emulate]
         label = " ".join(f"{k}={v}" for k, v in values)
@@ -161,6 +178,7 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
         raise InputError(f"run --cluster needs the test cluster of tools/cluster.sh: {check.stdout.strip()}")
     hosts_needed = max(int(dict(values).get(LAUNCH_NODES, 2)) for _, values, _ in points)
     failed = []
+    lock = _hold_cluster(env_name)
     _cluster(cluster_sh, "down", check=False)
     try:
         _cluster(cluster_sh, "up", str(hosts_needed))
@@ -173,7 +191,7 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
             rate = int(dict(values).get(LAUNCH_LINK, 0))
             for host in hosts:
                 _cluster(cluster_sh, "rate", host, str(rate) if rate > 0 else "off")
-            ranks = np * nodes
+            ranks = point_ranks(values, np, cluster=True)
             root = ["--allow-run-as-root"] if os.geteuid() == 0 and "--allow-run-as-root" not in mpirun_args else []
             cmd = [cluster_sh, "mpirun", *root, "--oversubscribe", "--map-by", f"ppr:{np}:node", "-np", str(ranks),
                    *mpirun_args, train, "--config", deck]
@@ -186,7 +204,26 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
                 f"exit {status} in {seconds:.1f} s; {result}")
     finally:
         _cluster(cluster_sh, "down", check=False)
+        lock.close()
     return failed
+
+
+def _hold_cluster(name):
+    """Takes the cluster for this sweep: an exclusive lock on /run/hsdp-cluster/<name>.sweep.lock, held until the
+    sweep ends (the kernel drops it when the process dies, however it dies). tools/cluster.sh up first removes a
+    cluster of the same name and kills what runs in it, so a second sweep must not start while one holds it; a
+    cluster left by a sweep that was killed holds no lock and is replaced."""
+    os.makedirs("/run/hsdp-cluster", exist_ok=True)
+    path = f"/run/hsdp-cluster/{name}.sweep.lock"
+    lock = open(path, "a", encoding="utf-8")  # held until the sweep ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise InputError(f"the test cluster '{name}' is in use by another hsdp-sweep run --cluster ({path} is "
+                         "locked): wait for it, or give this one its own with HSDP_CLUSTER=<name> and "
+                         "HSDP_CLUSTER_NET=<first address octet>") from None
+    return lock
 
 
 def _final_loss(point_dir):
