@@ -321,12 +321,16 @@ study_rerun)
   [[ $status == 0 && ! -e $work/srun.args && $(cat "$point/exit_code") == 0 ]] ||
     fail "a finished point resubmitted: exit $status, srun $([[ -e $work/srun.args ]] && echo started || echo not started), exit_code $(cat "$point/exit_code"); $(cat "$work/out")"
   grep -q "point 0 finished earlier .*kept, not run again" "$work/out" || fail "not said: $(cat "$work/out")"
-  # exit 0 without summary.json (or summary.json after a failure) is not finished: it runs.
-  rm "$point/summary.json"
-  status=0
-  run_sbatch study.sbatch >"$work/out" 2>&1 || status=$?
-  [[ $status == 2 && -f $work/srun.args && $(cat "$point/exit_code") == 2 ]] ||
-    fail "exit_code 0 without summary.json: exit $status, exit_code $(cat "$point/exit_code"); $(cat "$work/out")"
+  # Not finished, so run: exit_code 3 (stopped with a checkpoint) beside a summary.json, and 0 without summary.json.
+  for case in "3 summary.json" "0 none"; do
+    read -r code summary <<<"$case"
+    echo "$code" >"$point/exit_code"
+    [[ $summary == none ]] && rm "$point/summary.json"
+    status=0
+    run_sbatch study.sbatch >"$work/out" 2>&1 || status=$?
+    [[ $status == 2 && -f $work/srun.args && $(cat "$point/exit_code") == 2 ]] ||
+      fail "exit_code $code, summary.json $summary: exit $status, exit_code $(cat "$point/exit_code"); $(cat "$work/out")"
+  done
   echo "study.sbatch resubmitted: the finished point kept (srun not started, exit_code 0), an unfinished one run"
   ;;
 

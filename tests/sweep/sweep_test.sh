@@ -251,19 +251,28 @@ EOF
   [[ $(sha256sum "$work/fail/point_1/summary.json" "$work/fail/point_1/metrics.jsonl") == "$kept" ]] ||
     fail "run again changed a finished point's results"
   echo "run again: the finished point kept, the failed one run again"
-  # Run again with another --np: refused (exit 2, naming the kept point and its ranks), nothing run.
-  status=0
-  "$sweep" run --local "$work/fail" --np 2 >"$work/np.out" 2>"$work/np.err" || status=$?
-  [[ $status == 2 ]] || fail "run again with --np 2 exited $status, expected 2: $(cat "$work/np.out" "$work/np.err")"
-  grep -qF "point 1 finished earlier on 1 rank(s), where this run (--np 2, --local) would use 2" "$work/np.err" ||
-    fail "the refusal does not name the point and its ranks: $(cat "$work/np.err")"
-  { [[ $(cat "$work/fail/point_0/exit_code") == 2 ]] && ! grep -q "^point 0 (" "$work/np.out"; } ||
-    fail "the refused run ran point 0: $(cat "$work/np.out")"
-  echo "run again with another --np: refused, nothing run"
+  # Run again with another --np: refused (exit 2, naming the kept point and how it ran), nothing run: from hsdp-sweep's
+  # launch record, and from hsdp-train's world_size where there is none (a point run by study.sbatch).
+  for record in launch.json world_size; do
+    [[ $record == world_size ]] && mv "$work/fail/point_1/launch.json" "$work/launch.json"
+    status=0
+    "$sweep" run --local "$work/fail" --np 2 >"$work/np.out" 2>"$work/np.err" || status=$?
+    [[ $status == 2 ]] || fail "run again with --np 2 exited $status, expected 2: $(cat "$work/np.out" "$work/np.err")"
+    want="point 1 ran with --np 1 --local (this run: --np 2 --local)"
+    [[ $record == world_size ]] && want="point 1 ran on 1 rank(s), where this run would use 2 (this run: --np 2 --local)"
+    grep -qF "$want" "$work/np.err" || fail "the refusal ($record) does not say '$want': $(cat "$work/np.err")"
+    { [[ $(cat "$work/fail/point_0/exit_code") == 2 ]] && ! grep -q "^point 0 (" "$work/np.out"; } ||
+      fail "the refused run ran point 0: $(cat "$work/np.out")"
+  done
+  mv "$work/launch.json" "$work/fail/point_1/launch.json"
+  echo "run again with another --np: refused (from the launch record, from world_size), nothing run"
   # A point interrupted after its checkpoint (no exit_code, no summary.json) resumes from it and continues its record.
+  # Without --np: the one the study's points ran with (1, not the default 4).
   rm "$work/fail/point_1/exit_code" "$work/fail/point_1/summary.json"
-  "$sweep" run --local "$work/fail" --np 1 >"$work/resumed.out" || true
-  grep -q '^point 1 (2/2) .*exit 0' "$work/resumed.out" || fail "point 1 not run again: $(cat "$work/resumed.out")"
+  "$sweep" run --local "$work/fail" >"$work/resumed.out" || true
+  grep -q '^hsdp-sweep: --np 1, as the study.s earlier points ran' "$work/resumed.out" ||
+    fail "no --np from the earlier run: $(cat "$work/resumed.out")"
+  grep -q '^point 1 (2/2) .* 1 rank(s): exit 0' "$work/resumed.out" || fail "point 1 not run again: $(cat "$work/resumed.out")"
   [[ $(wc -l <"$work/fail/point_1/metrics.jsonl") == 2 && -f $work/fail/point_1/summary.json ]] ||
     fail "the resumed point's record: $(wc -l <"$work/fail/point_1/metrics.jsonl") metrics lines"
   echo "an interrupted point with a checkpoint: resumed, its metrics kept"

@@ -90,14 +90,57 @@ def point_ranks(values, np, cluster):
     return np * nodes if nodes else np
 
 
-def ranks_ran(point_dir):
-    """The ranks an earlier run of the point ran on (its summary.json's world_size), or None if not recorded."""
+LAUNCH_RECORD = "launch.json"  # how hsdp-sweep run launched the point: {"np": N, "where": "local" | "cluster"}
+
+
+def _where(cluster):
+    return "cluster" if cluster else "local"
+
+
+def _record_launch(point_dir, np, cluster):
+    with open(os.path.join(point_dir, LAUNCH_RECORD), "w", encoding="utf-8") as f:
+        json.dump({"np": np, "where": _where(cluster)}, f)
+        f.write("\n")
+
+
+def _read_json(path):
     try:
-        with open(os.path.join(point_dir, "summary.json"), encoding="utf-8") as f:
-            ranks = json.load(f).get("world_size")
-    except (OSError, ValueError, AttributeError):
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def earlier_run(deck):
+    """How the earlier run of a point that this run keeps (finished) or resumes (checkpointed) was launched: a dict
+    with "np" and "where" when hsdp-sweep run launched it (its launch.json), and "ranks" when hsdp-train recorded
+    them (summary.json's world_size, else the last metrics.jsonl line's); None for any other point (it runs afresh)."""
+    point_dir = os.path.dirname(deck)
+    if not (finished(point_dir) or _checkpointed(deck)):
         return None
-    return ranks if isinstance(ranks, int) else None
+    record = {k: v for k, v in _read_json(os.path.join(point_dir, LAUNCH_RECORD)).items() if k in ("np", "where")}
+    ranks = _read_json(os.path.join(point_dir, "summary.json")).get("world_size")
+    if ranks is None:
+        try:
+            with open(os.path.join(point_dir, "metrics.jsonl"), encoding="utf-8") as f:
+                lines = [line for line in f if line.strip()]
+            ranks = json.loads(lines[-1]).get("world_size") if lines else None
+        except (OSError, ValueError, AttributeError):
+            ranks = None
+    if isinstance(ranks, int):
+        record["ranks"] = ranks
+    return record
+
+
+def launch_conflict(record, values, np, cluster):
+    """Why running a point with this record on np ranks per node (run --cluster or --local) would mix it with its
+    earlier run, or None."""
+    if "np" in record and (record["np"], record.get("where")) != (np, _where(cluster)):
+        return f"ran with --np {record['np']} --{record.get('where')}"
+    if "ranks" in record and record["ranks"] != point_ranks(values, np, cluster):
+        return f"ran on {record['ranks']} rank(s), where this run would use {point_ranks(values, np, cluster)}"
+    return None
 
 
 def _checkpointed(deck):
@@ -145,6 +188,7 @@ def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
     for n, (index, values, deck) in enumerate(points, 1):
         point_dir = os.path.dirname(deck)
         _clear(point_dir, deck)
+        _record_launch(point_dir, np, cluster=False)
         ranks = point_ranks(values, np, cluster=False)
         # A launch.nodes point on one machine: nodes of `np` emulated ranks each.
         emulate = [f"--topology.ranks_per_node={np}"] if int(dict(values).get(LAUNCH_NODES, 0)) else []
@@ -173,20 +217,32 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
     removed at the end. Returns the indices of the points that failed."""
     env_name = os.environ.setdefault("HSDP_CLUSTER", "hsdpsweep")
     os.environ.setdefault("HSDP_CLUSTER_NET", "91")
-    check = subprocess.run([cluster_sh, "check"], capture_output=True, text=True, check=False)
-    if check.returncode != 0:
-        raise InputError(f"run --cluster needs the test cluster of tools/cluster.sh: {check.stdout.strip()}")
+    # The lock first: even `cluster.sh check` makes and removes namespaces named after the cluster.
+    lock, why_not = _hold_cluster(env_name)
+    try:
+        check = subprocess.run([cluster_sh, "check"], capture_output=True, text=True, check=False)
+        if check.returncode != 0:
+            raise InputError(f"run --cluster needs the test cluster of tools/cluster.sh: {check.stdout.strip()}")
+        if lock is None:
+            raise InputError(f"run --cluster: {why_not}")
+        return _run_on_cluster(points, train, np, cluster_sh, mpirun_args, timeout, out, env_name)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _run_on_cluster(points, train, np, cluster_sh, mpirun_args, timeout, out, env_name):
     hosts_needed = max(int(dict(values).get(LAUNCH_NODES, 2)) for _, values, _ in points)
     failed = []
-    lock = _hold_cluster(env_name)
-    _cluster(cluster_sh, "down", check=False)
     try:
+        _cluster(cluster_sh, "down", check=False)
         _cluster(cluster_sh, "up", str(hosts_needed))
         hosts = _cluster(cluster_sh, "hosts").split()
         out(f"hsdp-sweep: test cluster '{env_name}' up: {' '.join(hosts)}")
         for n, (index, values, deck) in enumerate(points, 1):
             point_dir = os.path.dirname(deck)
             _clear(point_dir, deck)
+            _record_launch(point_dir, np, cluster=True)
             nodes = int(dict(values).get(LAUNCH_NODES, 2))
             rate = int(dict(values).get(LAUNCH_LINK, 0))
             for host in hosts:
@@ -204,7 +260,6 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
                 f"exit {status} in {seconds:.1f} s; {result}")
     finally:
         _cluster(cluster_sh, "down", check=False)
-        lock.close()
     return failed
 
 
@@ -212,18 +267,23 @@ def _hold_cluster(name):
     """Takes the cluster for this sweep: an exclusive lock on /run/hsdp-cluster/<name>.sweep.lock, held until the
     sweep ends (the kernel drops it when the process dies, however it dies). tools/cluster.sh up first removes a
     cluster of the same name and kills what runs in it, so a second sweep must not start while one holds it; a
-    cluster left by a sweep that was killed holds no lock and is replaced."""
-    os.makedirs("/run/hsdp-cluster", exist_ok=True)
+    cluster left by a sweep that was killed holds no lock and is replaced. Returns (the open lock file, None), or
+    (None, why) where the file cannot be made (not root: cluster.sh check then says so)."""
     path = f"/run/hsdp-cluster/{name}.sweep.lock"
-    lock = open(path, "a", encoding="utf-8")  # held until the sweep ends
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        lock = open(path, "a", encoding="utf-8")  # held until the sweep ends
+    except OSError as e:
+        return None, f"cannot make the lock {path}: {e.strerror}"
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
         raise InputError(f"the test cluster '{name}' is in use by another hsdp-sweep run --cluster ({path} is "
-                         "locked): wait for it, or give this one its own with HSDP_CLUSTER=<name> and "
-                         "HSDP_CLUSTER_NET=<first address octet>") from None
-    return lock
+                         "locked): wait for it, or give this one its own with HSDP_CLUSTER=<name, at most 10 "
+                         "characters> and HSDP_CLUSTER_NET=<N, its first host's address being 192.0.2.N, "
+                         "clear of the other cluster's addresses>") from None
+    return lock, None
 
 
 def _final_loss(point_dir):
