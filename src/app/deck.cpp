@@ -355,7 +355,7 @@ std::string help_text(const std::string& program) {
       << "            3 checkpointed on SIGUSR1 or SIGTERM (Slurm's warning before the time limit): requeue me,\n"
       << "              the next run resumes with checkpoint.resume=auto;\n"
       << "            4 communication failure or a stall (the watchdog fired: a collective, start-up or checkpoint\n"
-      << "              I/O did not finish within comm.timeout_s / checkpoint.timeout_s);\n"
+      << "              I/O did not finish within comm.timeout_s / comm.startup_timeout_s / checkpoint.timeout_s);\n"
       << "            5 training diverged (a non-finite loss or gradient norm; no checkpoint of that step is "
          "written);\n"
       << "            6 stopped on SIGUSR1 or SIGTERM with no checkpoint.dir: nothing to resume, do not requeue;\n"

@@ -213,11 +213,11 @@ int run_export(const std::vector<std::string>& args) {
                         "               PyTorch >= 2.0 (flash attention: no attn.bias buffers). With older PyTorch\n"
                         "               or --no-lm-head pass strict=False (attn.bias / lm_head.weight are then\n"
                         "               rebuilt or tied by nanoGPT). Build nanoGPT with the checkpoint's vocab_size.\n"
+                        "               A Llama's names are LlamaForCausalLM's (lm_head.weight its own unless\n"
+                        "               tied).\n"
                         "  llmc         llm.c's GPT-2 model file (train_gpt2.c, version 3, fp32): 256-int32 header\n"
                         "               {20240326, 3, maxT, V, L, NH, C, Vp}, then the tensors in llm.c's order with\n"
-                        "               wte padded to Vp rows of zeros.\n"
-                        "               A Llama's names are LlamaForCausalLM's (lm_head.weight its own unless\n"
-                        "               tied). llmc is GPT-2 only.\n"
+                        "               wte padded to Vp rows of zeros. GPT-2 only.\n"
                         "  hf           a Hugging Face transformers directory. A Llama: OUT/config.json (LlamaConfig)\n"
                         "               and OUT/model.safetensors (LlamaForCausalLM names, [out, in], q/k in\n"
                         "               transformers' rotate_half layout: no permutation), for\n"
@@ -289,7 +289,7 @@ int run_import(const std::vector<std::string>& args) {
   options.add_options()
       ("input", po::value<std::string>()->required(), "model file (llmc) or directory (hf) to read; may be given bare")
       ("format", po::value<std::string>()->required(),
-       "llmc (llm.c's fp32 GPT-2 model file, version 3) or hf (a Hugging Face GPT-2 directory)")
+       "llmc (llm.c's fp32 GPT-2 model file, version 3) or hf (a Hugging Face GPT-2 or Llama directory)")
       ("output", po::value<std::string>()->required(), "checkpoint to write, e.g. run/step_0.h5")
       ("padded-vocab-size", po::value<int>()->default_value(0),
        "hf: rows of wte hsdp stores (>= vocab_size; the extra rows are zero); 0: the value hsdp-ckpt export wrote\n"

@@ -22,16 +22,18 @@ commands:
                                      every checksum; exit 0 if intact, 2 naming the damaged dataset
   consolidate FILE --output OUT      the same checkpoint written as by one rank (world_size 1)
   export FILE --format safetensors --output model.safetensors
-                                     the weights with nanoGPT names (plus lm_head.weight = wte), F32
+                                     the weights, F32: a GPT-2's with nanoGPT names (plus lm_head.weight =
+                                     wte), a Llama's with LlamaForCausalLM's
   export FILE --format llmc --output gpt2.bin
-                                     llm.c's fp32 GPT-2 model file (version 3)
+                                     llm.c's fp32 GPT-2 model file (version 3; GPT-2 only)
   export FILE --format hf --output DIR
-                                     a Hugging Face GPT-2 directory: config.json and model.safetensors
-                                     (GPT2LMHeadModel.from_pretrained(DIR) loads it)
+                                     a Hugging Face GPT-2 or Llama directory: config.json and
+                                     model.safetensors (GPT2LMHeadModel or LlamaForCausalLM .from_pretrained(DIR)
+                                     loads it)
   import --format llmc gpt2.bin --output step_0.h5
                                      a step-0 checkpoint from llm.c's model file (zero Adam state)
   import --format hf DIR --output step_0.h5
-                                     a step-0 checkpoint from a Hugging Face GPT-2 directory
+                                     a step-0 checkpoint from a Hugging Face GPT-2 or Llama directory
 
 `hsdp-ckpt <command> --help` explains every option of a command.
 

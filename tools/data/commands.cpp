@@ -190,11 +190,8 @@ int run_encode(const std::vector<std::string>& args) {
 
 int run_tokenizer(const std::vector<std::string>& args) {
   if (args.empty() || args.front() != "train") {
-    if (!args.empty() && (args.front() == "--help" || args.front() == "-h")) {
-      std::cout << "usage: hsdp-data tokenizer train --input TEXT[,TEXT...] --out PREFIX [--vocab-size N] [--type "
-                   "bpe|unigram]\n";
-      return kExitOk;
-    }
+    // `tokenizer --help`: the one subcommand's help, every option explained.
+    if (!args.empty() && (args.front() == "--help" || args.front() == "-h")) return run_tokenizer({"train", "--help"});
     throw_config("hsdp-data tokenizer: the only subcommand is `train` (hsdp-data tokenizer train --help)");
   }
   po::options_description options("options", kHelpWidth);
