@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -285,6 +286,11 @@ ConfigDeck ConfigDeck::parse(int argc, const char* const* argv, CommandLine& cli
 
   ConfigDeck deck = defaults();
   if (cli.config_path) {
+    std::error_code ec;
+    // An ifstream opens a directory without complaint and reads nothing: it would be an empty deck.
+    if (std::filesystem::is_directory(*cli.config_path, ec)) {
+      throw_config("--config: deck '" + *cli.config_path + "' is a directory, not a deck file");
+    }
     std::ifstream file(*cli.config_path);
     if (!file) throw_config("--config: cannot open deck '" + *cli.config_path + "' (no such file or not readable)");
     std::stringstream text;

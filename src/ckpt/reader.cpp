@@ -303,6 +303,11 @@ std::optional<std::string> resolve_resume(MPI_Comm world, const std::string& dir
       answer = target.string();
       return;
     }
+    if (fs::is_directory(resume, ec)) {
+      throw_checkpoint("resume checkpoint '" + resume +
+                       "' is a directory: name a step_<N>.h5 file (or set checkpoint.dir to it with "
+                       "checkpoint.resume=auto)");
+    }
     if (!fs::is_regular_file(resume, ec)) throw_checkpoint("resume checkpoint '" + resume + "' does not exist");
     answer = resume;
   });

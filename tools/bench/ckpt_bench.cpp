@@ -123,7 +123,6 @@ int run(const Options& o, int rank, int world) {
   std::vector<IoMode> modes;
   if (o.io == "both" || o.io == "single_call") modes.push_back(IoMode::single_call);
   if (o.io == "both" || o.io == "per_dataset") modes.push_back(IoMode::per_dataset);
-  if (modes.empty()) throw hsdp::Error(hsdp::ErrorKind::config, "--io must be single_call, per_dataset or both");
 
   hsdp::ckpt::TrainState state;
   state.deck_text = "[model]\n";
@@ -205,10 +204,15 @@ int main(int argc, char** argv) {
       ("json-only", po::bool_switch(&o.json_only), "print only the JSON line of each measurement");
   // clang-format on
   int code = 0;
+  bool checking_options = true;  // the options and their checks are alike on every rank
   try {
     po::variables_map vm;
     po::store(po::parse_command_line(argc, argv, options), vm);
     po::notify(vm);
+    if (o.io != "both" && o.io != "single_call" && o.io != "per_dataset") {
+      hsdp::throw_config("--io must be single_call, per_dataset or both, not '" + o.io + "'");
+    }
+    if (o.reps < 1) hsdp::throw_config("--reps must be >= 1, got " + std::to_string(o.reps));
     // It writes checkpoints there and removes the folder at the end: never one that holds anything else. Rank 0
     // decides for all (on node-local disks the others' view could differ, and a rank left in run() would wait).
     std::error_code ec;
@@ -224,11 +228,21 @@ int main(int argc, char** argv) {
       }
       code = 2;
     } else {
+      checking_options = false;
       code = run(o, rank, world);
     }
+  } catch (const po::error& e) {
+    if (rank == 0) std::cerr << "hsdp-bench-ckpt: " << e.what() << " (see --help)\n";
+    code = hsdp::kExitBadInput;
+  } catch (const hsdp::Error& e) {
+    // An option's check, or an error the ranks agreed on, is the same on every rank: rank 0 says it once. Any other
+    // may be one rank's own (its disk): each rank says its own.
+    const bool everywhere = checking_options || dynamic_cast<const hsdp::AgreedError*>(&e) != nullptr;
+    if (rank == 0 || !everywhere) std::cerr << "hsdp-bench-ckpt: " << e.what() << "\n";
+    code = e.exit_code();
   } catch (const std::exception& e) {
-    std::cerr << "hsdp-bench-ckpt: " << e.what() << "\n";
-    code = 2;
+    std::cerr << "hsdp-bench-ckpt: internal error: " << e.what() << "\n";
+    code = hsdp::kExitInternal;
   }
   MPI_Finalize();
   return code;

@@ -19,11 +19,11 @@
 #include <cstdio>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gpt_bench.hpp"
-#include "hsdp/model/flops.hpp"
 #include "hsdp/app/deck.hpp"
 #include "hsdp/comm/agree.hpp"
 #include "hsdp/comm/mpi.hpp"
@@ -33,6 +33,7 @@
 #include "hsdp/core/log.hpp"
 #include "hsdp/device/cuda/blas.hpp"
 #include "hsdp/device/cuda/runtime.hpp"
+#include "hsdp/model/flops.hpp"
 #include "hsdp/model/rng.hpp"
 #include "hsdp/train/backend.hpp"
 #include "hsdp/train/cuda_backend.hpp"
@@ -105,7 +106,8 @@ double measured_gemm_tflops(int n) {
   return 2.0 * n * static_cast<double>(n) * n / seconds / 1e12;
 }
 
-Options parse(int argc, char** argv) {
+// The options; nullopt after --help (printed by rank 0).
+std::optional<Options> parse(int argc, char** argv, bool root) {
   Options o;
   po::options_description desc(
       "hsdp-bench-train-gpu: GPT training throughput through the sharding engine, one JSON line (mpirun -np N for N\n"
@@ -133,8 +135,8 @@ Options parse(int argc, char** argv) {
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
   if (vm.count("help")) {
-    std::cout << desc << "\n";
-    std::exit(0);
+    if (root) std::cout << desc << "\n";
+    return std::nullopt;
   }
   po::notify(vm);
   o.model.block_size = std::max(o.model.block_size, o.seq_len);
@@ -315,14 +317,27 @@ int run(const Options& o, const hsdp::Logger& log) {
 int main(int argc, char** argv) {
   hsdp::comm::MpiEnvironment mpi(&argc, &argv);
   const hsdp::Logger log(mpi.world_rank(), hsdp::host_name());
+  // The options and the deck they make are the same on every rank: rank 0 says what is wrong with them, once.
+  std::optional<Options> options;
   try {
-    return run(parse(argc, argv), log);
+    options = parse(argc, argv, log.is_root());
+    if (!options) return hsdp::kExitOk;
+    static_cast<void>(train_options(*options));
+  } catch (const po::error& e) {
+    if (log.is_root()) std::cerr << "hsdp-bench-train-gpu: " << e.what() << " (see --help)\n";
+    return hsdp::kExitBadInput;
+  } catch (const hsdp::Error& e) {
+    if (log.is_root()) std::cerr << "hsdp-bench-train-gpu: " << e.what() << "\n";
+    return e.exit_code();
+  }
+  try {
+    return run(*options, log);
+  } catch (const hsdp::AgreedError& e) {
+    if (log.is_root()) std::cerr << "hsdp-bench-train-gpu: " << e.what() << "\n";
+    return e.exit_code();
   } catch (const hsdp::Error& e) {
     log.error("hsdp-bench-train-gpu: ", e.what());
     return e.exit_code();
-  } catch (const po::error& e) {
-    log.error("hsdp-bench-train-gpu: ", e.what(), " (see --help)");
-    return hsdp::kExitBadInput;
   } catch (const std::exception& e) {
     log.error("hsdp-bench-train-gpu: ", e.what());
     return hsdp::kExitInternal;

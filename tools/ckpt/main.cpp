@@ -1,9 +1,9 @@
 // hsdp-ckpt: inspects, verifies, consolidates, exports and imports hsdp checkpoints.
-#include <mpi.h>
 
 #include <string>
 #include <vector>
 
+#include "../common/mpi_singleton.hpp"
 #include "../common/subcommands.hpp"
 #include "commands.hpp"
 
@@ -50,24 +50,10 @@ exit codes: 0 ok, 1 internal error, 2 bad options or a bad checkpoint or model f
 
 // The checkpoint reader and writer run on MPI_COMM_SELF of a singleton MPI process, started for the commands that
 // use it (inspect and --help need no MPI, and skip its start-up time).
-class MpiForCommand {
- public:
-  explicit MpiForCommand(const hsdp::tool::Args& args) : started_(!hsdp::tool::wants_help(args)) {
-    if (started_) MPI_Init(nullptr, nullptr);
-  }
-  ~MpiForCommand() {
-    if (started_) MPI_Finalize();
-  }
-  MpiForCommand(const MpiForCommand&) = delete;
-  MpiForCommand& operator=(const MpiForCommand&) = delete;
-
- private:
-  bool started_;
-};
-
 template <int (*kRun)(const std::vector<std::string>&)>
 int with_mpi(const hsdp::tool::Args& args) {
-  const MpiForCommand mpi(args);
+  const hsdp::tool::MpiSingleton mpi(!hsdp::tool::wants_help(args));
+  if (!mpi.alone("hsdp-ckpt")) return hsdp::kExitBadInput;
   return kRun(args);
 }
 

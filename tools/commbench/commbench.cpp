@@ -1,11 +1,12 @@
 // hsdp-commbench: time every collective over the world, intra-node and inter-node groups, for message sizes
 // from --min-bytes to --max-bytes, and report time, algbw and busbw (nccl-tests' bus factors) as a table and
 // as JSON lines. It also measures memcpy bandwidth in the same run: the local limit to compare against.
-#include <boost/program_options.hpp>
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -116,8 +117,17 @@ Options parse(int argc, char** argv, bool& help) {
     }
     throw hsdp::Error(hsdp::ErrorKind::config, text.str());
   }
-  if (o.factor < 2) hsdp::throw_config("--factor must be >= 2");
+  // Unsigned options take "-1" as 2^64 - 1 (Boost converts it so): the upper bounds catch negative values too.
+  constexpr std::size_t kMaxBytes = std::size_t{1} << 40;
+  if (o.factor < 2 || o.factor > 1024) hsdp::throw_config("--factor must be in [2, 1024]");
+  if (o.max_bytes < 4 || o.max_bytes > kMaxBytes) hsdp::throw_config("--max-bytes must be in [4, 1 TiB]");
   if (o.min_bytes < 4 || o.min_bytes > o.max_bytes) hsdp::throw_config("--min-bytes must be in [4, --max-bytes]");
+  if (o.max_iters < 2) hsdp::throw_config("--max-iters must be >= 2, got " + std::to_string(o.max_iters));
+  if (o.warmup < 0) hsdp::throw_config("--warmup must be >= 0, got " + std::to_string(o.warmup));
+  if (o.topology.ranks_per_node < 0) {
+    hsdp::throw_config("--topology.ranks_per_node must be >= 0, got " + std::to_string(o.topology.ranks_per_node));
+  }
+  if (!(o.timeout_s > 0)) hsdp::throw_config("--comm.timeout_s must be > 0 seconds");
   o.topology.placement = hsdp::comm::parse_placement(placement);
   return o;
 }
@@ -165,7 +175,20 @@ int main(int argc, char** argv) {
                                                  Collective::all_gather, Collective::all_to_all,
                                                  Collective::broadcast};
     const std::size_t max_count = o.max_bytes / sizeof(float);
-    hsdp::Buffer<float> send(max_count), recv(max_count);
+    // Two buffers of --max-bytes on every rank: where one rank cannot have them, every rank stops with one line.
+    hsdp::Buffer<float> send, recv;
+    int allocated = 1;
+    try {
+      send.reset(max_count);
+      recv.reset(max_count);
+    } catch (const std::bad_alloc&) {
+      allocated = 0;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &allocated, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (allocated == 0) {
+      hsdp::throw_config("--max-bytes " + std::to_string(o.max_bytes) +
+                         ": a rank cannot allocate its two buffers of that size (give a smaller --max-bytes)");
+    }
     for (std::size_t i = 0; i < max_count; ++i) send[i] = 1.0f;
 
     std::vector<Result> results;
