@@ -85,7 +85,23 @@ WRAP
     grep -q "hsdp-selfcheck: error: --steps 5: need an even number" "$work/out.txt" || fail "message"
     run 2 "$work/set.txt" --work "$work/run" --set comm.intra
     grep -q "hsdp-selfcheck: error: --set comm.intra: need KEY=VALUE" "$work/set.txt" || fail "--set message"
+    # A deck key or value hsdp-train refuses (through --set or in the deck), a --work or --json it cannot write: exit
+    # 2 before any run, naming it (not a traceback, not a row that fails).
+    run 2 "$work/key.txt" --work "$work/run" --set comm.timeout_s=abc
+    grep -q "hsdp-selfcheck: error: .*--set comm.timeout_s=abc: hsdp-train refuses it: .*comm.timeout_s: 'abc' is not" \
+      "$work/key.txt" || fail "--set with a bad value: $(cat "$work/key.txt")"
+    printf '[train]\nsteps = abc\n' >"$work/bad.ini"
+    run 2 "$work/deck.txt" --work "$work/run" --config "$work/bad.ini"
+    grep -q "hsdp-selfcheck: error: --config $work/bad.ini: hsdp-train refuses it: .*train.steps" "$work/deck.txt" ||
+      fail "a bad deck: $(cat "$work/deck.txt")"
+    run 2 "$work/json.txt" --work "$work/run" --json "$work/no/such/folder/rows.json"
+    grep -q "hsdp-selfcheck: error: --json $work/no/such/folder/rows.json: cannot be written" "$work/json.txt" ||
+      fail "--json: $(cat "$work/json.txt")"
     [[ ! -e $work/run ]] || fail "ran something"
+    touch "$work/file"
+    run 2 "$work/work.txt" --work "$work/file/run"
+    grep -q "hsdp-selfcheck: error: --work $work/file/run: cannot make the folder" "$work/work.txt" ||
+      fail "--work under a file: $(cat "$work/work.txt")"
     # --work: a folder of someone else's files is refused and kept; one an earlier hsdp-selfcheck made is replaced.
     mkdir -p "$work/theirs/checkpoints" && echo keep >"$work/theirs/checkpoints/step_100.h5"
     run 2 "$work/theirs.txt" --work "$work/theirs" --ranks 1 --ranks-per-node 1 --rows no_shard --steps 4
