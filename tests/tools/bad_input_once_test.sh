@@ -3,13 +3,13 @@
 # never a crash or a run that does not end (unsigned options given "-1" wrap to 2^64 - 1: caught by upper bounds).
 # hsdp-ckpt and hsdp-sample, one-process tools, refuse to start as 2 ranks (each would do the whole command and write
 # the same output).
-#   bad_input_once_test.sh BIN_DIR WORK
+#   bad_input_once_test.sh BIN_DIR WORK [MPIRUN]
 set -euo pipefail
 bin=$1 work=$2
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
-mpirun=(mpirun --oversubscribe -np 2)
+mpirun=("${3:-mpirun}" --oversubscribe -np 2)
 [[ $(id -u) -eq 0 ]] && mpirun+=(--allow-run-as-root)
 fail() {
   echo "FAIL: $*" >&2
@@ -25,6 +25,8 @@ expect() {
   echo "$(basename "$1") ${*:2}: exit 2, said once"
 }
 expect "--max-bytes must be in [4, 1 TiB]" "$bin/hsdp-commbench" --max-bytes -1
+expect "a rank's two buffers of that size are more than this node's memory" "$bin/hsdp-commbench" \
+  --max-bytes 1099511627776
 expect "--max-iters must be >= 2, got -5" "$bin/hsdp-commbench" --max-iters -5
 expect "--factor must be in [2, 1024]" "$bin/hsdp-commbench" --factor -2
 expect "--comm.timeout_s must be > 0" "$bin/hsdp-commbench" --comm.timeout_s -1

@@ -329,6 +329,9 @@ int main(int argc, char** argv) {
   } catch (const hsdp::Error& e) {
     if (log.is_root()) std::cerr << "hsdp-bench-train-gpu: " << e.what() << "\n";
     return e.exit_code();
+  } catch (const std::exception& e) {
+    log.error("hsdp-bench-train-gpu: ", e.what());
+    return hsdp::kExitInternal;
   }
   try {
     return run(*options, log);

@@ -1,6 +1,8 @@
 // hsdp-commbench: time every collective over the world, intra-node and inter-node groups, for message sizes
 // from --min-bytes to --max-bytes, and report time, algbw and busbw (nccl-tests' bus factors) as a table and
 // as JSON lines. It also measures memcpy bandwidth in the same run: the local limit to compare against.
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/program_options.hpp>
 #include <cstdio>
@@ -121,6 +123,16 @@ Options parse(int argc, char** argv, bool& help) {
   constexpr std::size_t kMaxBytes = std::size_t{1} << 40;
   if (o.factor < 2 || o.factor > 1024) hsdp::throw_config("--factor must be in [2, 1024]");
   if (o.max_bytes < 4 || o.max_bytes > kMaxBytes) hsdp::throw_config("--max-bytes must be in [4, 1 TiB]");
+  // Each rank fills two buffers of --max-bytes: beyond the node's memory the kernel would kill it while it fills
+  // them (an allocation of untouched pages succeeds), so that is refused here.
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 && 2 * o.max_bytes > static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)) {
+    hsdp::throw_config("--max-bytes " + std::to_string(o.max_bytes) + ": a rank's two buffers of that size are " +
+                       "more than this node's memory (" +
+                       std::to_string(static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) >> 20) +
+                       " MiB)");
+  }
   if (o.min_bytes < 4 || o.min_bytes > o.max_bytes) hsdp::throw_config("--min-bytes must be in [4, --max-bytes]");
   if (o.max_iters < 2) hsdp::throw_config("--max-iters must be >= 2, got " + std::to_string(o.max_iters));
   if (o.warmup < 0) hsdp::throw_config("--warmup must be >= 0, got " + std::to_string(o.warmup));
