@@ -2,6 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
 #include "hsdp/core/error.hpp"
 
 namespace hsdp {
@@ -32,6 +36,30 @@ void require_regular_output(const std::string& path, std::string_view what) {
     throw_config(std::string(what) + ": '" + path + "' is " + kind +
                  "; the output must be a new path or a regular file (it is written to a temporary file and renamed "
                  "over the path, which would replace it)");
+  }
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+  std::filesystem::path temporary = path;
+  temporary += ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out) throw_data("cannot write '" + temporary.string() + "': " + std::strerror(errno));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) {
+      out.close();
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      throw_data("cannot write '" + temporary.string() + "': write failed (disk full?)");
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw_data("cannot rename '" + temporary.string() + "' to '" + path.string() + "': " + error.message());
   }
 }
 

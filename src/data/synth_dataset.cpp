@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 #include "hsdp/core/json.hpp"
 #include "hsdp/data/token_file.hpp"
 
@@ -18,21 +19,6 @@ std::string precise(double value) {
   char text[40];
   std::snprintf(text, sizeof text, "%.17g", value);
   return text;
-}
-
-void write_text_atomically(const std::filesystem::path& path, const std::string& text) {
-  std::filesystem::path temporary = path;
-  temporary += ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text << '\n';
-    out.flush();
-    if (!out) throw_data("synth: cannot write '" + temporary.string() + "'");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error)
-    throw_data("synth: cannot rename '" + temporary.string() + "' to '" + path.string() + "': " + error.message());
 }
 
 }  // namespace
@@ -89,7 +75,7 @@ SynthSummary write_synth_dataset(const SynthSpec& spec, const std::filesystem::p
   tokens.assign(spec.val_tokens, 0);
   stream.fill(tokens);
   write_token_file(summary.val_path, tokens);
-  write_text_atomically(summary.json_path, synth_source_json(spec, summary.entropy));
+  write_file_atomically(summary.json_path, synth_source_json(spec, summary.entropy) + "\n");
   return summary;
 }
 

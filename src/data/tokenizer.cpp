@@ -1,14 +1,15 @@
 #include "hsdp/data/tokenizer.hpp"
 
+#include <fcntl.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <unordered_map>
 
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/files.hpp"
@@ -132,24 +133,45 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
     if (!std::filesystem::is_regular_file(p)) throw_data("--input: '" + p.string() + "' is not a readable file");
     inputs += (inputs.empty() ? "" : ",") + p.string();
   }
-  if (const auto dir = spec.prefix.parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
-  std::ostringstream args;
-  args << "--input=" << inputs << " --model_prefix=" << spec.prefix.string() << " --vocab_size=" << spec.vocab_size
-       << " --model_type=" << spec.type << " --byte_fallback=true --character_coverage=1.0 --num_threads=1"
-       << " --minloglevel=2 --input_sentence_size=2000000 --shuffle_input_sentence=true"
-       << " --max_sentence_length=16384";
+  // The options go as a map, not as a command line, which SentencePiece splits at spaces (a path with one failed).
+  // It returns the model instead of writing <prefix>.model and .vocab as it goes; they are written below through
+  // temporary files, so a failed or killed training leaves an earlier tokenizer at that prefix as it was. (No
+  // model_prefix then: the model does not record where it was written.)
+  const std::unordered_map<std::string, std::string> options = {{"input", inputs},
+                                                                {"vocab_size", std::to_string(spec.vocab_size)},
+                                                                {"model_type", spec.type},
+                                                                {"byte_fallback", "true"},
+                                                                {"character_coverage", "1.0"},
+                                                                {"num_threads", "1"},
+                                                                {"minloglevel", "2"},
+                                                                {"input_sentence_size", "2000000"},
+                                                                {"shuffle_input_sentence", "true"},
+                                                                {"max_sentence_length", "16384"}};
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(spec.seed));
-  // SentencePiece logs its command line to stderr before it reads --minloglevel: quiet while it trains (its errors
-  // come back in the status, and are reported below).
+  // SentencePiece logs its options to stderr before it reads minloglevel: quiet while it trains (its errors come
+  // back in the status, and are reported below).
   std::fflush(stderr);
   const int saved = ::dup(STDERR_FILENO);
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (saved >= 0 && null >= 0) ::dup2(null, STDERR_FILENO);
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args.str());
+  std::string model;
+  const auto status = sentencepiece::SentencePieceTrainer::Train(options, nullptr, &model);
   if (saved >= 0 && null >= 0) ::dup2(saved, STDERR_FILENO);
   if (saved >= 0) ::close(saved);
   if (null >= 0) ::close(null);
   if (!status.ok()) throw_data("SentencePiece training failed: " + status.ToString());
+  // The .vocab as SentencePiece writes it: a piece and its score a line, in id order.
+  sentencepiece::SentencePieceProcessor processor;
+  if (const auto loaded = processor.LoadFromSerializedProto(model); !loaded.ok()) {
+    throw_data("SentencePiece returned a model it cannot read: " + loaded.ToString());
+  }
+  std::ostringstream vocab;
+  for (int id = 0; id < processor.GetPieceSize(); ++id) {
+    vocab << processor.IdToPiece(id) << '\t' << processor.GetScore(id) << '\n';
+  }
+  if (const auto dir = spec.prefix.parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+  write_file_atomically(spec.prefix.string() + ".vocab", vocab.str());
+  write_file_atomically(spec.prefix.string() + ".model", model);
 }
 
 }  // namespace hsdp::data

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -68,7 +70,9 @@ TEST(Tokenizer, SentencePieceBpeAndUnigram_RoundTripTextTheyNeverSaw_AndTrainThe
       std::ifstream in(p);
       return std::string(std::istreambuf_iterator<char>(in), {});
     };
+    // The same model wherever it is written (it records no output path).
     EXPECT_EQ(read(dir / (type + "_a.vocab")), read(dir / (type + "_b.vocab"))) << type;
+    EXPECT_EQ(read(dir / (type + "_a.model")), read(dir / (type + "_b.model"))) << type;
     const Tokenizer t = Tokenizer::load(dir / (type + "_a.model"));
     EXPECT_FALSE(t.is_bytes());
     EXPECT_EQ(t.vocab_size(), vocab) << type;
@@ -97,6 +101,37 @@ TEST(Tokenizer, BadInput_IsOneErrorNamingWhat) {
   EXPECT_NE(m.find("--type must be bpe or unigram"), std::string::npos) << m;
   m = config_error_of([&] { train_sentencepiece({{write_corpus(dir)}, dir / "x", 100, "bpe", 1}); });
   EXPECT_NE(m.find("--vocab-size must be in [260"), std::string::npos) << m;
+}
+
+// Paths with spaces (SentencePiece's command line splits at them); a training that fails leaves the tokenizer at
+// its prefix as it was and no temporary file.
+TEST(Tokenizer, PathsWithSpaces_AndAFailedTrainingKeepsTheEarlierModel) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir / "my text");
+  std::filesystem::rename(write_corpus(dir), dir / "my text" / "a corpus.txt");
+  const std::filesystem::path prefix = dir / "my tokenizers" / "a tok";
+  train_sentencepiece({{dir / "my text" / "a corpus.txt"}, prefix, 400, "bpe", 1});
+  const auto read = [](const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string model = read(prefix.string() + ".model"), vocab = read(prefix.string() + ".vocab");
+  EXPECT_EQ(Tokenizer::load(prefix.string() + ".model").vocab_size(), 400);
+  // More pieces than this text holds: SentencePiece refuses, after its work.
+  try {
+    train_sentencepiece({{dir / "my text" / "a corpus.txt"}, prefix, 100000, "bpe", 1});
+    ADD_FAILURE() << "a vocabulary larger than the text allows was trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SentencePiece training failed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read(prefix.string() + ".model"), model);
+  EXPECT_EQ(read(prefix.string() + ".vocab"), vocab);
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(prefix.parent_path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"a tok.model", "a tok.vocab"}));
 }
 
 // The tools' choice for a checkpoint: --tokenizer, else the deck's data.tokenizer; the identity must match.

@@ -1,6 +1,7 @@
 #pragma once
 // Checks on the paths tools read and write, before anything opens them; a fingerprint to compare texts across ranks.
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -15,6 +16,10 @@ void require_regular_input(const std::string& path, std::string_view what, Error
 // A path to write (through a temporary file renamed over it) must be new or a regular file: else a config Error
 // naming it (the rename would replace a device node such as /dev/full, a FIFO or a socket with a regular file).
 void require_regular_output(const std::string& path, std::string_view what);
+
+// Writes `bytes` to "<path>.tmp", then renames it over `path`: a failed write (a full disk) removes the temporary
+// file and leaves `path` as it was. A data Error naming the file and the reason.
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
 // FNV-1a over 64 bits: a fingerprint of a text, to compare what ranks were given (hsdp-train's deck and build);
 // not a checksum against damage (ckpt/checksum.hpp is).
