@@ -260,9 +260,12 @@ TYPED_TEST(GptUnitsGpu, MatchesTheCpuModel_WithinTheDerivedBound) {
   const double loss_bound = f32 ? 1e-3 : TypeParam::Model::kBf16Loss;
   const Result gpu = this->units(false), cpu = this->cpu();
   const double loss_err = std::abs(gpu.loss - cpu.loss) / std::abs(cpu.loss);
-  std::printf("%s %s: loss GPU %.9g CPU %.9g (relative error %.3g, bound %.3g)\n",
-              model::arch_name(this->layout_.config().arch), f32 ? "float" : "bf16", gpu.loss, cpu.loss, loss_err,
-              loss_bound);
+  // Which case: the fused parts on (a figure in the run's log says which of the twelve it is).
+  const model::GptConfig& config = this->layout_.config();
+  const char* parts = config.fused_attention ? (config.fused_epilogues ? " lean" : " fused attention")
+                                             : (config.fused_epilogues ? " fused epilogues" : "");
+  std::printf("%s %s%s: loss GPU %.9g CPU %.9g (relative error %.3g, bound %.3g)\n", model::arch_name(config.arch),
+              f32 ? "float" : "bf16", parts, gpu.loss, cpu.loss, loss_err, loss_bound);
   EXPECT_LE(loss_err, loss_bound);
   double worst = 0;
   for (std::size_t i = 0; i < cpu.grads.size(); ++i) {
