@@ -92,8 +92,9 @@ class GpuEngineBackend final : public EngineBackend {
   model::UnitModel& model() override { return gpt_; }
 
   dc::Stream model_stream_;  // the model's and the compute queue's
-  // The model before the engine: the engine goes first, and its destructor runs the work still queued (after an
-  // error mid-step: the host does not wait for a micro-batch), which calls the model.
+  // The model (and the timer it may still mark) before the engine: the engine goes first, and its destructor runs
+  // the work still queued (after an error mid-step: the host does not wait for a micro-batch), which calls the model.
+  model::cuda::KernelTimer kernel_timer_;
   model::cuda::GptCuda<T> gpt_;
   std::unique_ptr<stream::cuda::CudaDeviceOps> owned_device_;  // until the engine takes it
   stream::cuda::CudaDeviceOps& device_;                        // the engine's, for the executor's binding
@@ -102,7 +103,6 @@ class GpuEngineBackend final : public EngineBackend {
   std::size_t activation_bytes_ = 0;
   MemoryAccountant* memory_ = nullptr;
   double peak_tflops_ = model::dense_bf16_peak_tflops(dc::current_device_info().name);
-  model::cuda::KernelTimer kernel_timer_;
   const Logger& log_;
   std::size_t declined_warned_ = 0;
 };
