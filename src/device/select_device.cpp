@@ -1,7 +1,13 @@
 // Compiled in every build (target hsdp_device_select); the CUDA calls only where HSDP_HAVE_CUDA is defined.
 #include "hsdp/device/select_device.hpp"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hsdp/core/error.hpp"
 
@@ -30,8 +36,8 @@ bool built_with_cuda() {
 }
 
 SelectedDevice select_device(DeviceType type, int local_rank) {
-  SelectedDevice selected;
   if (type == DeviceType::cpu) {
+    SelectedDevice selected;
     selected.name = "cpu";
     return selected;
   }
@@ -40,16 +46,84 @@ SelectedDevice select_device(DeviceType type, int local_rank) {
   const int count = cuda::visible_device_count(&reason);
   if (count == 0) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
   if (local_rank < 0) throw_internal("select_device: negative local rank " + std::to_string(local_rank));
+  return select_gpu(local_rank % count);
+#else
+  (void)local_rank;
+  return select_gpu(0);
+#endif
+}
+
+SelectedDevice select_gpu(int index) {
+#ifdef HSDP_HAVE_CUDA
+  std::string reason;
+  const int count = cuda::visible_device_count(&reason);
+  if (count == 0) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
+  if (index < 0 || index >= count) {
+    throw_internal("select_gpu: GPU " + std::to_string(index) + " of " + std::to_string(count) + " visible");
+  }
+  SelectedDevice selected;
   selected.type = DeviceType::cuda;
   selected.visible_devices = count;
-  selected.cuda_device = local_rank % count;
-  cuda::check(cudaSetDevice(selected.cuda_device), "cudaSetDevice(" + std::to_string(selected.cuda_device) + ")");
+  selected.cuda_device = index;
+  cuda::check(cudaSetDevice(index), "cudaSetDevice(" + std::to_string(index) + ")");
   selected.name = cuda::current_device_info().name;
   return selected;
 #else
-  (void)local_rank;
+  (void)index;
   throw_config("device.type=cuda: this hsdp was built without CUDA (HSDP_CUDA=OFF or nvcc not found)");
 #endif
+}
+
+std::vector<std::string> visible_gpus(std::string* reason) {
+  std::vector<std::string> ids;
+#ifdef HSDP_HAVE_CUDA
+  const int count = cuda::visible_device_count(reason);
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    cuda::check(cudaGetDeviceProperties(&prop, i), "cudaGetDeviceProperties(" + std::to_string(i) + ")");
+    char hex[33];
+    for (int b = 0; b < 16; ++b) {
+      std::snprintf(hex + 2 * b, 3, "%02x", static_cast<unsigned>(static_cast<unsigned char>(prop.uuid.bytes[b])));
+    }
+    ids.emplace_back(hex, 32);
+  }
+#else
+  if (reason != nullptr) *reason = "this hsdp was built without CUDA";
+#endif
+  return ids;
+}
+
+std::vector<int> assign_gpus(const std::vector<std::vector<std::string>>& visible) {
+  std::map<std::string, int> taken;  // ranks on each GPU so far
+  std::vector<int> index;
+  index.reserve(visible.size());
+  for (const std::vector<std::string>& sees : visible) {
+    int best = -1;
+    for (std::size_t i = 0; i < sees.size(); ++i) {
+      if (best < 0 || taken[sees[i]] < taken[sees[static_cast<std::size_t>(best)]]) best = static_cast<int>(i);
+    }
+    if (best >= 0) ++taken[sees[static_cast<std::size_t>(best)]];
+    index.push_back(best);
+  }
+  return index;
+}
+
+HostGpus plan_host_gpus(const std::vector<std::vector<std::string>>& visible, const std::vector<int>& node) {
+  if (node.size() != visible.size()) throw_internal("plan_host_gpus: a node for each rank");
+  HostGpus plan;
+  plan.index = assign_gpus(visible);
+  std::map<std::string, int> on_gpu;
+  std::map<std::pair<int, std::string>, int> of_node_on_gpu;
+  for (std::size_t i = 0; i < visible.size(); ++i) {
+    if (plan.index[i] < 0) continue;
+    const std::string& gpu = visible[i][static_cast<std::size_t>(plan.index[i])];
+    ++on_gpu[gpu];
+    plan.most_of_a_node_on_one_gpu = std::max(plan.most_of_a_node_on_one_gpu, ++of_node_on_gpu[{node[i], gpu}]);
+  }
+  for (std::size_t i = 0; i < visible.size(); ++i) {
+    plan.ranks_on_gpu.push_back(plan.index[i] < 0 ? 0 : on_gpu[visible[i][static_cast<std::size_t>(plan.index[i])]]);
+  }
+  return plan;
 }
 
 SelectedDevice select_device(std::string_view type, int local_rank) {

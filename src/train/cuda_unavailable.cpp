@@ -14,7 +14,7 @@ namespace {
 
 }  // namespace
 
-comm::MeshCarrier cuda_mesh_carrier(const TrainOptions&, const comm::Topology&, const Logger&) {
+comm::MeshCarrier cuda_mesh_carrier(const TrainOptions&, MPI_Comm, const comm::Topology&, const Logger&) {
   built_without_cuda();
 }
 

@@ -12,7 +12,7 @@ std::unique_ptr<comm::ProcessMesh> make_mesh(const TrainOptions& o, comm::MpiCom
   mesh_options.islands = o.islands;
   if (o.device_type == device::DeviceType::cuda) {
     // The rank's GPU, and NCCL or staged MPI for each group over its memory.
-    mesh_options.carry = cuda_mesh_carrier(o, topology, log);
+    mesh_options.carry = cuda_mesh_carrier(o, world.raw(), topology, log);
   } else if (o.comm_stage == comm::Staging::host) {
     // The CPU device's memory is the host's: staging is asked for, to run the GPU's staged path.
     mesh_options.carry = comm::staged_carrier(comm::make_memcpy_staging());

@@ -1,10 +1,12 @@
 #pragma once
-// device.type = cpu | cuda: which compute backend a rank uses, and for cuda which GPU (one GPU per rank:
-// local rank r takes device r % <visible devices>, as `CUDA_VISIBLE_DEVICES` and the launcher leave them).
+// device.type = cpu | cuda: which compute backend a rank uses, and for cuda which GPU: a GPU per rank where the host
+// has enough, from the GPUs each rank sees (`CUDA_VISIBLE_DEVICES` and the launcher's binding leave them:
+// assign_gpus below; hsdp-train gathers them over the host's ranks).
 // This header and its target (hsdp_device_select) exist in every build, with or without CUDA, so hsdp-train
 // can validate the deck key the same way everywhere; the answer for cuda depends on the build (HSDP_HAVE_CUDA).
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hsdp::device {
 
@@ -26,6 +28,32 @@ struct SelectedDevice {
 //   "device.type=cuda: no CUDA device is visible on this node (<CUDA's reason>)".
 SelectedDevice select_device(DeviceType type, int local_rank);
 SelectedDevice select_device(std::string_view type, int local_rank);
+
+// cuda: makes GPU `index` of those this process sees current (cudaSetDevice) and returns it. Without CUDA: the
+// config Error of select_device.
+SelectedDevice select_gpu(int index);
+
+// The GPUs this process sees, each by its identity (the UUID CUDA reports, as 32 hex digits), in CUDA's order.
+// Empty where none is visible (then *reason says why, in CUDA's words) or the build has no CUDA.
+std::vector<std::string> visible_gpus(std::string* reason);
+
+// Which GPU each rank of a host takes. visible[i]: the identities of the GPUs the host's rank i sees, in its own
+// CUDA order (the ranks in order of their world rank). In that order each rank takes, of the GPUs it sees, one that
+// the fewest ranks before it took (the first such in its order). Where every rank sees every GPU this is rank i %
+// count, as a plain launch gives; where a launcher binds each task to the GPUs near its cores (Slurm's
+// --gpu-bind=closest, whose tasks alternate between sockets by default), each rank still gets a GPU of its own while
+// the GPUs it sees have one free (a rank-modulo choice put two ranks on one GPU and left another idle). Returns
+// each rank's index into its own list; -1 for a rank that sees none.
+std::vector<int> assign_gpus(const std::vector<std::vector<std::string>>& visible);
+
+// assign_gpus for a host's ranks, and who shares: node[i] is rank i's node in the process mesh (emulated nodes on one
+// host are nodes of their own; NCCL inside a node needs a GPU per rank of that node).
+struct HostGpus {
+  std::vector<int> index;             // per rank: its GPU among those it sees (-1: it sees none)
+  std::vector<int> ranks_on_gpu;      // per rank: the host's ranks on that GPU, this one included (0: it sees none)
+  int most_of_a_node_on_one_gpu = 0;  // over the host's GPUs and nodes: the most ranks of one node on one GPU
+};
+HostGpus plan_host_gpus(const std::vector<std::vector<std::string>>& visible, const std::vector<int>& node);
 
 // True when this build has the CUDA backend (HSDP_HAVE_CUDA).
 bool built_with_cuda();

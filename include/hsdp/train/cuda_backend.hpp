@@ -11,6 +11,8 @@
 // Written and checked on the CPU (the engine's suites on the threads executor, staged groups, bf16 compute copies);
 // hsdp-train names on rank 0 the commit of the last GPU validation (tests/gpu/device_check.sh; docs/gpu.md records
 // each). Built only with the CUDA backend (CUDA and NCCL); otherwise these say the build lacks it.
+#include <mpi.h>
+
 #include <memory>
 #include <string>
 
@@ -20,14 +22,16 @@
 
 namespace hsdp::train {
 
-// Selects this rank's GPU and returns what carries the mesh's groups over its memory. A config Error where
-// comm.intra=nccl meets ranks that share a GPU (they must use comm.intra=mpi) or comm.stage=direct an MPI that is
-// not CUDA-aware. Before the mesh is built.
-comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& options, const comm::Topology& topology, const Logger& log);
+// Selects this rank's GPU (device::assign_gpus over what the host's ranks see) and returns what carries the mesh's
+// groups over its memory. Collective over `world`; a config Error on every rank where a rank sees no GPU or
+// comm.intra=nccl meets ranks of a node that share a GPU (they must use comm.intra=mpi), and where comm.stage=direct
+// meets an MPI that is not CUDA-aware. Before the mesh is built.
+comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& options, MPI_Comm world, const comm::Topology& topology,
+                                    const Logger& log);
 
-// This rank's GPU's free memory (cudaMemGetInfo, after cuda_mesh_carrier selected it), how many of the host's
-// `ranks_on_host` ranks share that GPU (local ranks map to GPUs modulo the visible ones), and the GPU's name for
-// messages ("GPU 0 (NVIDIA H100) of host n1").
+// This rank's GPU's free memory (cudaMemGetInfo, after cuda_mesh_carrier selected it), how many of the host's ranks
+// share that GPU (as cuda_mesh_carrier placed them; before it ran, the busiest GPU when the host's `ranks_on_host`
+// ranks take GPUs modulo the visible ones), and the GPU's name for messages ("GPU 0 (NVIDIA H100) of host n1").
 struct GpuMemory {
   HostMemory memory;
   int sharing = 1;

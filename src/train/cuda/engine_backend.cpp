@@ -1,8 +1,12 @@
 // device.type = cuda: the sharding engine on the rank's GPU (hsdp/train/cuda_backend.hpp).
+#include <mpi.h>
+
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -109,20 +113,79 @@ class GpuEngineBackend final : public EngineBackend {
 
 }  // namespace
 
-comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, const comm::Topology& topology, const Logger& log) {
-  const device::SelectedDevice selected = device::select_device(device::DeviceType::cuda, topology.local_rank());
-  const int on_node = topology.node_size(topology.node());
-  if (o.comm_intra == comm::Transport::nccl && on_node > selected.visible_devices) {
-    throw_config(
-        "device.type=cuda with comm.intra=nccl needs a GPU per rank (NCCL refuses two ranks on one GPU): "
-        "this node runs " +
-        std::to_string(on_node) + " ranks but sees " + std::to_string(selected.visible_devices) +
-        " GPU(s); start at most " + std::to_string(selected.visible_devices) +
-        " ranks per node (mpirun --map-by ppr:" + std::to_string(selected.visible_devices) +
-        ":node, srun --ntasks-per-node), or let ranks share GPUs with comm.intra=mpi");
+namespace {
+
+// The host's ranks on this rank's GPU (cuda_mesh_carrier's plan), for the memory check; 0 before it ran.
+int ranks_on_this_gpu = 0;
+
+// What each of the host's ranks sees (its mesh node, then its GPUs' identities), gathered over the host's ranks in
+// world-rank order: device::plan_host_gpus of them. Collective over `world`; throws nothing before its collectives.
+device::HostGpus gather_host_gpus(MPI_Comm world, int node, const std::vector<std::string>& mine, int* host_rank) {
+  MPI_Comm host = MPI_COMM_NULL;
+  int world_rank = 0;
+  MPI_Comm_rank(world, &world_rank);
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &host);
+  int size = 1;
+  MPI_Comm_size(host, &size);
+  MPI_Comm_rank(host, host_rank);
+  std::string text = std::to_string(node);
+  for (const std::string& id : mine) text += "," + id;
+  const int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
+  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, host);
+  std::exclusive_scan(lengths.begin(), lengths.end(), offsets.begin(), 0);
+  std::string all(static_cast<std::size_t>(offsets.back() + lengths.back()), '\0');
+  MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, host);
+  MPI_Comm_free(&host);
+  std::vector<std::vector<std::string>> visible(static_cast<std::size_t>(size));
+  std::vector<int> nodes(static_cast<std::size_t>(size));
+  for (std::size_t r = 0; r < visible.size(); ++r) {
+    std::string_view fields(all.data() + offsets[r], static_cast<std::size_t>(lengths[r]));
+    const std::size_t first = std::min(fields.find(','), fields.size());
+    nodes[r] = std::stoi(std::string(fields.substr(0, first)));
+    for (std::size_t begin = first + 1; begin <= fields.size();) {
+      const std::size_t end = std::min(fields.find(',', begin), fields.size());
+      visible[r].emplace_back(fields.substr(begin, end - begin));
+      begin = end + 1;
+    }
   }
-  log.info("device.type=cuda: rank 0 on GPU ", selected.cuda_device, " of ", selected.visible_devices, " (",
-           selected.name, "); inside a node comm.intra=", comm::to_string(o.comm_intra),
+  return device::plan_host_gpus(visible, nodes);
+}
+
+}  // namespace
+
+comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, MPI_Comm world, const comm::Topology& topology,
+                                    const Logger& log) {
+  // Every rank's GPU from what the host's ranks see (device::assign_gpus: a GPU per rank while there are free ones,
+  // whatever the launcher's binding left each), and what the job agrees on before any rank throws: ranks that see
+  // no GPU, and the most ranks of one mesh node on one GPU (NCCL refuses two ranks of a group on one GPU).
+  std::string reason;
+  const std::vector<std::string> mine = device::visible_gpus(&reason);
+  int host_rank = 0;
+  const device::HostGpus host = gather_host_gpus(world, topology.node(), mine, &host_rank);
+  std::array<int, 2> job = {mine.empty() ? 1 : 0, host.most_of_a_node_on_one_gpu};
+  std::array<int, 2> without_sum{}, most_max{};
+  MPI_Allreduce(&job[0], &without_sum[0], 1, MPI_INT, MPI_SUM, world);
+  MPI_Allreduce(&job[1], &most_max[0], 1, MPI_INT, MPI_MAX, world);
+  if (mine.empty()) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
+  if (without_sum[0] > 0) {
+    throw_config("device.type=cuda: " + std::to_string(without_sum[0]) +
+                 " of the job's ranks see no CUDA device (CUDA_VISIBLE_DEVICES or the launcher's GPU binding left "
+                 "them none)");
+  }
+  const std::size_t me = static_cast<std::size_t>(host_rank);
+  if (o.comm_intra == comm::Transport::nccl && most_max[0] > 1) {
+    const int sees = static_cast<int>(mine.size());
+    throw_config("device.type=cuda with comm.intra=nccl needs a GPU per rank (NCCL refuses two ranks on one GPU): " +
+                 std::to_string(most_max[0]) + " ranks of a node are on one GPU (this rank sees " +
+                 std::to_string(sees) + "); start at most as many ranks per node as it has GPUs (mpirun --map-by ppr:" +
+                 std::to_string(sees) + ":node, srun --ntasks-per-node), or let ranks share GPUs with comm.intra=mpi");
+  }
+  const device::SelectedDevice selected = device::select_gpu(host.index[me]);
+  ranks_on_this_gpu = host.ranks_on_gpu[me];
+  log.info("device.type=cuda: rank 0 on GPU ", selected.cuda_device, " of the ", selected.visible_devices, " it sees (",
+           selected.name, "; ", ranks_on_this_gpu,
+           " rank(s) of its host on it); inside a node comm.intra=", comm::to_string(o.comm_intra),
            ", across nodes comm.inter=", comm::to_string(o.comm_inter));
   return comm::device_carrier(o.comm_intra, o.comm_inter, o.comm_stage, o.comm, log);
 }
@@ -136,8 +199,10 @@ GpuMemory cuda_memory_available(int ranks_on_host) {
   GpuMemory m;
   m.memory.available = free;
   m.memory.source = "free memory (cudaMemGetInfo)";
-  // Local ranks map to GPUs modulo the visible ones: the busiest GPU has this many.
-  m.sharing = std::max(1, (ranks_on_host + visible - 1) / std::max(1, visible));
+  // The host's ranks on this GPU, as cuda_mesh_carrier placed them; before it, the busiest GPU of a rank-modulo
+  // placement.
+  m.sharing =
+      ranks_on_this_gpu > 0 ? ranks_on_this_gpu : std::max(1, (ranks_on_host + visible - 1) / std::max(1, visible));
   m.where = "GPU " + std::to_string(device) + " (" + dc::current_device_info().name + ") of host " + host_name();
   return m;
 }
