@@ -2,7 +2,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <array>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -163,21 +162,21 @@ comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, MPI_Comm world, const
   const std::vector<std::string> mine = device::visible_gpus(&reason);
   int host_rank = 0;
   const device::HostGpus host = gather_host_gpus(world, topology.node(), mine, &host_rank);
-  std::array<int, 2> job = {mine.empty() ? 1 : 0, host.most_of_a_node_on_one_gpu};
-  std::array<int, 2> without_sum{}, most_max{};
-  MPI_Allreduce(&job[0], &without_sum[0], 1, MPI_INT, MPI_SUM, world);
-  MPI_Allreduce(&job[1], &most_max[0], 1, MPI_INT, MPI_MAX, world);
-  if (mine.empty()) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
-  if (without_sum[0] > 0) {
-    throw_config("device.type=cuda: " + std::to_string(without_sum[0]) +
+  const int blind = mine.empty() ? 1 : 0;
+  int without_gpu = 0, most_on_one_gpu = 0;
+  MPI_Allreduce(&blind, &without_gpu, 1, MPI_INT, MPI_SUM, world);
+  MPI_Allreduce(&host.most_of_a_node_on_one_gpu, &most_on_one_gpu, 1, MPI_INT, MPI_MAX, world);
+  if (blind != 0) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
+  if (without_gpu > 0) {
+    throw_config("device.type=cuda: " + std::to_string(without_gpu) +
                  " of the job's ranks see no CUDA device (CUDA_VISIBLE_DEVICES or the launcher's GPU binding left "
                  "them none)");
   }
   const std::size_t me = static_cast<std::size_t>(host_rank);
-  if (o.comm_intra == comm::Transport::nccl && most_max[0] > 1) {
+  if (o.comm_intra == comm::Transport::nccl && most_on_one_gpu > 1) {
     const int sees = static_cast<int>(mine.size());
     throw_config("device.type=cuda with comm.intra=nccl needs a GPU per rank (NCCL refuses two ranks on one GPU): " +
-                 std::to_string(most_max[0]) + " ranks of a node are on one GPU (this rank sees " +
+                 std::to_string(most_on_one_gpu) + " ranks of a node are on one GPU (this rank sees " +
                  std::to_string(sees) + "); start at most as many ranks per node as it has GPUs (mpirun --map-by ppr:" +
                  std::to_string(sees) + ":node, srun --ntasks-per-node), or let ranks share GPUs with comm.intra=mpi");
   }
