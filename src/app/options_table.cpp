@@ -114,7 +114,9 @@ const std::vector<OptionSpec>& option_table() {
            "file, a glob of shards (fineweb_train_*.bin: sorted by name) or a comma-separated list of files and "
            "globs (in that order); windows never cross a file's end")
           .into([](V v, O o) { o.train_path = v.text(); }),
-      path("data.val", "data/val.bin", "validation tokens, the same forms").into([](V v, O o) { o.val_path = v.text(); }),
+      path("data.val", "data/val.bin", "validation tokens, the same forms").into([](V v, O o) {
+        o.val_path = v.text();
+      }),
       path("data.tokenizer", "",
            "the tokenizer that made the token files: a SentencePiece .model (hsdp-data tokenizer train; "
            "model.vocab_size must hold its vocabulary), or empty for bytes. Checkpoints record which one (a hash of "
@@ -311,8 +313,9 @@ const std::vector<OptionSpec>& option_table() {
           .into([](V v, O o) { o.outer.inner_steps = v.integer(); }),
       real("outer.lr", "0.7", "the outer step's learning rate on the averaged pseudo-gradient (outer - inner)", 0)
           .into([](V v, O o) { o.outer.lr = static_cast<float>(v.real()); }),
-      real("outer.momentum", "0.9", "the outer step's Nesterov momentum, in [0, 1)", 0, 1)
-          .into([](V v, O o) { o.outer.momentum = static_cast<float>(v.real()); }),
+      real("outer.momentum", "0.9", "the outer step's Nesterov momentum, in [0, 1)", 0, 1).into([](V v, O o) {
+        o.outer.momentum = static_cast<float>(v.real());
+      }),
       choice("outer.bits", "4",
              "the pseudo-gradient's wire format across islands: 32 = fp32 all-reduce; 16 = bf16, 8 or 4 = block-wise "
              "int8 or int4 with one fp32 scale per outer.block elements (all-gathered, summed in island order); int4 "
@@ -323,8 +326,9 @@ const std::vector<OptionSpec>& option_table() {
               "outer.bits < 32: each island adds what rounding took from its last message to its next one (no "
               "measurable difference with int4 at H = 32 in docs/islands.md's study)")
           .into([](V v, O o) { o.outer.error_feedback = v.boolean(); }),
-      integer("outer.block", "256", "outer.bits 8 or 4: elements per fp32 scale; even", 2, 1 << 24)
-          .into([](V v, O o) { o.outer.block = static_cast<std::size_t>(v.integer()); }),
+      integer("outer.block", "256", "outer.bits 8 or 4: elements per fp32 scale; even", 2, 1 << 24).into([](V v, O o) {
+        o.outer.block = static_cast<std::size_t>(v.integer());
+      }),
       integer("outer.fragments", "1",
               "F > 1 (Streaming DiLoCo): the units split into F fragments of consecutive units and near-equal size, "
               "fragment f exchanged at the steps s with s mod H = f*H/F (F divides H): 1/F of the bytes each time",
@@ -385,8 +389,9 @@ const std::vector<OptionSpec>& option_table() {
 
       // [device]
       choice("device.type", "cpu",
-             "cpu = the sharding engine on the CPU, fp32 compute; cuda = the same engine on one GPU per rank (local "
-             "rank modulo the visible GPUs), every strategy and ZeRO++, fp32 master weights, compute in bf16 with "
+             "cpu = the sharding engine on the CPU, fp32 compute; cuda = the same engine on one GPU per rank (each "
+             "rank of a host takes one of the GPUs it sees that the fewest others took), every strategy and ZeRO++, "
+             "fp32 master weights, compute in bf16 with "
              "precision.param=bf16 (else fp32); groups over comm.intra and comm.inter (validated on an H100 at "
              "commit f541df3: see docs/gpu.md)",
              "cpu|cuda")

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdio>
 #include <map>
+#include <numeric>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -80,7 +82,12 @@ std::vector<std::string> visible_gpus(std::string* reason) {
   const int count = cuda::visible_device_count(reason);
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
-    cuda::check(cudaGetDeviceProperties(&prop, i), "cudaGetDeviceProperties(" + std::to_string(i) + ")");
+    if (const cudaError_t status = cudaGetDeviceProperties(&prop, i); status != cudaSuccess) {
+      cudaGetLastError();  // reset the runtime's last error, as visible_device_count does
+      if (reason != nullptr)
+        *reason = "cudaGetDeviceProperties(" + std::to_string(i) + "): " + cudaGetErrorString(status);
+      return {};
+    }
     char hex[33];
     for (int b = 0; b < 16; ++b) {
       std::snprintf(hex + 2 * b, 3, "%02x", static_cast<unsigned>(static_cast<unsigned char>(prop.uuid.bytes[b])));
@@ -94,16 +101,22 @@ std::vector<std::string> visible_gpus(std::string* reason) {
 }
 
 std::vector<int> assign_gpus(const std::vector<std::vector<std::string>>& visible) {
+  // The ranks with the fewest choices first (in world-rank order among equals), so that a rank that sees more GPUs
+  // does not take the one GPU of a rank that sees only it.
+  std::vector<std::size_t> order(visible.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return visible[a].size() < visible[b].size(); });
   std::map<std::string, int> taken;  // ranks on each GPU so far
-  std::vector<int> index;
-  index.reserve(visible.size());
-  for (const std::vector<std::string>& sees : visible) {
+  std::vector<int> index(visible.size(), -1);
+  for (const std::size_t r : order) {
+    const std::vector<std::string>& sees = visible[r];
     int best = -1;
     for (std::size_t i = 0; i < sees.size(); ++i) {
       if (best < 0 || taken[sees[i]] < taken[sees[static_cast<std::size_t>(best)]]) best = static_cast<int>(i);
     }
     if (best >= 0) ++taken[sees[static_cast<std::size_t>(best)]];
-    index.push_back(best);
+    index[r] = best;
   }
   return index;
 }
@@ -120,9 +133,12 @@ HostGpus plan_host_gpus(const std::vector<std::vector<std::string>>& visible, co
     ++on_gpu[gpu];
     plan.most_of_a_node_on_one_gpu = std::max(plan.most_of_a_node_on_one_gpu, ++of_node_on_gpu[{node[i], gpu}]);
   }
+  std::set<std::string> gpus;
   for (std::size_t i = 0; i < visible.size(); ++i) {
     plan.ranks_on_gpu.push_back(plan.index[i] < 0 ? 0 : on_gpu[visible[i][static_cast<std::size_t>(plan.index[i])]]);
+    gpus.insert(visible[i].begin(), visible[i].end());
   }
+  plan.gpus = static_cast<int>(gpus.size());
   return plan;
 }
 

@@ -18,7 +18,7 @@ comm::MeshCarrier cuda_mesh_carrier(const TrainOptions&, MPI_Comm, const comm::T
   built_without_cuda();
 }
 
-GpuMemory cuda_memory_available(int) {
+GpuMemory cuda_memory_available(MPI_Comm) {
   built_without_cuda();
 }
 

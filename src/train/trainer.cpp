@@ -733,7 +733,7 @@ class Run {
       if (o_.device_type == device::DeviceType::cpu) {
         check_memory_fits(o_, *layout_, mesh_, host_memory_available(), sharing, "host " + host_name());
       } else {
-        const GpuMemory gpu = cuda_memory_available(sharing);
+        const GpuMemory gpu = cuda_memory_available(world_.raw());
         check_memory_fits(o_, *layout_, mesh_, gpu.memory, gpu.sharing, gpu.where);
       }
     });

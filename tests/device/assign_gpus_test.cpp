@@ -1,7 +1,8 @@
-// Which GPU each rank of a host takes (device::assign_gpus, plan_host_gpus in select_device.hpp), from what each
-// rank sees: a plain launch (every rank sees every GPU), Slurm's --gpu-bind=closest on a two-socket node with its
-// default task distribution (tasks alternate between the sockets), a GPU per task, more ranks than GPUs, a rank that
-// sees none, and emulated nodes on one host. Runs in every build: the choice is made from identities, not devices.
+// Which GPU each rank of a host takes (device::assign_gpus, plan_host_gpus in select_device.hpp), from what each rank
+// sees: a plain launch (every rank sees every GPU), Slurm's --gpu-bind=closest on a two-socket node with its default
+// task distribution (tasks alternate between the sockets), a GPU per task, more ranks than GPUs, a rank that sees none,
+// a rank with fewer choices, and emulated nodes on one host. Runs in every build: the choice is made from identities,
+// not devices.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -46,6 +47,7 @@ TEST(AssignGpus, ClosestBindingAcrossSockets_GivesEachRankAGpuOfItsOwn) {
   const HostGpus plan = plan_host_gpus(eight, std::vector<int>(8, 0));
   EXPECT_EQ(plan.most_of_a_node_on_one_gpu, 1);
   EXPECT_EQ(plan.ranks_on_gpu, std::vector<int>(8, 1));
+  EXPECT_EQ(plan.gpus, 8);
 }
 
 // --gpu-bind=single:1 or map_gpu: each task sees one GPU, its device 0.
@@ -55,6 +57,14 @@ TEST(AssignGpus, AGpuPerTask_EachTakesItsOwn) {
   EXPECT_EQ(plan_host_gpus(visible, {0, 0, 0, 0}).most_of_a_node_on_one_gpu, 1);
 }
 
+// A rank that sees one GPU chooses before one that sees more, whatever their order: it keeps its only GPU.
+TEST(AssignGpus, TheRankWithFewerChoices_ChoosesFirst) {
+  const Seen visible = {{"a", "b"}, {"a"}};
+  EXPECT_EQ(taken(visible, assign_gpus(visible)), (std::vector<std::string>{"b", "a"}));
+  EXPECT_EQ(plan_host_gpus(visible, {0, 0}).most_of_a_node_on_one_gpu, 1);
+  EXPECT_EQ(plan_host_gpus(visible, {0, 0}).gpus, 2);
+}
+
 // More ranks than GPUs: shared evenly, the sharing counted per GPU and per node.
 TEST(AssignGpus, MoreRanksThanGpus_ShareEvenly_AndTheSharingIsCounted) {
   const Seen visible(5, std::vector<std::string>{"a", "b"});
@@ -62,6 +72,7 @@ TEST(AssignGpus, MoreRanksThanGpus_ShareEvenly_AndTheSharingIsCounted) {
   EXPECT_EQ(taken(visible, plan.index), (std::vector<std::string>{"a", "b", "a", "b", "a"}));
   EXPECT_EQ(plan.ranks_on_gpu, (std::vector<int>{3, 2, 3, 2, 3}));
   EXPECT_EQ(plan.most_of_a_node_on_one_gpu, 3);
+  EXPECT_EQ(plan.gpus, 2);
   // The same five ranks as emulated nodes {0, 1}, {2, 3}, {4}: within each node every rank has a GPU of its own,
   // though the host's GPUs still carry three and two ranks.
   const HostGpus emulated = plan_host_gpus(visible, {0, 0, 1, 1, 2});

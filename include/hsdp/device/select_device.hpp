@@ -34,16 +34,18 @@ SelectedDevice select_device(std::string_view type, int local_rank);
 SelectedDevice select_gpu(int index);
 
 // The GPUs this process sees, each by its identity (the UUID CUDA reports, as 32 hex digits), in CUDA's order.
-// Empty where none is visible (then *reason says why, in CUDA's words) or the build has no CUDA.
+// Empty where none is visible or one cannot be read (then *reason says why, in CUDA's words) or the build has no
+// CUDA. Throws nothing: hsdp-train's ranks call it before a collective that every rank must reach.
 std::vector<std::string> visible_gpus(std::string* reason);
 
 // Which GPU each rank of a host takes. visible[i]: the identities of the GPUs the host's rank i sees, in its own
-// CUDA order (the ranks in order of their world rank). In that order each rank takes, of the GPUs it sees, one that
-// the fewest ranks before it took (the first such in its order). Where every rank sees every GPU this is rank i %
-// count, as a plain launch gives; where a launcher binds each task to the GPUs near its cores (Slurm's
-// --gpu-bind=closest, whose tasks alternate between sockets by default), each rank still gets a GPU of its own while
-// the GPUs it sees have one free (a rank-modulo choice put two ranks on one GPU and left another idle). Returns
-// each rank's index into its own list; -1 for a rank that sees none.
+// CUDA order (the ranks in order of their world rank). The ranks that see fewest GPUs choose first (among equals,
+// in rank order); each takes, of the GPUs it sees, one the fewest ranks before it took (the first such in its
+// order). Where every rank sees every GPU this is rank i % count, as a plain launch gives; where a launcher binds
+// each task to the GPUs near its cores (Slurm's --gpu-bind=closest, whose tasks alternate between sockets by
+// default: each sees only its socket's GPUs, as its devices 0, 1, ...), each rank still gets a GPU of its own while
+// the GPUs it sees have one free. Greedy, not a matching: with lists that overlap in part a GPU can stay idle while
+// two ranks share another. Returns each rank's index into its own list; -1 for a rank that sees none.
 std::vector<int> assign_gpus(const std::vector<std::vector<std::string>>& visible);
 
 // assign_gpus for a host's ranks, and who shares: node[i] is rank i's node in the process mesh (emulated nodes on one
@@ -52,6 +54,7 @@ struct HostGpus {
   std::vector<int> index;             // per rank: its GPU among those it sees (-1: it sees none)
   std::vector<int> ranks_on_gpu;      // per rank: the host's ranks on that GPU, this one included (0: it sees none)
   int most_of_a_node_on_one_gpu = 0;  // over the host's GPUs and nodes: the most ranks of one node on one GPU
+  int gpus = 0;                       // the host's GPUs that some rank sees
 };
 HostGpus plan_host_gpus(const std::vector<std::vector<std::string>>& visible, const std::vector<int>& node);
 

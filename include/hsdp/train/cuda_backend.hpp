@@ -1,6 +1,6 @@
 #pragma once
-// device.type = cuda: the sharding engine (hsdp/shard/engine.hpp) on the rank's GPU, picked by
-// hsdp::device::select_device (local rank modulo the visible devices), for every strategy and ZeRO++:
+// device.type = cuda: the sharding engine (hsdp/shard/engine.hpp) on the rank's GPU, picked from what the host's
+// ranks see (hsdp::device::assign_gpus, in cuda_mesh_carrier), for every strategy and ZeRO++:
 //   device    CudaDeviceOps (stream-ordered memory, the element kernels) and the CUDA executor: each of the engine's
 //             queues a CUDA stream, the compute queue on the model's;
 //   model     GptCuda<bf16> with precision.param=bf16 (the engine's compute copies in bf16), GptCuda<float>
@@ -30,14 +30,14 @@ comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& options, MPI_Comm world,
                                     const Logger& log);
 
 // This rank's GPU's free memory (cudaMemGetInfo, after cuda_mesh_carrier selected it), how many of the host's ranks
-// share that GPU (as cuda_mesh_carrier placed them; before it ran, the busiest GPU when the host's `ranks_on_host`
-// ranks take GPUs modulo the visible ones), and the GPU's name for messages ("GPU 0 (NVIDIA H100) of host n1").
+// are on that GPU (by its identity, gathered over the host's ranks: collective over `world`), and the GPU's name
+// for messages ("GPU 0 (NVIDIA H100) of host n1").
 struct GpuMemory {
   HostMemory memory;
   int sharing = 1;
   std::string where;
 };
-GpuMemory cuda_memory_available(int ranks_on_host);
+GpuMemory cuda_memory_available(MPI_Comm world);
 
 // Collective over the mesh. Expects the mesh built with
 // cuda_mesh_carrier's carrier.

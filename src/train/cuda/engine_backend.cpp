@@ -114,32 +114,38 @@ class GpuEngineBackend final : public EngineBackend {
 
 namespace {
 
-// The host's ranks on this rank's GPU (cuda_mesh_carrier's plan), for the memory check; 0 before it ran.
-int ranks_on_this_gpu = 0;
-
-// What each of the host's ranks sees (its mesh node, then its GPUs' identities), gathered over the host's ranks in
-// world-rank order: device::plan_host_gpus of them. Collective over `world`; throws nothing before its collectives.
-device::HostGpus gather_host_gpus(MPI_Comm world, int node, const std::vector<std::string>& mine, int* host_rank) {
-  MPI_Comm host = MPI_COMM_NULL;
+// Each of the host's ranks' `text`, in world-rank order, and this rank's place among them. Collective over `world`.
+std::vector<std::string> gather_on_host(MPI_Comm world, const std::string& text, int* host_rank) {
   int world_rank = 0;
   MPI_Comm_rank(world, &world_rank);
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &host);
+  MPI_Comm split = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &split);
+  const comm::MpiComm host(split);
   int size = 1;
-  MPI_Comm_size(host, &size);
-  MPI_Comm_rank(host, host_rank);
-  std::string text = std::to_string(node);
-  for (const std::string& id : mine) text += "," + id;
+  MPI_Comm_size(host.get(), &size);
+  MPI_Comm_rank(host.get(), host_rank);
   const int length = static_cast<int>(text.size());
   std::vector<int> lengths(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
-  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, host);
+  MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, host.get());
   std::exclusive_scan(lengths.begin(), lengths.end(), offsets.begin(), 0);
   std::string all(static_cast<std::size_t>(offsets.back() + lengths.back()), '\0');
-  MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, host);
-  MPI_Comm_free(&host);
-  std::vector<std::vector<std::string>> visible(static_cast<std::size_t>(size));
-  std::vector<int> nodes(static_cast<std::size_t>(size));
-  for (std::size_t r = 0; r < visible.size(); ++r) {
-    std::string_view fields(all.data() + offsets[r], static_cast<std::size_t>(lengths[r]));
+  MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, host.get());
+  std::vector<std::string> texts;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    texts.push_back(all.substr(static_cast<std::size_t>(offsets[r]), static_cast<std::size_t>(lengths[r])));
+  }
+  return texts;
+}
+
+// What each of the host's ranks sees, gathered as "<mesh node>,<GPU id>,<GPU id>...": device::plan_host_gpus of it.
+device::HostGpus gather_host_gpus(MPI_Comm world, int node, const std::vector<std::string>& mine, int* host_rank) {
+  std::string text = std::to_string(node);
+  for (const std::string& id : mine) text += "," + id;
+  const std::vector<std::string> texts = gather_on_host(world, text, host_rank);
+  std::vector<std::vector<std::string>> visible(texts.size());
+  std::vector<int> nodes(texts.size());
+  for (std::size_t r = 0; r < texts.size(); ++r) {
+    const std::string_view fields = texts[r];
     const std::size_t first = std::min(fields.find(','), fields.size());
     nodes[r] = std::stoi(std::string(fields.substr(0, first)));
     for (std::size_t begin = first + 1; begin <= fields.size();) {
@@ -156,52 +162,58 @@ device::HostGpus gather_host_gpus(MPI_Comm world, int node, const std::vector<st
 comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, MPI_Comm world, const comm::Topology& topology,
                                     const Logger& log) {
   // Every rank's GPU from what the host's ranks see (device::assign_gpus: a GPU per rank while there are free ones,
-  // whatever the launcher's binding left each), and what the job agrees on before any rank throws: ranks that see
-  // no GPU, and the most ranks of one mesh node on one GPU (NCCL refuses two ranks of a group on one GPU).
+  // whatever the launcher's binding left each), and what the job agrees on before any rank throws (this runs inside
+  // comm::agree: every rank reaches the collectives): ranks that see no GPU, the most ranks of one mesh node on one
+  // GPU (NCCL refuses two ranks of a group on one GPU), and the fewest GPUs a host's ranks see (for the advice).
   std::string reason;
   const std::vector<std::string> mine = device::visible_gpus(&reason);
   int host_rank = 0;
   const device::HostGpus host = gather_host_gpus(world, topology.node(), mine, &host_rank);
   const int blind = mine.empty() ? 1 : 0;
-  int without_gpu = 0, most_on_one_gpu = 0;
+  int without_gpu = 0, most_on_one_gpu = 0, fewest_gpus = 0;
   MPI_Allreduce(&blind, &without_gpu, 1, MPI_INT, MPI_SUM, world);
   MPI_Allreduce(&host.most_of_a_node_on_one_gpu, &most_on_one_gpu, 1, MPI_INT, MPI_MAX, world);
+  MPI_Allreduce(&host.gpus, &fewest_gpus, 1, MPI_INT, MPI_MIN, world);
   if (blind != 0) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
   if (without_gpu > 0) {
     throw_config("device.type=cuda: " + std::to_string(without_gpu) +
                  " of the job's ranks see no CUDA device (CUDA_VISIBLE_DEVICES or the launcher's GPU binding left "
                  "them none)");
   }
-  const std::size_t me = static_cast<std::size_t>(host_rank);
   if (o.comm_intra == comm::Transport::nccl && most_on_one_gpu > 1) {
-    const int sees = static_cast<int>(mine.size());
+    const std::string g = std::to_string(fewest_gpus);
     throw_config("device.type=cuda with comm.intra=nccl needs a GPU per rank (NCCL refuses two ranks on one GPU): " +
-                 std::to_string(most_on_one_gpu) + " ranks of a node are on one GPU (this rank sees " +
-                 std::to_string(sees) + "); start at most as many ranks per node as it has GPUs (mpirun --map-by ppr:" +
-                 std::to_string(sees) + ":node, srun --ntasks-per-node), or let ranks share GPUs with comm.intra=mpi");
+                 std::to_string(most_on_one_gpu) + " ranks of a node are on one GPU, and a host's ranks see " + g +
+                 " GPU(s); start at most " + g + " ranks per node (mpirun --map-by ppr:" + g +
+                 ":node, srun --ntasks-per-node=" + g + "), or let ranks share GPUs with comm.intra=mpi");
   }
+  const std::size_t me = static_cast<std::size_t>(host_rank);
   const device::SelectedDevice selected = device::select_gpu(host.index[me]);
-  ranks_on_this_gpu = host.ranks_on_gpu[me];
   log.info("device.type=cuda: rank 0 on GPU ", selected.cuda_device, " of the ", selected.visible_devices, " it sees (",
-           selected.name, "; ", ranks_on_this_gpu,
-           " rank(s) of its host on it); inside a node comm.intra=", comm::to_string(o.comm_intra),
-           ", across nodes comm.inter=", comm::to_string(o.comm_inter));
+           selected.name, "; ", host.ranks_on_gpu[me], " rank(s) of its host on it); inside a node ",
+           "comm.intra=", comm::to_string(o.comm_intra), ", across nodes comm.inter=", comm::to_string(o.comm_inter));
   return comm::device_carrier(o.comm_intra, o.comm_inter, o.comm_stage, o.comm, log);
 }
 
-GpuMemory cuda_memory_available(int ranks_on_host) {
-  int device = 0, visible = 0;
+GpuMemory cuda_memory_available(MPI_Comm world) {
+  // The host's ranks on this rank's GPU, by its identity: gathered first (every rank reaches it; nothing here
+  // throws before it), checked after.
+  int device = -1;
+  std::string id, reason;
+  if (cudaGetDevice(&device) == cudaSuccess) {
+    const std::vector<std::string> ids = device::visible_gpus(&reason);
+    if (device >= 0 && static_cast<std::size_t>(device) < ids.size()) id = ids[static_cast<std::size_t>(device)];
+  }
+  int host_rank = 0;
+  const std::vector<std::string> on_host = gather_on_host(world, id, &host_rank);
   dc::check(cudaGetDevice(&device), "cudaGetDevice");
-  dc::check(cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+  if (id.empty()) throw_internal("cannot identify GPU " + std::to_string(device) + " (" + reason + ")");
   std::size_t free = 0, total = 0;
   dc::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
   GpuMemory m;
   m.memory.available = free;
   m.memory.source = "free memory (cudaMemGetInfo)";
-  // The host's ranks on this GPU, as cuda_mesh_carrier placed them; before it, the busiest GPU of a rank-modulo
-  // placement.
-  m.sharing =
-      ranks_on_this_gpu > 0 ? ranks_on_this_gpu : std::max(1, (ranks_on_host + visible - 1) / std::max(1, visible));
+  m.sharing = static_cast<int>(std::count(on_host.begin(), on_host.end(), id));
   m.where = "GPU " + std::to_string(device) + " (" + dc::current_device_info().name + ") of host " + host_name();
   return m;
 }
