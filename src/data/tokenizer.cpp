@@ -133,6 +133,8 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
     if (!std::filesystem::is_regular_file(p)) throw_data("--input: '" + p.string() + "' is not a readable file");
     inputs += (inputs.empty() ? "" : ",") + p.string();
   }
+  // The output's folder before the training, so that one it cannot make is said at once.
+  if (const auto dir = spec.prefix.parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
   // The options go as a map, not as a command line, which SentencePiece splits at spaces (a path with one failed).
   // It returns the model instead of writing <prefix>.model and .vocab as it goes; they are written below through
   // temporary files, so a failed or killed training leaves an earlier tokenizer at that prefix as it was. (No
@@ -148,8 +150,8 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
                                                                 {"shuffle_input_sentence", "true"},
                                                                 {"max_sentence_length", "16384"}};
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(spec.seed));
-  // SentencePiece logs its options to stderr before it reads minloglevel: quiet while it trains (its errors come
-  // back in the status, and are reported below).
+  // Quiet while SentencePiece trains: what it may log goes to stderr (its errors come back in the status, and are
+  // reported below).
   std::fflush(stderr);
   const int saved = ::dup(STDERR_FILENO);
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
@@ -169,7 +171,6 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
   for (int id = 0; id < processor.GetPieceSize(); ++id) {
     vocab << processor.IdToPiece(id) << '\t' << processor.GetScore(id) << '\n';
   }
-  if (const auto dir = spec.prefix.parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
   write_file_atomically(spec.prefix.string() + ".vocab", vocab.str());
   write_file_atomically(spec.prefix.string() + ".model", model);
 }

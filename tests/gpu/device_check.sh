@@ -145,7 +145,7 @@ cuda_library_path() {
 # trap at once, and the trap stops the command (timeout passes the TERM on to it).
 running=
 limited() { # SECONDS COMMAND...
-  timeout -k 10 "$@" &
+  timeout -k 10 "$@" 3>&- &
   running=$!
   wait "$running"
   local code=$?
@@ -335,14 +335,19 @@ speed() {
     bench "lean_b$b" --batch "$b" --set model.attention=fused --set model.gemm_epilogue=fused --kernel_breakdown
     if python3 -c "import torch" 2>/dev/null; then
       echo "== [${SECONDS} s] PyTorch GPT-2, B=$b, torch.compile, flash attention"
-      # Where torch.compile cannot build its kernels (no C compiler for Triton, say), the eager model instead: the
-      # JSON line says "compiled": false.
-      limited 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" >"$out/pytorch_b$b.log" 2>&1 || {
-        tail -n 4 "$out/pytorch_b$b.log"
-        echo "== [${SECONDS} s] torch.compile failed: PyTorch GPT-2, B=$b, eager, flash attention"
-        limited 120 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" --no-compile >"$out/pytorch_b$b.log" 2>&1
-      }
-      tail -n 1 "$out/pytorch_b$b.log" | grep '^{' | tee -a "$out/bench.jsonl"
+      # Where torch.compile fails (no C compiler for Triton, say), the eager model instead: its JSON line says
+      # "compiled": false. Not after a time limit (124) or a skip (77): the eager run would end the same way.
+      local log=$out/pytorch_b$b.log code=0
+      limited 300 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" >"$log" 2>&1 || code=$?
+      if ((code != 0)); then
+        tail -n 4 "$log"
+        if ((code != 124 && code != 77)); then
+          echo "== [${SECONDS} s] torch.compile failed (exit $code): PyTorch GPT-2, B=$b, eager, flash attention"
+          log=$out/pytorch_b${b}_eager.log
+          limited 120 python3 "$repo/tools/bench/pytorch_gpt2.py" --batch "$b" --no-compile >"$log" 2>&1
+        fi
+      fi
+      grep '^{' "$log" | tail -n 1 | tee -a "$out/bench.jsonl"
     else
       echo "== [${SECONDS} s] PyTorch: not installed here"
     fi
@@ -383,10 +388,13 @@ run() {
   fi
   echo "pack: $(cat "$dir/PACKED" 2>/dev/null || echo "no PACKED record (an older pack)")"
   local cuda_lib status=0
-  # The outer limit's TERM (timeout -k ... run) still says how far the run came.
-  trap 'echo "status 1: terminated at ${SECONDS} s (status so far $status)"
+  # The outer limit's TERM (timeout -k ... run), or an interrupt, still says how far the run came and stops the
+  # running command (in timeout's own process group, so a terminal's ^C does not reach it). It says so on the run's
+  # own output (fd 3), not into the log of the section it interrupts, whose redirection is in force.
+  exec 3>&1
+  trap 'echo "status 1: terminated at ${SECONDS} s (status so far $status)" >&3
         [[ -n $running ]] && kill -TERM "$running" 2>/dev/null && wait "$running"
-        exit 1' TERM
+        exit 1' TERM INT
   cuda_lib=$(cuda_library_path | paste -sd:)
   export LD_LIBRARY_PATH=$dir/lib${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}

@@ -8,10 +8,11 @@
 # hsdp-ckpt and hsdp-plan of BUILD; a fake Open MPI launcher that starts one process per rank) and a fake nvidia-smi
 # and torch. Checked: both runs exit 0, `all` ends with "status 0" and says nothing of an unbound variable, a missing
 # file or command, a time limit or a failure; every section's files are there with the lines they should hold; the
-# speed table is printed; a fused GEMM that cuBLASLt declined is named ("declined: "). The fakes record how they
-# were called, and the real programs must accept the same: hsdp-bench-train-gpu stops with 77 (options and deck
-# valid, no GPU), hsdp-train --check-config exits 0, hsdp-selfcheck gets past its input checks to its first run,
-# pytorch_gpt2.py stops with 77 (no torch).
+# speed table is printed; a fused GEMM that cuBLASLt declined is named ("declined: "); where torch.compile fails the
+# eager PyTorch model runs; a TERM while a section hangs (the outer limit's) is said at once on the run's output and
+# stops that section's command. The fakes record how they were called, and the real programs must accept the same:
+# hsdp-bench-train-gpu stops with 77 (options and deck valid, no GPU), hsdp-train --check-config exits 0,
+# hsdp-selfcheck gets past its input checks to its first run, pytorch_gpt2.py stops with 77 (no torch).
 #
 #   device_check_flow_test.sh DEVICE_CHECK REPO BUILD WORK
 set -euo pipefail
@@ -274,7 +275,8 @@ FAKE
 
 cat >"$fake_repo/tools/bench/pytorch_gpt2.py" <<'FAKE'
 #!/usr/bin/env python3
-"""PyTorch's GPT-2 bench, faked: the real one's JSON line, with the fake torch's version."""
+"""PyTorch's GPT-2 bench, faked: the real one's JSON line, with the fake torch's version. At B = 16 torch.compile
+fails (exit 1, as where Triton finds no C compiler): device_check.sh must run the eager model then."""
 import json
 import os
 import sys
@@ -286,6 +288,9 @@ fd, _ = tempfile.mkstemp(prefix="pytorch_gpt2.", dir=os.environ["HSDP_FAKE_CALLS
 os.write(fd, b"".join(a.encode() + b"\0" for a in sys.argv[1:]))
 os.close(fd)
 batch = int(sys.argv[sys.argv.index("--batch") + 1]) if "--batch" in sys.argv else 8
+if batch == 16 and "--no-compile" not in sys.argv:
+    print("torch._inductor.exc.InductorError: no C compiler found (fake)", file=sys.stderr)
+    sys.exit(1)
 print(json.dumps({"bench": "pytorch_gpt2", "batch": batch, "seq_len": 1024, "n_layer": 12, "ms_per_step": 80.0,
                   "tokens_per_s": batch * 1024 / 0.08, "mfu": 0.4, "peak_memory_bytes": 2**34,
                   "compiled": "--no-compile" not in sys.argv, "torch": torch.__version__, "device": "NVIDIA H200"}))
@@ -375,16 +380,70 @@ for name in ("gpu_kernels_test", "gpu_device_ops_test", "gpu_executor_test"):
     assert json.load(open(f"{out}/{name}.json"))["failures"] == 0, name
 PY
 
-# What `speed` says and writes: B = 8 and 16 of unfused, fused and lean, PyTorch's, XL shapes lean.
+# What `speed` says and writes: B = 8 and 16 of unfused, fused and lean, PyTorch's (B = 16 eager: the fake's compile
+# fails), XL shapes lean.
+grep -q "torch.compile failed (exit 1): PyTorch GPT-2, B=16, eager" "$work/speed.log" ||
+  { cat "$work/speed.log"; fail "no eager run after torch.compile failed"; }
+python3 - "$work/s/speed.jsonl" <<'PY' || { cat "$work/speed.log"; fail "PyTorch's lines are not B=8 compiled, B=16 eager"; }
+import json, sys
+torch = [(r["batch"], r["compiled"]) for r in map(json.loads, open(sys.argv[1])) if r["bench"] == "pytorch_gpt2"]
+assert torch == [(8, True), (16, False)], torch
+PY
 [[ $(grep -c '^{' "$work/s/speed.jsonl") == 9 ]] || { cat "$work/speed.log"; fail "speed.jsonl has not 9 JSON lines"; }
 [[ $(grep -c "^{'bench': " "$work/speed.log") == 9 ]] || { cat "$work/speed.log"; fail "speed's table not printed"; }
 [[ $(grep -c '^declined: cuBLASLt has no fused kernel for D\[8192x3072\]' "$work/speed.log") == 1 ]] ||
   { cat "$work/speed.log"; fail "the benches' declined GEMM not named once"; }
 
+# The outer limit's TERM while a section runs (a gtest that hangs): the trap says how far the run came at once and
+# stops the section's command, which no TERM reached before (bash held the trap until the command's own limit).
+marker=$work/hung_gtest_started
+cat >"$pack/bin/gpu_device_ops_test.hang" <<FAKE
+#!/usr/bin/env bash
+touch "$marker"
+exec sleep 300
+FAKE
+chmod +x "$pack/bin/gpu_device_ops_test.hang"
+mv "$pack/bin/gpu_device_ops_test" "$pack/bin/gpu_device_ops_test.ok"
+cp "$pack/bin/gpu_device_ops_test.hang" "$pack/bin/gpu_device_ops_test"
+# env execs bash: $! is the script's own process.
+env PATH="$fakes/bin:$PATH" PYTHONPATH="$fakes/python" PYTHONDONTWRITEBYTECODE=1 HSDP_FAKE_CALLS="$calls" \
+  bash "$fake_repo/tests/gpu/device_check.sh" run "$pack" "$work/t" >"$work/term.log" 2>&1 &
+script=$!
+for _ in $(seq 100); do [[ -e $marker ]] && break; sleep 0.1; done
+[[ -e $marker ]] || { kill "$script"; cat "$work/term.log"; fail "the hanging gtest never started"; }
+# The hung gtest's sleep: this test's, as its environment names this test's calls folder.
+hung_left() {
+  local pid
+  for pid in $(pgrep -x sleep || true); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qxF "HSDP_FAKE_CALLS=$calls" && { echo "$pid"; return; }
+  done
+  return 0
+}
+kill -TERM "$script"
+for _ in $(seq 50); do kill -0 "$script" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$script" 2>/dev/null; then
+  kill -KILL "$script"
+  left=$(hung_left)
+  [[ -z $left ]] || kill "$left"
+  cat "$work/term.log"
+  fail "the run still ran 5 s after its TERM"
+fi
+code=0
+wait "$script" || code=$?
+((code == 1)) || { cat "$work/term.log"; fail "after TERM: exit $code, not 1"; }
+grep -q "^status 1: terminated at .* s (status so far 0)$" "$work/term.log" ||
+  { cat "$work/term.log"; fail "the TERM trap said nothing"; }
+# It ends with the run (timeout passes the TERM on to it), within seconds.
+for _ in $(seq 50); do [[ -z $(hung_left) ]] && break; sleep 0.1; done
+left=$(hung_left)
+[[ -z $left ]] || { kill "$left"; fail "the hung gtest's command outlived the run by 5 s"; }
+mv "$pack/bin/gpu_device_ops_test.ok" "$pack/bin/gpu_device_ops_test"
+
 # The fakes' calls, given to the real programs. hsdp-bench-train-gpu checks its options and the deck's keys, then
 # stops with 77 where no GPU is visible (2: a bad option). hsdp-train --check-config checks every key and the checks
-# across keys without touching a device, so device.type=cuda is taken as it is. One process each: no orted.
-export OMPI_MCA_ess_singleton_isolated=1 PYTHONDONTWRITEBYTECODE=1
+# across keys without touching a device, so device.type=cuda is taken as it is. One process each: no orted. No GPU
+# visible to them (CUDA_VISIBLE_DEVICES empty), so that on a machine with one they stop where they would here.
+export OMPI_MCA_ess_singleton_isolated=1 PYTHONDONTWRITEBYTECODE=1 CUDA_VISIBLE_DEVICES=
 declare -A checked=()
 given() { # PROGRAM EXPECTED ARGS...: PROGRAM ARGS... exits EXPECTED (once for each distinct call)
   local program=$1 expected=$2 code=0 key
@@ -436,7 +495,7 @@ for call in "$calls"/pytorch_gpt2.*; do
   given python3 77 "$repo/tools/bench/pytorch_gpt2.py" "${args[@]}"
 done
 selfchecks=$(compgen -G "$calls/hsdp-selfcheck.*" | wc -l) pytorch=$(compgen -G "$calls/pytorch_gpt2.*" | wc -l)
-((selfchecks == 6 && pytorch == 2)) || fail "$selfchecks self-checks (not 6), $pytorch PyTorch benches (not 2)"
+((selfchecks == 6 && pytorch == 3)) || fail "$selfchecks self-checks (not 6), $pytorch PyTorch benches (not 3)"
 echo "device_check.sh run (all) and run speed on a fake GPU in ${SECONDS} s: status 0, every section's files," \
   "the speed table, declined GEMMs named; the real programs accept the fakes' calls ($bench_calls benches," \
   "$cuda_trains hsdp-train on cuda, $selfchecks self-checks, $pytorch PyTorch benches)"

@@ -18,7 +18,8 @@ void require_regular_input(const std::string& path, std::string_view what, Error
 void require_regular_output(const std::string& path, std::string_view what);
 
 // Writes `bytes` to "<path>.tmp", then renames it over `path`: a failed write (a full disk) removes the temporary
-// file and leaves `path` as it was. A data Error naming the file and the reason.
+// file and leaves `path` as it was, and a process killed before the rename leaves it too (no fsync: after a machine
+// crash the file system decides). A data Error naming the file and the reason.
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
 // FNV-1a over 64 bits: a fingerprint of a text, to compare what ranks were given (hsdp-train's deck and build);
