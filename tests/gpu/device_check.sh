@@ -143,7 +143,7 @@ cuda_library_path() {
 # runs a trap only once the foreground command has ended, so the outer limit's TERM would wait for the command (up to
 # its own limit) and the outer -k would kill the run before the trap said how far it came; `wait` returns to the
 # trap at once, and the trap stops the command (timeout passes the TERM on to it).
-running=
+running='' sampler=''
 limited() { # SECONDS COMMAND...
   timeout -k 10 "$@" 3>&- &
   running=$!
@@ -297,11 +297,11 @@ PY
 # hsdp-train through the engine on one GPU, GPT-2 shapes on synthetic 50257-token data: NAME KEYS...; the median
 # tokens/s of the steps after the third, the engine's accounted and the device's measured memory, into engine.jsonl.
 engine_bench() {
-  local name=$1 sampler
+  local name=$1
   shift
   # The device's own figure, independent of hsdp's accounting: nvidia-smi's used memory every 100 ms, its maximum.
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$out/train/$name.nvsmi" 2>/dev/null &
-  sampler=$!
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$out/train/$name.nvsmi" 2>/dev/null 3>&- &
+  sampler=$! # the trap stops it too
   train "$name" 1 --device.type=cuda --data.train="$out/data50k/train.bin" \
     --data.val="$out/data50k/val.bin" --data.entropy_json="$out/data50k/source.json" --model.n_layer=12 \
     --model.n_head=12 --model.n_embd=768 --model.block_size=1024 --model.vocab_size=50257 \
@@ -309,6 +309,7 @@ engine_bench() {
     --train.warmup_steps=2 --precision.param=bf16 --checkpoint.dir= "$@"
   kill "$sampler" 2>/dev/null
   wait "$sampler" 2>/dev/null
+  sampler=
   python3 - "$out/train/$name" "$name" "$*" <<'PY' | tee -a "$out/engine.jsonl"
 import json, statistics, sys
 path, name, keys = sys.argv[1:]
@@ -393,6 +394,7 @@ run() {
   # own output (fd 3), not into the log of the section it interrupts, whose redirection is in force.
   exec 3>&1
   trap 'echo "status 1: terminated at ${SECONDS} s (status so far $status)" >&3
+        [[ -n $sampler ]] && kill "$sampler" 2>/dev/null
         [[ -n $running ]] && kill -TERM "$running" 2>/dev/null && wait "$running"
         exit 1' TERM INT
   cuda_lib=$(cuda_library_path | paste -sd:)
