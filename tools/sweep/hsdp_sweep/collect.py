@@ -5,7 +5,7 @@ import json
 import os
 import statistics
 
-from .spec import LAUNCH_NODES
+from .spec import LAUNCH_NODES, recorded_exit_code
 
 MIB = 1024 * 1024
 MEMORY_CATEGORIES = ("params", "grads", "optimizer", "activations", "comm_buffers", "hpz_secondary")
@@ -40,11 +40,7 @@ def _median(steps, key):
 
 
 def _status(point_dir, summary, has_metrics):
-    code = None
-    try:
-        code = int(open(os.path.join(point_dir, "exit_code"), encoding="utf-8").read().strip())
-    except (OSError, ValueError):
-        pass
+    code = recorded_exit_code(point_dir)
     if code not in (None, 0):
         return f"failed (exit {code})", code
     if summary is not None:

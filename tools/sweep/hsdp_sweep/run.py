@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from .errors import InputError
-from .spec import LAUNCH_LINK, LAUNCH_NODES, checkpoint_dir_of, deck_value, train_env
+from .spec import LAUNCH_LINK, LAUNCH_NODES, checkpoint_dir_of, deck_value, recorded_exit_code, train_env
 
 TIMEOUT_EXIT = 124  # recorded for a point stopped by --timeout, as timeout(1) does
 
@@ -75,12 +75,7 @@ def _stop(proc):
 
 def finished(point_dir):
     """Whether an earlier run of the point finished well: exit 0 recorded and its summary.json written."""
-    try:
-        with open(os.path.join(point_dir, "exit_code"), encoding="utf-8") as f:
-            ok = f.read().strip() == "0"
-    except OSError:
-        return False
-    return ok and os.path.isfile(os.path.join(point_dir, "summary.json"))
+    return recorded_exit_code(point_dir) == 0 and os.path.isfile(os.path.join(point_dir, "summary.json"))
 
 
 def point_ranks(values, np, cluster):

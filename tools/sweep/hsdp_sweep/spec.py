@@ -179,6 +179,16 @@ def find_train(explicit=None):
 
 
 RESULT_FILES = ("summary.json", "metrics.jsonl", "exit_code")
+
+
+def recorded_exit_code(point_dir):
+    """The exit status a run of the point recorded in <point>/exit_code (hsdp-sweep run, study.sbatch); None where it
+    recorded none or the file holds no number."""
+    try:
+        with open(os.path.join(point_dir, "exit_code"), encoding="utf-8") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 STUDY_FILES = ("points.txt", "study.ini", "results.csv", "results.md", "throughput.png", "memory.png", "bytes.png")
 
 
