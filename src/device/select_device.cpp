@@ -37,29 +37,23 @@ bool built_with_cuda() {
 #endif
 }
 
-SelectedDevice select_device(DeviceType type, int local_rank) {
-  if (type == DeviceType::cpu) {
-    SelectedDevice selected;
-    selected.name = "cpu";
-    return selected;
-  }
-#ifdef HSDP_HAVE_CUDA
-  std::string reason;
-  const int count = cuda::visible_device_count(&reason);
-  if (count == 0) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
-  if (local_rank < 0) throw_internal("select_device: negative local rank " + std::to_string(local_rank));
-  return select_gpu(local_rank % count);
-#else
-  (void)local_rank;
-  return select_gpu(0);
-#endif
+void throw_no_gpu(const std::string& reason) {
+  throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
 }
 
-SelectedDevice select_gpu(int index) {
 #ifdef HSDP_HAVE_CUDA
+namespace {
+
+// The GPUs this process sees; none is throw_no_gpu's error.
+int visible_count() {
   std::string reason;
   const int count = cuda::visible_device_count(&reason);
-  if (count == 0) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
+  if (count == 0) throw_no_gpu(reason);
+  return count;
+}
+
+// Makes GPU `index` of the `count` this process sees current.
+SelectedDevice use_gpu(int index, int count) {
   if (index < 0 || index >= count) {
     throw_internal("select_gpu: GPU " + std::to_string(index) + " of " + std::to_string(count) + " visible");
   }
@@ -70,6 +64,30 @@ SelectedDevice select_gpu(int index) {
   cuda::check(cudaSetDevice(index), "cudaSetDevice(" + std::to_string(index) + ")");
   selected.name = cuda::current_device_info().name;
   return selected;
+}
+
+}  // namespace
+#endif
+
+SelectedDevice select_device(DeviceType type, int local_rank) {
+  if (type == DeviceType::cpu) {
+    SelectedDevice selected;
+    selected.name = "cpu";
+    return selected;
+  }
+#ifdef HSDP_HAVE_CUDA
+  const int count = visible_count();
+  if (local_rank < 0) throw_internal("select_device: negative local rank " + std::to_string(local_rank));
+  return use_gpu(local_rank % count, count);
+#else
+  (void)local_rank;
+  return select_gpu(0);
+#endif
+}
+
+SelectedDevice select_gpu(int index) {
+#ifdef HSDP_HAVE_CUDA
+  return use_gpu(index, visible_count());
 #else
   (void)index;
   throw_config("device.type=cuda: this hsdp was built without CUDA (HSDP_CUDA=OFF or nvcc not found)");

@@ -29,6 +29,10 @@ struct SelectedDevice {
 SelectedDevice select_device(DeviceType type, int local_rank);
 SelectedDevice select_device(std::string_view type, int local_rank);
 
+// The config Error of a process that sees no GPU: "device.type=cuda: no CUDA device is visible on this node
+// (<reason>)".
+[[noreturn]] void throw_no_gpu(const std::string& reason);
+
 // cuda: makes GPU `index` of those this process sees current (cudaSetDevice) and returns it. Without CUDA: the
 // config Error of select_device.
 SelectedDevice select_gpu(int index);

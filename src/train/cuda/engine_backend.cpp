@@ -174,7 +174,7 @@ comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, MPI_Comm world, const
   MPI_Allreduce(&blind, &without_gpu, 1, MPI_INT, MPI_SUM, world);
   MPI_Allreduce(&host.most_of_a_node_on_one_gpu, &most_on_one_gpu, 1, MPI_INT, MPI_MAX, world);
   MPI_Allreduce(&host.gpus, &fewest_gpus, 1, MPI_INT, MPI_MIN, world);
-  if (blind != 0) throw_config("device.type=cuda: no CUDA device is visible on this node (" + reason + ")");
+  if (blind != 0) device::throw_no_gpu(reason);
   if (without_gpu > 0) {
     throw_config("device.type=cuda: " + std::to_string(without_gpu) +
                  " of the job's ranks see no CUDA device (CUDA_VISIBLE_DEVICES or the launcher's GPU binding left "
