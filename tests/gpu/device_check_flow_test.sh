@@ -333,8 +333,9 @@ chmod +x "$pack/bin/"* "$pack/root/usr/bin/mpirun" "$fake_repo/tools/selfcheck/h
   "$fake_repo/tools/bench/pytorch_gpt2.py" "$fakes/bin/nvidia-smi"
 
 # The two runs as a lent GPU machine makes them, each under a time limit.
+fake_world=(PATH="$fakes/bin:$PATH" PYTHONPATH="$fakes/python" PYTHONDONTWRITEBYTECODE=1 HSDP_FAKE_CALLS="$calls")
 in_fake_world() {
-  env PATH="$fakes/bin:$PATH" PYTHONPATH="$fakes/python" PYTHONDONTWRITEBYTECODE=1 HSDP_FAKE_CALLS="$calls" "$@"
+  env "${fake_world[@]}" "$@"
 }
 status=0
 in_fake_world timeout -k 10 120 bash "$fake_repo/tests/gpu/device_check.sh" run "$pack" "$work/o" >"$work/all.log" 2>&1 ||
@@ -405,9 +406,8 @@ FAKE
 chmod +x "$pack/bin/gpu_device_ops_test.hang"
 mv "$pack/bin/gpu_device_ops_test" "$pack/bin/gpu_device_ops_test.ok"
 cp "$pack/bin/gpu_device_ops_test.hang" "$pack/bin/gpu_device_ops_test"
-# env execs bash: $! is the script's own process.
-env PATH="$fakes/bin:$PATH" PYTHONPATH="$fakes/python" PYTHONDONTWRITEBYTECODE=1 HSDP_FAKE_CALLS="$calls" \
-  bash "$fake_repo/tests/gpu/device_check.sh" run "$pack" "$work/t" >"$work/term.log" 2>&1 &
+# env (not in_fake_world, a function run in a subshell here) execs bash: $! is the script's own process.
+env "${fake_world[@]}" bash "$fake_repo/tests/gpu/device_check.sh" run "$pack" "$work/t" >"$work/term.log" 2>&1 &
 script=$!
 for _ in $(seq 100); do [[ -e $marker ]] && break; sleep 0.1; done
 [[ -e $marker ]] || { kill "$script"; cat "$work/term.log"; fail "the hanging gtest never started"; }
