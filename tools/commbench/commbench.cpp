@@ -127,11 +127,11 @@ Options parse(int argc, char** argv, bool& help) {
   // them (an allocation of untouched pages succeeds), so that is refused here.
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0 && 2 * o.max_bytes > static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)) {
+  const std::size_t node_bytes =
+      pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+  if (node_bytes > 0 && 2 * o.max_bytes > node_bytes) {
     hsdp::throw_config("--max-bytes " + std::to_string(o.max_bytes) + ": a rank's two buffers of that size are " +
-                       "more than this node's memory (" +
-                       std::to_string(static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) >> 20) +
-                       " MiB)");
+                       "more than this node's memory (" + std::to_string(node_bytes >> 20) + " MiB)");
   }
   if (o.min_bytes < 4 || o.min_bytes > o.max_bytes) hsdp::throw_config("--min-bytes must be in [4, --max-bytes]");
   if (o.max_iters < 2) hsdp::throw_config("--max-iters must be >= 2, got " + std::to_string(o.max_iters));
