@@ -12,6 +12,7 @@
 #include <set>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 
 namespace hsdp::ckpt {
 namespace fs = std::filesystem;
@@ -72,21 +73,9 @@ void durable_rename(const std::string& from, const std::string& to) {
 }
 
 void write_latest(const std::string& dir, const std::string& file_name) {
-  const std::string tmp = (fs::path(dir) / "latest.tmp").string();
-  const auto fail_removing = [&](const char* what) {  // a full disk: leave no empty latest.tmp behind
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    errno = err;
-    fail_errno(what, tmp);
-  };
-  {
-    Descriptor fd(tmp, O_WRONLY | O_CREAT | O_TRUNC);
-    if (fd.get() < 0) fail_errno("cannot create", tmp);
-    const std::string text = file_name + "\n";
-    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) fail_removing("cannot write");
-    if (::fsync(fd.get()) != 0) fail_removing("cannot fsync");
+  if (std::string reason; !try_write_file_atomically(fs::path(dir) / "latest", file_name + "\n", &reason)) {
+    throw Error(ErrorKind::checkpoint, reason);
   }
-  durable_rename(tmp, (fs::path(dir) / "latest").string());
 }
 
 std::optional<std::string> read_latest(const std::string& dir) {

@@ -1,10 +1,11 @@
 #include "hsdp/core/files.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "hsdp/core/error.hpp"
 
@@ -39,28 +40,53 @@ void require_regular_output(const std::string& path, std::string_view what) {
   }
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+bool try_write_file_atomically(const std::filesystem::path& path, std::string_view bytes, std::string* reason) {
   std::filesystem::path temporary = path;
   temporary += ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw_data("cannot write '" + temporary.string() + "': " + std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw_data("cannot write '" + temporary.string() + "': write failed (disk full?)");
+  const auto failed = [&](const std::string& what, const std::filesystem::path& on) {
+    if (reason != nullptr) *reason = what + " '" + on.string() + "': " + std::strerror(errno);
+    return false;
+  };
+  const auto failed_removing = [&](const std::string& what, int fd) {  // a full disk: leave no temporary file
+    const int error = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(temporary.c_str());
+    errno = error;
+    return failed(what, temporary);
+  };
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return failed("cannot write", temporary);
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;
+      return failed_removing("cannot write", fd);
     }
+    done += static_cast<std::size_t>(n);
   }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw_data("cannot rename '" + temporary.string() + "' to '" + path.string() + "': " + error.message());
+  if (::fsync(fd) != 0) return failed_removing("cannot fsync", fd);
+  if (::close(fd) != 0) return failed_removing("cannot write", -1);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temporary.c_str());
+    errno = error;
+    return failed("cannot rename '" + temporary.string() + "' to", path);
   }
+  std::filesystem::path dir = path.parent_path();
+  if (dir.empty()) dir = ".";
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return failed("cannot open directory", dir);
+  const bool synced = ::fsync(dir_fd) == 0;
+  const int error = errno;
+  ::close(dir_fd);
+  errno = error;
+  return synced || failed("cannot fsync directory", dir);
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+  std::string reason;
+  if (!try_write_file_atomically(path, bytes, &reason)) throw_data(reason);
 }
 
 std::uint64_t fingerprint(std::string_view bytes) {

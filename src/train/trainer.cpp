@@ -604,16 +604,12 @@ class Run {
     j.add("deck", o_.deck_text);
     // eval_only never overwrites a training run's summary.json: its result has a file of its own.
     const std::string name = o_.eval_only ? "eval_step_" + std::to_string(first_step_) + ".json" : "summary.json";
-    {
-      errno = 0;
-      std::ofstream summary(metrics_->dir() + "/" + name);
-      summary << j.str() << "\n" << std::flush;
-      if (!summary) {
-        // Checkpoints hold the model; what is lost is the run's record: said, and exit 2.
-        throw_data("log.dir: cannot write '" + metrics_->dir() + "/" + name + "'" +
-                   (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()) + " after " +
-                   std::to_string(summary_.steps) + " steps (final loss " + std::to_string(summary_.final_loss) + ")");
-      }
+    // Through a temporary file renamed over the last segment's summary: a full disk leaves that one as it was.
+    if (std::string reason; !try_write_file_atomically(metrics_->dir() + "/" + name, j.str() + "\n", &reason)) {
+      // Checkpoints hold the model; what is lost is the run's record: said, and exit 2.
+      throw_data("log.dir: cannot write '" + metrics_->dir() + "/" + name + "' after " +
+                 std::to_string(summary_.steps) + " steps (final loss " + std::to_string(summary_.final_loss) + "; " +
+                 reason + ")");
     }
     const auto steps = [](std::int64_t n) { return std::to_string(n) + (n == 1 ? " step" : " steps"); };
     // tokens/s counts the steps after the first (it pays for page faults and warm-up).

@@ -19,7 +19,8 @@
 #   faults.sh diverge ...                            a learning rate that makes the loss non-finite: exit 5 and one
 #                                                    line from rank 0 naming the step and the last finite loss
 #   faults.sh full_log ...                           log.dir on a full tmpfs: said once, training goes on, the
-#                                                    summary that cannot be written is exit 2 (skipped, exit 77,
+#                                                    summary that cannot be written is exit 2, the earlier
+#                                                    segment's summary.json kept (skipped, exit 77,
 #                                                    where mounting a tmpfs is not allowed)
 #   faults.sh read_only ...                          checkpoint.dir on a read-only file system: exit 2 at start-up,
 #                                                    one line naming it, no step taken (skipped, exit 77, where
@@ -292,17 +293,23 @@ case $check in
   full_log)
     # log.dir on a full file system: one warning when metrics.jsonl stops taking lines, training goes on to the end
     # (the checkpoints elsewhere hold the model), and the summary that cannot be written is one line and exit 2
-    # (it used to be exit 0 with metrics.jsonl cut and summary.json empty, without a word).
+    # (it used to be exit 0 with metrics.jsonl cut and summary.json empty, without a word). The run resumes one of 20
+    # steps whose summary.json must stay as it was, no temporary file left (it was rewritten in place: truncated, then
+    # cut where the disk ended when the new one did not fit in the old one's blocks).
     mnt=$run/logfs
     mkdir -p "$mnt"
     mount -t tmpfs -o size=64k tmpfs "$mnt" 2>/dev/null || { echo "SKIP: cannot mount a tmpfs here (not root, or no permission)"; exit 77; }
     trap 'umount "$mnt" 2>/dev/null || true' EXIT
+    full_log=(--log.dir="$mnt/log" --train.eval_every=0 --log.every=1 --checkpoint.dir="$run/full_log_ck"
+              --checkpoint.every=20)
+    "${mpiexec[@]}" "$train" "${common[@]}" "${full_log[@]}" --train.steps=20 --checkpoint.resume=none \
+      >"$run/full_log_first.out" 2>&1 || { cat "$run/full_log_first.out"; fail "full log.dir: the first 20 steps"; }
+    summary_before=$(sha256sum "$mnt/log/summary.json")
     set +e
-    timeout -k 5 120 "${mpiexec[@]}" "$train" "${common[@]}" --log.dir="$mnt/log" --train.steps=40 --train.eval_every=0 \
-      --log.every=1 --checkpoint.dir="$run/full_log_ck" --checkpoint.every=40 --checkpoint.resume=none \
+    timeout -k 5 120 "${mpiexec[@]}" "$train" "${common[@]}" "${full_log[@]}" --train.steps=60 \
       >"$run/full_log.out" 2>"$run/full_log.err" &
     pid=$!
-    for _ in $(seq 200); do [[ -s $mnt/log/metrics.jsonl ]] && break; sleep 0.05; done
+    for _ in $(seq 200); do (($(wc -l <"$mnt/log/metrics.jsonl") > 20)) && break; sleep 0.05; done
     head -c 100000 /dev/zero >"$mnt/filler" 2>/dev/null  # the rest of the 64 KiB
     wait "$pid"
     code=$?
@@ -310,10 +317,12 @@ case $check in
     [[ $code -eq 2 ]] || { cat "$run/full_log.err"; fail "full log.dir: exit $code, expected 2"; }
     [[ $(grep -c "cannot write '$mnt/log/metrics.jsonl'" "$run/full_log.out" "$run/full_log.err" | awk -F: '{ s += $2 } END { print s }') -eq 1 ]] ||
       { cat "$run/full_log.out" "$run/full_log.err"; fail "full log.dir: the metrics failure not said exactly once"; }
-    grep -q "log.dir: cannot write '$mnt/log/summary.json'" "$run/full_log.err" ||
+    grep -q "log.dir: cannot write '$mnt/log/summary.json' after 60 steps (final loss .*; cannot write '$mnt/log/summary.json.tmp': No space left on device)" "$run/full_log.err" ||
       { cat "$run/full_log.err"; fail "full log.dir: the summary failure not said"; }
-    [[ -f $run/full_log_ck/step_40.h5 ]] || fail "full log.dir: training did not go on to its checkpoint at step 40"
-    echo "full log.dir: exit 2 after 40 steps, step_40.h5 written: $(grep -h "cannot write" "$run/full_log.out" "$run/full_log.err" | cut -c1-140 | head -2 | paste -sd'|')"
+    [[ $(sha256sum "$mnt/log/summary.json") == "$summary_before" ]] || fail "full log.dir: the first run's summary.json changed"
+    [[ ! -e $mnt/log/summary.json.tmp ]] || fail "full log.dir: summary.json.tmp left behind"
+    [[ -f $run/full_log_ck/step_60.h5 ]] || fail "full log.dir: training did not go on to its checkpoint at step 60"
+    echo "full log.dir: exit 2 after 60 steps, step_60.h5 written, the earlier summary.json kept: $(grep -h "cannot write" "$run/full_log.out" "$run/full_log.err" | cut -c1-160 | head -2 | paste -sd'|')"
     ;;
   read_only)
     # A checkpoint.dir that exists but cannot be written (here a tmpfs remounted read-only): exit 2 at start-up, one

@@ -17,9 +17,12 @@ void require_regular_input(const std::string& path, std::string_view what, Error
 // naming it (the rename would replace a device node such as /dev/full, a FIFO or a socket with a regular file).
 void require_regular_output(const std::string& path, std::string_view what);
 
-// Writes `bytes` to "<path>.tmp", then renames it over `path`: a failed write (a full disk) removes the temporary
-// file and leaves `path` as it was, and a process killed before the rename leaves it too (no fsync: after a machine
-// crash the file system decides). A data Error naming the file and the reason.
+// Writes `bytes` to "<path>.tmp", fsyncs it, renames it over `path` and fsyncs the directory: a failed write (a full
+// disk) removes the temporary file and leaves `path` as it was, and so does a process killed before the rename; after
+// a return the new bytes survive a machine crash. False and the reason ("cannot write '<path>.tmp': No space left on
+// device") on failure.
+bool try_write_file_atomically(const std::filesystem::path& path, std::string_view bytes, std::string* reason);
+// The same, a data Error with the reason on failure.
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
 // FNV-1a over 64 bits: a fingerprint of a text, to compare what ranks were given (hsdp-train's deck and build);
