@@ -118,25 +118,80 @@ std::vector<std::string> visible_gpus(std::string* reason) {
   return ids;
 }
 
+namespace {
+
+// assign_gpus with at most `cap` ranks on a GPU: each rank in `order` takes, of the GPUs it sees below the cap, one
+// the fewest ranks took so far (the first such in its order); where all it sees are full, an augmenting path moves
+// ranks along (a rank on a full GPU to another GPU it sees, ...) until one has room, as a bipartite matching does.
+// False when no placement under the cap exists.
+bool place_under_cap(const std::vector<std::vector<std::string>>& visible, const std::vector<std::size_t>& order,
+                     int cap, std::vector<int>& index) {
+  std::map<std::string, int> load;
+  std::map<std::string, std::vector<std::size_t>> on;  // the ranks on each GPU
+  index.assign(visible.size(), -1);
+  const auto put = [&](std::size_t rank, std::size_t choice) {
+    const std::string& gpu = visible[rank][choice];
+    ++load[gpu];
+    on[gpu].push_back(rank);
+    index[rank] = static_cast<int>(choice);
+  };
+  const auto take_off = [&](std::size_t rank) {
+    const std::string& gpu = visible[rank][static_cast<std::size_t>(index[rank])];
+    --load[gpu];
+    std::erase(on[gpu], rank);
+  };
+  // Room for `rank` on a GPU it sees that the search has not passed (`seen`: full ones): a GPU below the cap, else a
+  // full one where a rank on it finds room elsewhere the same way. Moves `rank` there (off its GPU, if placed).
+  std::set<std::string> seen;
+  const auto move = [&](const auto& self, std::size_t rank) -> bool {
+    const auto move_to = [&](std::size_t choice) {
+      if (index[rank] >= 0) take_off(rank);
+      put(rank, choice);
+      return true;
+    };
+    for (std::size_t c = 0; c < visible[rank].size(); ++c) {
+      if (!seen.contains(visible[rank][c]) && load[visible[rank][c]] < cap) return move_to(c);
+    }
+    for (std::size_t c = 0; c < visible[rank].size(); ++c) {
+      if (!seen.insert(visible[rank][c]).second) continue;
+      for (const std::size_t other : std::vector<std::size_t>(on[visible[rank][c]])) {
+        if (self(self, other)) return move_to(c);
+      }
+    }
+    return false;
+  };
+  for (const std::size_t r : order) {
+    const std::vector<std::string>& sees = visible[r];
+    if (sees.empty()) continue;
+    int best = -1;
+    for (std::size_t i = 0; i < sees.size(); ++i) {
+      if (load[sees[i]] < cap && (best < 0 || load[sees[i]] < load[sees[static_cast<std::size_t>(best)]])) {
+        best = static_cast<int>(i);
+      }
+    }
+    if (best >= 0) {
+      put(r, static_cast<std::size_t>(best));
+      continue;
+    }
+    seen.clear();
+    if (!move(move, r)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<int> assign_gpus(const std::vector<std::vector<std::string>>& visible) {
   // The ranks with the fewest choices first (in world-rank order among equals), so that a rank that sees more GPUs
-  // does not take the one GPU of a rank that sees only it.
+  // does not take the one GPU of a rank that sees only it; then the smallest cap on ranks per GPU that places all.
   std::vector<std::size_t> order(visible.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return visible[a].size() < visible[b].size(); });
-  std::map<std::string, int> taken;  // ranks on each GPU so far
-  std::vector<int> index(visible.size(), -1);
-  for (const std::size_t r : order) {
-    const std::vector<std::string>& sees = visible[r];
-    int best = -1;
-    for (std::size_t i = 0; i < sees.size(); ++i) {
-      if (best < 0 || taken[sees[i]] < taken[sees[static_cast<std::size_t>(best)]]) best = static_cast<int>(i);
-    }
-    if (best >= 0) ++taken[sees[static_cast<std::size_t>(best)]];
-    index[r] = best;
+  std::vector<int> index;
+  for (int cap = 1;; ++cap) {  // cap = the number of ranks always places every rank that sees a GPU
+    if (place_under_cap(visible, order, cap, index)) return index;
   }
-  return index;
 }
 
 HostGpus plan_host_gpus(const std::vector<std::vector<std::string>>& visible, const std::vector<int>& node) {

@@ -1,10 +1,13 @@
 // Which GPU each rank of a host takes (device::assign_gpus, plan_host_gpus in select_device.hpp), from what each rank
 // sees: a plain launch (every rank sees every GPU), Slurm's --gpu-bind=closest on a two-socket node with its default
 // task distribution (tasks alternate between the sockets), a GPU per task, more ranks than GPUs, a rank that sees none,
-// a rank with fewer choices, and emulated nodes on one host. Runs in every build: the choice is made from identities,
-// not devices.
+// a rank with fewer choices, emulated nodes on one host, lists that overlap in part, and the busiest GPU against every
+// placement of random small hosts. Runs in every build: the choice is made from identities, not devices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -90,6 +93,68 @@ TEST(AssignGpus, ARankThatSeesNone_TakesNone) {
   EXPECT_EQ(plan.ranks_on_gpu, (std::vector<int>{1, 0, 1}));
   EXPECT_EQ(plan.most_of_a_node_on_one_gpu, 1);
   EXPECT_TRUE(assign_gpus({}).empty());
+}
+
+// Lists that overlap in part: a rank whose GPUs are both taken moves one of their takers to a GPU of its own (taking
+// the first free GPU in rank order left a, c for rank 2 to share while b and d stayed idle).
+TEST(AssignGpus, PartlyOverlappingLists_MoveARankAlongSoThatNoneShares) {
+  const Seen visible = {{"a", "b"}, {"c", "d"}, {"a", "c"}};
+  EXPECT_EQ(taken(visible, assign_gpus(visible)), (std::vector<std::string>{"b", "c", "a"}));
+  // A longer path: rank 2's GPUs a and b are taken; a's taker moves to b, b's to c.
+  const Seen chain = {{"a", "b"}, {"b", "c"}, {"a", "b"}};
+  EXPECT_EQ(taken(chain, assign_gpus(chain)), (std::vector<std::string>{"b", "c", "a"}));
+  EXPECT_EQ(plan_host_gpus(chain, std::vector<int>(3, 0)).most_of_a_node_on_one_gpu, 1);
+}
+
+// The most ranks on one GPU is the least any placement allows, against every placement of small random hosts (up to
+// 6 ranks, 4 GPUs, each rank seeing a random subset in a random order): an independent count by enumeration.
+TEST(AssignGpus, TheMostRanksOnOneGpu_IsTheLeastAnyPlacementAllows) {
+  const std::vector<std::string> gpus = {"a", "b", "c", "d"};
+  std::uint64_t state = 12345;
+  const auto next = [&](std::uint64_t n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % n;
+  };
+  const auto most_on_one = [](const Seen& visible, const std::vector<int>& index) {
+    std::map<std::string, int> load;
+    int most = 0;
+    for (std::size_t i = 0; i < visible.size(); ++i) {
+      if (index[i] >= 0) most = std::max(most, ++load[visible[i][static_cast<std::size_t>(index[i])]]);
+    }
+    return most;
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    Seen visible(1 + next(6));
+    for (auto& sees : visible) {
+      for (const std::string& g : gpus) {
+        if (next(2) == 1) sees.insert(sees.begin() + static_cast<std::ptrdiff_t>(next(sees.size() + 1)), g);
+      }
+    }
+    // Every placement (each rank any GPU it sees): the least "most ranks on one GPU".
+    int least = static_cast<int>(visible.size()) + 1;
+    std::vector<int> choice(visible.size(), 0);
+    for (bool more = true; more;) {
+      std::vector<int> index(visible.size());
+      for (std::size_t i = 0; i < visible.size(); ++i) index[i] = visible[i].empty() ? -1 : choice[i];
+      least = std::min(least, most_on_one(visible, index));
+      more = false;
+      for (std::size_t i = 0; i < visible.size() && !more; ++i) {
+        if (++choice[i] < static_cast<int>(std::max<std::size_t>(1, visible[i].size()))) {
+          more = true;
+        } else {
+          choice[i] = 0;
+        }
+      }
+    }
+    const std::vector<int> index = assign_gpus(visible);
+    for (std::size_t i = 0; i < visible.size(); ++i) {
+      ASSERT_EQ(index[i] < 0, visible[i].empty()) << "trial " << trial << " rank " << i;
+      if (index[i] >= 0) {
+        ASSERT_LT(static_cast<std::size_t>(index[i]), visible[i].size());
+      }
+    }
+    ASSERT_EQ(most_on_one(visible, index), least) << "trial " << trial;
+  }
 }
 
 }  // namespace

@@ -43,13 +43,15 @@ SelectedDevice select_gpu(int index);
 std::vector<std::string> visible_gpus(std::string* reason);
 
 // Which GPU each rank of a host takes. visible[i]: the identities of the GPUs the host's rank i sees, in its own
-// CUDA order (the ranks in order of their world rank). The ranks that see fewest GPUs choose first (among equals,
-// in rank order); each takes, of the GPUs it sees, one the fewest ranks before it took (the first such in its
-// order). Where every rank sees every GPU this is rank i % count, as a plain launch gives; where a launcher binds
-// each task to the GPUs near its cores (Slurm's --gpu-bind=closest, whose tasks alternate between sockets by
-// default: each sees only its socket's GPUs, as its devices 0, 1, ...), each rank still gets a GPU of its own while
-// the GPUs it sees have one free. Greedy, not a matching: with lists that overlap in part a GPU can stay idle while
-// two ranks share another. Returns each rank's index into its own list; -1 for a rank that sees none.
+// CUDA order (the ranks in order of their world rank). The fewest ranks on the busiest GPU that any placement allows
+// (a GPU per rank wherever one exists): the ranks that see fewest GPUs choose first (among equals, in rank order),
+// each takes, of the GPUs it sees, one the fewest ranks before it took (the first such in its order), and a rank
+// whose GPUs are all at the bound moves a taker of one of them to another GPU it sees (an augmenting path, as a
+// bipartite matching does); the bound starts at one rank per GPU and rises until every rank is placed. Where every
+// rank sees every GPU this is rank i % count, as a plain launch gives; where a launcher binds each task to the GPUs
+// near its cores (Slurm's --gpu-bind=closest, whose tasks alternate between sockets by default: each sees only its
+// socket's GPUs, as its devices 0, 1, ...), each rank still gets a GPU of its own while its socket has one free.
+// Returns each rank's index into its own list; -1 for a rank that sees none.
 std::vector<int> assign_gpus(const std::vector<std::vector<std::string>>& visible);
 
 // assign_gpus for a host's ranks, and who shares: node[i] is rank i's node in the process mesh (emulated nodes on one

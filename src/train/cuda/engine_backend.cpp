@@ -161,7 +161,7 @@ device::HostGpus gather_host_gpus(MPI_Comm world, int node, const std::vector<st
 
 comm::MeshCarrier cuda_mesh_carrier(const TrainOptions& o, MPI_Comm world, const comm::Topology& topology,
                                     const Logger& log) {
-  // Every rank's GPU from what the host's ranks see (device::assign_gpus: a GPU per rank while there are free ones,
+  // Every rank's GPU from what the host's ranks see (device::assign_gpus: a GPU per rank wherever a placement allows,
   // whatever the launcher's binding left each), and what the job agrees on before any rank throws (this runs inside
   // comm::agree: every rank reaches the collectives): ranks that see no GPU, the most ranks of one mesh node on one
   // GPU (NCCL refuses two ranks of a group on one GPU), and the fewest GPUs a host's ranks see (for the advice).
