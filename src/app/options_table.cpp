@@ -291,13 +291,15 @@ const std::vector<OptionSpec>& option_table() {
           .into([](V v, O o) { o.engine.zeropp.quantized_weights = v.boolean(); }),
       integer("zeropp.hpz_partition_size", "0",
               "hpZ: k > 0 keeps, after each forward gather, a secondary 1/k slice of the weights in groups of k ranks "
-              "of a node, and gathers backward weights from that group only (no inter-node bytes); k must divide "
-              "the ranks per node; 0 = off",
+              "of a node, and gathers backward weights from that group only (no inter-node bytes); full_shard only "
+              "(hybrid_shard's shard group is the node already); k must divide the ranks per node; 0 = off",
               0, 1 << 20)
           .into([](V v, O o) { o.engine.zeropp.hpz_partition_size = v.int32(); }),
       boolean("zeropp.quantized_gradients", "false",
-              "qgZ: the gradient reduce-scatter becomes a two-hop quantized all-to-all (inside the node, then across "
-              "nodes); on one node the exact reduce-scatter is kept (said once in the log)")
+              "qgZ: full_shard's gradient reduce-scatter becomes a two-hop quantized all-to-all (inside the node, "
+              "then across nodes; on one node the exact reduce-scatter is kept, said once in the log); "
+              "hybrid_shard's reduce-scatter inside the node becomes a one-hop quantized all-to-all, and the "
+              "all-reduce across nodes stays in precision.reduce")
           .into([](V v, O o) { o.engine.zeropp.quantized_gradients = v.boolean(); }),
       choice("zeropp.grad_bits", "4", "qgZ: bits per quantized gradient value", "4|8").into([](V v, O o) {
         o.engine.zeropp.grad_bits = v.text() == "8" ? quant::Bits::int8 : quant::Bits::int4;
