@@ -40,7 +40,8 @@ void require_regular_output(const std::string& path, std::string_view what) {
   }
 }
 
-bool try_write_file_atomically(const std::filesystem::path& path, std::string_view bytes, std::string* reason) {
+bool try_write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces,
+                               std::string* reason) {
   std::filesystem::path temporary = path;
   temporary += ".tmp";
   const auto failed = [&](const std::string& what, const std::filesystem::path& on) {
@@ -56,14 +57,16 @@ bool try_write_file_atomically(const std::filesystem::path& path, std::string_vi
   };
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) return failed("cannot write", temporary);
-  for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = ENOSPC;
-      return failed_removing("cannot write", fd);
+  for (const std::string_view bytes : pieces) {
+    for (std::size_t done = 0; done < bytes.size();) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0) errno = ENOSPC;
+        return failed_removing("cannot write", fd);
+      }
+      done += static_cast<std::size_t>(n);
     }
-    done += static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0) return failed_removing("cannot fsync", fd);
   if (::close(fd) != 0) return failed_removing("cannot write", -1);
@@ -84,9 +87,17 @@ bool try_write_file_atomically(const std::filesystem::path& path, std::string_vi
   return synced || failed("cannot fsync directory", dir);
 }
 
-void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+bool try_write_file_atomically(const std::filesystem::path& path, std::string_view bytes, std::string* reason) {
+  return try_write_file_atomically(path, std::span<const std::string_view>(&bytes, 1), reason);
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces) {
   std::string reason;
-  if (!try_write_file_atomically(path, bytes, &reason)) throw_data(reason);
+  if (!try_write_file_atomically(path, pieces, &reason)) throw_data(reason);
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+  write_file_atomically(path, std::span<const std::string_view>(&bytes, 1));
 }
 
 std::uint64_t fingerprint(std::string_view bytes) {

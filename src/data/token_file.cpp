@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 
 namespace hsdp::data {
 
@@ -261,24 +262,10 @@ void write_tokens(const std::filesystem::path& path, std::span<const T> tokens) 
     std::filesystem::create_directories(dir, made);
     if (made) throw_data("cannot create the directory of " + quoted(path) + ": " + made.message());
   }
-  std::filesystem::path temporary = path;
-  temporary += ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) throw_data("cannot write " + quoted(temporary) + ": " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(header.data()), kTokenFileHeaderBytes);
-    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size_bytes()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);  // nothing is left behind
-      throw_data("cannot write " + quoted(temporary) + ": write failed (disk full?)");
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) throw_data("cannot rename " + quoted(temporary) + " to " + quoted(path) + ": " + error.message());
+  // Through path.tmp, renamed when whole: a full disk leaves nothing behind and an earlier file as it was.
+  const std::string_view pieces[] = {{reinterpret_cast<const char*>(header.data()), kTokenFileHeaderBytes},
+                                     {reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes()}};
+  write_file_atomically(path, pieces);
 }
 
 }  // namespace

@@ -49,6 +49,9 @@ TEST_F(WriteFileAtomically, WritesANewFileAndReplacesAnOldOneWhole) {
   EXPECT_TRUE(fs::exists(path));
   EXPECT_EQ(fs::file_size(path), 0u);
   EXPECT_FALSE(fs::exists(dir_ / "summary.json.tmp"));
+  const std::string_view pieces[] = {"head", "", "er and body"};  // one after the other, an empty one included
+  write_file_atomically(path, pieces);
+  EXPECT_EQ(read(path), "header and body");
 }
 
 TEST_F(WriteFileAtomically, AWriteThatCannotStartLeavesTheFileAsItWas) {

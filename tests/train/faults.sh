@@ -199,7 +199,8 @@ case $check in
     "$(dirname "$train")/hsdp-data" encode --input "$run/text.txt" --output "$mnt/t.bin" >/dev/null 2>"$run/encode.err"
     code=$?
     set -e
-    [[ $code -eq 2 && ! -e $mnt/t.bin.tmp && ! -e $mnt/t.bin ]] ||
+    [[ $code -eq 2 && ! -e $mnt/t.bin.tmp && ! -e $mnt/t.bin ]] &&
+      grep -q "cannot write '$mnt/t.bin.tmp': No space left on device" "$run/encode.err" ||
       { cat "$run/encode.err"; fail "hsdp-data encode onto a full disk: exit $code, left $(ls "$mnt" | grep t.bin)"; }
     echo "hsdp-data encode onto a full disk: exit 2, nothing left: $(head -n 1 "$run/encode.err")"
     # hsdp-ckpt consolidate and import --format hf onto the full file system: exit 2 naming the file and the space,

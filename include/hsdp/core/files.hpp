@@ -2,6 +2,7 @@
 // Checks on the paths tools read and write, before anything opens them; a fingerprint to compare texts across ranks.
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -20,9 +21,12 @@ void require_regular_output(const std::string& path, std::string_view what);
 // Writes `bytes` to "<path>.tmp", fsyncs it, renames it over `path` and fsyncs the directory: a failed write (a full
 // disk) removes the temporary file and leaves `path` as it was, and so does a process killed before the rename; after
 // a return the new bytes survive a machine crash. False and the reason ("cannot write '<path>.tmp': No space left on
-// device") on failure.
+// device") on failure. `pieces` are written one after the other (a header and a body without copying them together).
+bool try_write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces,
+                               std::string* reason);
 bool try_write_file_atomically(const std::filesystem::path& path, std::string_view bytes, std::string* reason);
 // The same, a data Error with the reason on failure.
+void write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces);
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
 // FNV-1a over 64 bits: a fingerprint of a text, to compare what ranks were given (hsdp-train's deck and build);
