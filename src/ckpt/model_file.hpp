@@ -1,6 +1,8 @@
 #pragma once
 // Private helpers of the model-file exporters (export.cpp, safetensors.cpp, hf.cpp): stdio files that close
 // themselves, writes that fail with a checkpoint Error naming the file, and the write-to-.tmp-then-rename commit.
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -53,8 +55,8 @@ inline void write_bytes(std::FILE* f, const void* data, std::size_t bytes, const
     fail(path, std::string("write failed: ") + std::strerror(errno));
 }
 
-// Writes through `path.tmp` (body(file, tmp_path)), renamed over `path` once complete. A write that fails (a full
-// disk, a quota) removes the temporary file: nothing is left behind, and `path` is as it was.
+// Writes through `path.tmp` (body(file, tmp_path)), fsynced and renamed over `path` once complete. A write that fails
+// (a full disk, a quota) removes the temporary file: nothing is left behind, and `path` is as it was.
 template <typename Body>
 void write_atomically(const std::string& path, Body&& body) {
   const std::string tmp = path + ".tmp";
@@ -63,6 +65,7 @@ void write_atomically(const std::string& path, Body&& body) {
       FilePtr f = open_file(tmp, "wb");
       body(f.get(), tmp);
       if (std::fflush(f.get()) != 0) fail(tmp, std::string("write failed: ") + std::strerror(errno));
+      if (::fsync(::fileno(f.get())) != 0) fail(tmp, std::string("fsync failed: ") + std::strerror(errno));
       std::FILE* raw = f.release();
       if (std::fclose(raw) != 0) fail(tmp, std::string("close failed: ") + std::strerror(errno));
     }
