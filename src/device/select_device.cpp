@@ -126,19 +126,15 @@ namespace {
 // False when no placement under the cap exists.
 bool place_under_cap(const std::vector<std::vector<std::string>>& visible, const std::vector<std::size_t>& order,
                      int cap, std::vector<int>& index) {
-  std::map<std::string, int> load;
   std::map<std::string, std::vector<std::size_t>> on;  // the ranks on each GPU
+  const auto load = [&](const std::string& gpu) { return static_cast<int>(on[gpu].size()); };
   index.assign(visible.size(), -1);
   const auto put = [&](std::size_t rank, std::size_t choice) {
-    const std::string& gpu = visible[rank][choice];
-    ++load[gpu];
-    on[gpu].push_back(rank);
+    on[visible[rank][choice]].push_back(rank);
     index[rank] = static_cast<int>(choice);
   };
   const auto take_off = [&](std::size_t rank) {
-    const std::string& gpu = visible[rank][static_cast<std::size_t>(index[rank])];
-    --load[gpu];
-    std::erase(on[gpu], rank);
+    std::erase(on[visible[rank][static_cast<std::size_t>(index[rank])]], rank);
   };
   // Room for `rank` on a GPU it sees that the search has not passed (`seen`: full ones): a GPU below the cap, else a
   // full one where a rank on it finds room elsewhere the same way. Moves `rank` there (off its GPU, if placed).
@@ -150,7 +146,7 @@ bool place_under_cap(const std::vector<std::vector<std::string>>& visible, const
       return true;
     };
     for (std::size_t c = 0; c < visible[rank].size(); ++c) {
-      if (!seen.contains(visible[rank][c]) && load[visible[rank][c]] < cap) return move_to(c);
+      if (!seen.contains(visible[rank][c]) && load(visible[rank][c]) < cap) return move_to(c);
     }
     for (std::size_t c = 0; c < visible[rank].size(); ++c) {
       if (!seen.insert(visible[rank][c]).second) continue;
@@ -165,7 +161,7 @@ bool place_under_cap(const std::vector<std::vector<std::string>>& visible, const
     if (sees.empty()) continue;
     int best = -1;
     for (std::size_t i = 0; i < sees.size(); ++i) {
-      if (load[sees[i]] < cap && (best < 0 || load[sees[i]] < load[sees[static_cast<std::size_t>(best)]])) {
+      if (load(sees[i]) < cap && (best < 0 || load(sees[i]) < load(sees[static_cast<std::size_t>(best)]))) {
         best = static_cast<int>(i);
       }
     }

@@ -179,6 +179,7 @@ def find_train(explicit=None):
 
 
 RESULT_FILES = ("summary.json", "metrics.jsonl", "exit_code")
+STUDY_FILES = ("points.txt", "study.ini", "results.csv", "results.md", "throughput.png", "memory.png", "bytes.png")
 
 
 def recorded_exit_code(point_dir):
@@ -189,7 +190,6 @@ def recorded_exit_code(point_dir):
             return int(f.read().strip())
     except (OSError, ValueError):
         return None
-STUDY_FILES = ("points.txt", "study.ini", "results.csv", "results.md", "throughput.png", "memory.png", "bytes.png")
 
 
 def earlier_results(out_dir):
