@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 #include "hsdp/core/json.hpp"
 
 namespace hsdp::train {
@@ -109,10 +110,15 @@ void MetricsLog::keep_through_step(std::int64_t step) {
       if (line.rfind(key, 0) == 0 && std::strtoll(line.c_str() + key.size(), nullptr, 10) <= step) kept.push_back(line);
     }
   }
-  file_.open(path, std::ios::trunc);
+  // The kept lines go to a new file renamed over the old one: a job killed or a disk full in between leaves the
+  // earlier record whole (it was truncated, then rewritten in place).
+  std::string bytes;
+  for (const auto& line : kept) bytes += line + '\n';
+  if (std::string reason; !try_write_file_atomically(path, bytes, &reason)) {
+    throw_config("log.dir: cannot cut '" + path + "' back to step " + std::to_string(step) + " (" + reason + ")");
+  }
+  file_.open(path, std::ios::app);
   if (!file_) throw_config("log.dir: cannot write '" + path + "'");
-  for (const auto& line : kept) file_ << line << '\n';
-  file_.flush();
 }
 
 bool MetricsLog::write(const std::string& json_line) {

@@ -65,7 +65,9 @@ class MetricsLog {
   // true only for the first such failure, so that the caller says it once (failure() says what it was).
   bool write(const std::string& json_line);
   const std::string& failure() const { return failure_; }
-  // On resume: keep the lines of steps <= `step` (0: none), so the log reads like one uninterrupted run.
+  // On resume: keep the lines of steps <= `step` (0: none), so the log reads like one uninterrupted run; then opens
+  // the file to append. The cut file replaces the old one whole (config Error naming the file where it cannot be
+  // written: the old one is then as it was).
   void keep_through_step(std::int64_t step);
   const std::string& dir() const { return dir_; }
 

@@ -1,0 +1,75 @@
+#include "hsdp/train/metrics.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "../temp_dir.hpp"
+#include "hsdp/core/error.hpp"
+
+namespace hsdp::train {
+namespace {
+
+std::string read(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// The record of steps 1..4 and an evaluation line a resume from step 2 must not keep (no "step" key first).
+const std::string kFourSteps =
+    "{\"step\":1,\"loss\":4}\n{\"step\":2,\"loss\":3}\n{\"val\":1}\n{\"step\":3,\"loss\":2}\n"
+    "{\"step\":4,\"loss\":1}\n";
+
+TEST(MetricsLog, ResumeKeepsTheStepsItContinuesThenAppends) {
+  hsdp::testing::TempDir dir;
+  write(dir / "metrics.jsonl", kFourSteps);
+  MetricsLog log(dir.path().string());
+  log.keep_through_step(2);
+  EXPECT_EQ(read(dir / "metrics.jsonl"), "{\"step\":1,\"loss\":4}\n{\"step\":2,\"loss\":3}\n");
+  EXPECT_FALSE(log.write("{\"step\":3,\"loss\":2.5}"));
+  EXPECT_EQ(read(dir / "metrics.jsonl"),
+            "{\"step\":1,\"loss\":4}\n{\"step\":2,\"loss\":3}\n{\"step\":3,\"loss\":2.5}\n");
+  EXPECT_FALSE(std::filesystem::exists(dir / "metrics.jsonl.tmp"));
+}
+
+TEST(MetricsLog, AStartFromStepZeroKeepsNothing) {
+  hsdp::testing::TempDir dir;
+  write(dir / "metrics.jsonl", kFourSteps);
+  MetricsLog log(dir.path().string());
+  log.keep_through_step(0);
+  EXPECT_EQ(read(dir / "metrics.jsonl"), "");
+  EXPECT_FALSE(log.write("{\"step\":1,\"loss\":5}"));
+  EXPECT_EQ(read(dir / "metrics.jsonl"), "{\"step\":1,\"loss\":5}\n");
+}
+
+// The cut that cannot be written (here its temporary file cannot be opened) is a config Error naming the file, and
+// the earlier record stays whole: it used to be truncated first, then rewritten.
+TEST(MetricsLog, ACutThatCannotBeWrittenLeavesTheRecordAsItWas) {
+  hsdp::testing::TempDir dir;
+  write(dir / "metrics.jsonl", kFourSteps);
+  std::filesystem::create_directory(dir / "metrics.jsonl.tmp");  // EISDIR
+  MetricsLog log(dir.path().string());
+  try {
+    log.keep_through_step(2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(
+        std::string(e.what()).find("log.dir: cannot cut '" + (dir / "metrics.jsonl").string() + "' back to step 2"),
+        std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(read(dir / "metrics.jsonl"), kFourSteps);
+}
+
+}  // namespace
+}  // namespace hsdp::train
