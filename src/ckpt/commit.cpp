@@ -62,9 +62,7 @@ void fsync_file(const std::string& path) {
 }
 
 void fsync_directory(const std::string& dir) {
-  Descriptor fd(dir, O_RDONLY | O_DIRECTORY);
-  if (fd.get() < 0) fail_errno("cannot open directory", dir);
-  if (::fsync(fd.get()) != 0) fail_errno("cannot fsync directory", dir);
+  if (std::string reason; !try_fsync_directory(dir, &reason)) throw Error(ErrorKind::checkpoint, reason);
 }
 
 void durable_rename(const std::string& from, const std::string& to) {

@@ -76,15 +76,22 @@ bool try_write_file_atomically(const std::filesystem::path& path, std::span<cons
     errno = error;
     return failed("cannot rename '" + temporary.string() + "' to", path);
   }
-  std::filesystem::path dir = path.parent_path();
-  if (dir.empty()) dir = ".";
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return failed("cannot open directory", dir);
-  const bool synced = ::fsync(dir_fd) == 0;
+  const std::filesystem::path dir = path.parent_path();
+  return try_fsync_directory(dir.empty() ? std::filesystem::path(".") : dir, reason);
+}
+
+bool try_fsync_directory(const std::filesystem::path& dir, std::string* reason) {
+  const auto failed = [&](const std::string& what) {
+    if (reason != nullptr) *reason = what + " '" + dir.string() + "': " + std::strerror(errno);
+    return false;
+  };
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return failed("cannot open directory");
+  const bool synced = ::fsync(fd) == 0;
   const int error = errno;
-  ::close(dir_fd);
+  ::close(fd);
   errno = error;
-  return synced || failed("cannot fsync directory", dir);
+  return synced || failed("cannot fsync directory");
 }
 
 bool try_write_file_atomically(const std::filesystem::path& path, std::string_view bytes, std::string* reason) {

@@ -91,5 +91,15 @@ TEST_F(WriteFileAtomically, AMissingDirectoryIsNamedAndNothingIsCreated) {
   EXPECT_FALSE(fs::exists(dir_ / "no"));
 }
 
+TEST_F(WriteFileAtomically, ADirectoryIsSyncedAndOneThatIsNotADirectoryIsNamed) {
+  std::string reason;
+  EXPECT_TRUE(try_fsync_directory(dir_, &reason)) << reason;
+  EXPECT_FALSE(try_fsync_directory(dir_ / "missing", &reason));
+  EXPECT_EQ(reason, "cannot open directory '" + (dir_ / "missing").string() + "': No such file or directory");
+  write(dir_ / "plain", "x");
+  EXPECT_FALSE(try_fsync_directory(dir_ / "plain", &reason));
+  EXPECT_EQ(reason, "cannot open directory '" + (dir_ / "plain").string() + "': Not a directory");
+}
+
 }  // namespace
 }  // namespace hsdp

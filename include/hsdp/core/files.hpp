@@ -29,6 +29,10 @@ bool try_write_file_atomically(const std::filesystem::path& path, std::string_vi
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::string_view> pieces);
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
+// fsyncs a directory, so that the renames and removals in it survive a machine crash: false and the reason ("cannot
+// fsync directory '<dir>': ...") on failure.
+bool try_fsync_directory(const std::filesystem::path& dir, std::string* reason);
+
 // FNV-1a over 64 bits: a fingerprint of a text, to compare what ranks were given (hsdp-train's deck and build);
 // not a checksum against damage (ckpt/checksum.hpp is).
 std::uint64_t fingerprint(std::string_view bytes);
