@@ -6,10 +6,20 @@
 #                                    by hsdp-train: the checkpoint harness's seed and the e2e suite's good checkpoint
 #   seeds/safetensors/*              that checkpoint exported by hsdp-ckpt (beside hsdp-train), and a two-tensor file
 #   seeds/checkpoint_meta/*          edits of that checkpoint's metadata values (checkpoint_meta_harness.cpp)
+#   seeds/deck/print_config.ini      every deck key with its default and its comment (`hsdp-train --print-config`):
+#                                    the deck harness's seed that follows the keys as they are added
+#   dict/deck_keys.dict              its section headers and keys as deck lines and command-line words: the deck
+#                                    harness's dictionary beside tests/fuzz/dict/deck.dict
 #   make_fixtures.sh HSDP_TRAIN DECK OUT
 set -euo pipefail
 train=$1 deck=$2 out=$3
-rm -rf "$out" && mkdir -p "$out/data" "$out/seeds/token_file" "$out/seeds/checkpoint" "$out/seeds/safetensors"
+rm -rf "$out" && mkdir -p "$out/data" "$out/seeds/token_file" "$out/seeds/checkpoint" "$out/seeds/safetensors" \
+  "$out/seeds/deck"
+"$train" --print-config >"$out/seeds/deck/print_config.ini"
+mkdir -p "$out/dict"
+awk '/^\[/ { section = substr($1, 2, length($1) - 2); print "\"" $1 "\""; next }
+     /^[a-z]/ { print "\"" $1 "\""; print "\"" section "." $1 "\""; print "\"\\x00--" section "." $1 "=\"" }' \
+  "$out/seeds/deck/print_config.ini" >"$out/dict/deck_keys.dict"
 python3 - "$out" <<'EOF'
 import random, struct, sys
 out = sys.argv[1]
