@@ -25,8 +25,8 @@ expect() {
   echo "$(basename "$1") ${*:2}: exit 2, said once"
 }
 expect "--max-bytes must be in [4, 1 TiB]" "$bin/hsdp-commbench" --max-bytes -1
-expect "a rank's two buffers of that size are more than this node's memory" "$bin/hsdp-commbench" \
-  --max-bytes 1099511627776
+expect "each rank fills two buffers of that size, and the 2 rank(s) on host $(hostname) need 4194304 MiB, more than its" \
+  "$bin/hsdp-commbench" --max-bytes 1099511627776
 expect "--max-iters must be >= 2, got -5" "$bin/hsdp-commbench" --max-iters -5
 expect "--factor must be in [2, 1024]" "$bin/hsdp-commbench" --factor -2
 expect "--comm.timeout_s must be > 0" "$bin/hsdp-commbench" --comm.timeout_s -1

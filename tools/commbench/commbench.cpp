@@ -1,7 +1,6 @@
 // hsdp-commbench: time every collective over the world, intra-node and inter-node groups, for message sizes
 // from --min-bytes to --max-bytes, and report time, algbw and busbw (nccl-tests' bus factors) as a table and
 // as JSON lines. It also measures memcpy bandwidth in the same run: the local limit to compare against.
-#include <unistd.h>
 
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -21,6 +20,7 @@
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/json.hpp"
 #include "hsdp/core/log.hpp"
+#include "hsdp/core/memory.hpp"
 #include "hsdp/core/timer.hpp"
 
 namespace po = boost::program_options;
@@ -123,16 +123,6 @@ Options parse(int argc, char** argv, bool& help) {
   constexpr std::size_t kMaxBytes = std::size_t{1} << 40;
   if (o.factor < 2 || o.factor > 1024) hsdp::throw_config("--factor must be in [2, 1024]");
   if (o.max_bytes < 4 || o.max_bytes > kMaxBytes) hsdp::throw_config("--max-bytes must be in [4, 1 TiB]");
-  // Each rank fills two buffers of --max-bytes: beyond the node's memory the kernel would kill it while it fills
-  // them (an allocation of untouched pages succeeds), so that is refused here.
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  const std::size_t node_bytes =
-      pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
-  if (node_bytes > 0 && 2 * o.max_bytes > node_bytes) {
-    hsdp::throw_config("--max-bytes " + std::to_string(o.max_bytes) + ": a rank's two buffers of that size are " +
-                       "more than this node's memory (" + std::to_string(node_bytes >> 20) + " MiB)");
-  }
   if (o.min_bytes < 4 || o.min_bytes > o.max_bytes) hsdp::throw_config("--min-bytes must be in [4, --max-bytes]");
   if (o.max_iters < 2) hsdp::throw_config("--max-iters must be >= 2, got " + std::to_string(o.max_iters));
   if (o.warmup < 0) hsdp::throw_config("--warmup must be >= 0, got " + std::to_string(o.warmup));
@@ -142,6 +132,36 @@ Options parse(int argc, char** argv, bool& help) {
   if (!(o.timeout_s > 0)) hsdp::throw_config("--comm.timeout_s must be > 0 seconds");
   o.topology.placement = hsdp::comm::parse_placement(placement);
   return o;
+}
+
+// Each rank fills two buffers of --max-bytes: beyond what its host has left (MemAvailable, or the cgroup's limit,
+// such as a Slurm job's --mem) the kernel would kill ranks while they fill them (an allocation of untouched pages
+// succeeds), so that is refused on every rank, naming the host that has the least to spare.
+void check_buffers_fit(std::size_t max_bytes) {
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  int ranks = 1;
+  MPI_Comm_size(host, &ranks);
+  MPI_Comm_free(&host);
+  const hsdp::HostMemory memory = hsdp::host_memory_available();
+  const double need = 2.0 * static_cast<double>(max_bytes) * ranks;
+  struct {
+    double spare;
+    int rank;
+  } mine{memory.available > 0 ? static_cast<double>(memory.available) - need : 0.0, 0}, least{};
+  MPI_Comm_rank(MPI_COMM_WORLD, &mine.rank);
+  MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, MPI_COMM_WORLD);
+  if (least.spare >= 0) return;
+  // The figures of the host short of memory, from one of its ranks, for rank 0's message.
+  char what[512] = "";
+  if (mine.rank == least.rank) {
+    std::snprintf(what, sizeof what, "the %d rank(s) on host %s need %.0f MiB, more than its %.0f MiB available (%s)",
+                  ranks, hsdp::host_name().c_str(), need / 1048576.0, static_cast<double>(memory.available) / 1048576.0,
+                  memory.source.c_str());
+  }
+  MPI_Bcast(what, sizeof what, MPI_CHAR, least.rank, MPI_COMM_WORLD);
+  hsdp::throw_config("--max-bytes " + std::to_string(max_bytes) + ": each rank fills two buffers of that size, and " +
+                     what + " (give a smaller --max-bytes)");
 }
 
 std::string human_bytes(std::size_t b) {
@@ -186,6 +206,7 @@ int main(int argc, char** argv) {
     const std::vector<Collective> collectives = {Collective::all_reduce, Collective::reduce_scatter,
                                                  Collective::all_gather, Collective::all_to_all,
                                                  Collective::broadcast};
+    check_buffers_fit(o.max_bytes);
     const std::size_t max_count = o.max_bytes / sizeof(float);
     // Two buffers of --max-bytes on every rank: where one rank cannot have them, every rank stops with one line.
     hsdp::Buffer<float> send, recv;
