@@ -149,15 +149,21 @@ struct BlasLt::Impl {
         throw;
       }
       if (found) return &plan;
-      plans.erase(key);
     }
+    decline(g);
+    return nullptr;
+  }
+
+  // The shape has no algorithm: its plan (if any) dropped and not asked for again. An epilogue's is named once (keys
+  // that differ in alignment alone describe alike); a plain GEMM's ends the run (BlasLt::gemm).
+  void decline(const GemmArgs& g) {
+    const PlanKey key = key_of(g);
+    plans.erase(key);
     no_algorithm.insert(key);
-    // An epilogue's, named once (keys that differ in alignment alone describe alike); a plain GEMM's ends the run.
     if (const std::string shape = describe(g);
         g.epilogue != Epilogue::none && std::find(declined.begin(), declined.end(), shape) == declined.end()) {
       declined.push_back(shape);
     }
-    return nullptr;
   }
 
   // False where the heuristic has no algorithm for the shape.
@@ -248,11 +254,12 @@ struct BlasLt::Impl {
     }
     cublasLtMatmulPreferenceDestroy(preference);
     // The heuristic says "no kernel" either way: NOT_SUPPORTED (cublasLt.h: no heuristic for the configuration) or
-    // success with none returned; both name the GEMM.
-    if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
-      check_lt(status, ("cublasLtMatmulAlgoGetHeuristic for " + describe(g)).c_str());
-    }
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) return false;
+    // success with none returned. For a GELU epilogue, whose caller has the separate kernels, any refusal counts as
+    // that (INVALID_VALUE, say, for an epilogue and type cuBLASLt does not combine); a plain GEMM's ends the run.
+    const bool refused =
+        status == CUBLAS_STATUS_NOT_SUPPORTED || (status != CUBLAS_STATUS_SUCCESS && g.epilogue != Epilogue::none);
+    if (!refused) check_lt(status, ("cublasLtMatmulAlgoGetHeuristic for " + describe(g)).c_str());
+    if (refused || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) return false;
     plan.algo = result.algo;
     return true;
   }
@@ -309,9 +316,16 @@ bool BlasLt::try_gemm(const GemmArgs& g, cudaStream_t stream) {
              "cublasLtMatmulDescSetAttribute(EPILOGUE_AUX_POINTER)");
   }
   const void* c = separate_c(g) ? g.c : g.d;
-  check_lt(cublasLtMatmul(impl_->handle, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, c, plan.d, g.d, plan.d,
-                          &plan.algo, impl_->workspace.data(), impl_->workspace.size_bytes(), stream),
-           ("cublasLtMatmul " + describe(g)).c_str());
+  const cublasStatus_t status =
+      cublasLtMatmul(impl_->handle, plan.desc, &g.alpha, g.b, plan.a, g.a, plan.b, &g.beta, c, plan.d, g.d, plan.d,
+                     &plan.algo, impl_->workspace.data(), impl_->workspace.size_bytes(), stream);
+  // The algorithm the heuristic chose, refused at launch: nothing is enqueued, so a GELU epilogue's caller can still
+  // take its separate kernels.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && g.epilogue != Epilogue::none) {
+    impl_->decline(g);
+    return false;
+  }
+  check_lt(status, ("cublasLtMatmul " + describe(g)).c_str());
   return true;
 }
 

@@ -82,8 +82,8 @@ void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float*
   weight_backward(blas, dweight, dbias, scratch, dout, inp, N, IC, OC, stream);
 }
 
-bool gelu_epilogue_supports(int OC) {
-  return OC % kGpuGeluEpilogueMultiple == 0;
+bool gelu_epilogue_supports(int width) {
+  return width % kGpuGeluEpilogueMultiple == 0;
 }
 
 template <typename T>
@@ -92,7 +92,7 @@ void matmul_gelu_forward(BlasLt& blas, T* out, T* pre_gelu, const T* inp, const 
   GemmArgs g = forward_args(out, inp, weight, bias, N, IC, OC);
   g.epilogue = device::cuda::Epilogue::gelu;
   g.aux = pre_gelu, g.ld_aux = OC;
-  if (blas.try_gemm(g, stream)) return;
+  if (gelu_epilogue_supports(OC) && blas.try_gemm(g, stream)) return;
   // No fused kernel for this shape and type here (BlasLt::declined names it): the separate kernels.
   matmul_forward(blas, pre_gelu, inp, weight, bias, N, IC, OC, stream);
   gelu_forward(out, static_cast<const T*>(pre_gelu), static_cast<std::size_t>(N) * OC, stream);
@@ -114,7 +114,8 @@ void matmul_dgelu_backward(BlasLt& blas, T* dpre, float* dweight, float* dbias, 
   GemmArgs data = data_args(dpre, dout, weight, N, IC, OC);  // dpre = (dout @ weight) * gelu'(pre_gelu)
   data.epilogue = device::cuda::Epilogue::dgelu;
   data.aux = const_cast<T*>(pre_gelu), data.ld_aux = IC;  // read only: the dgelu epilogue's input
-  if (!blas.try_gemm(data, stream)) {  // no fused kernel here: the product into dpre, then the GELU's gradient in place
+  // No fused kernel here: the product into dpre, then the GELU's gradient in place.
+  if (!gelu_epilogue_supports(IC) || !blas.try_gemm(data, stream)) {
     data.epilogue = device::cuda::Epilogue::none;
     data.aux = nullptr, data.ld_aux = 0;
     blas.gemm(data, stream);

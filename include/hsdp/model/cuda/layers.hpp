@@ -121,9 +121,10 @@ void matmul_backward(BlasLt& blas, T* dinp, float* dweight, float* dbias, float*
 // ---- the same layers with their neighbours in the GEMM's epilogue (model.gemm_epilogue=fused; BlasLt's Epilogue):
 // one pass over the output instead of two or three. cuBLASLt rounds once from fp32 where the separate kernels round
 // the product to T first, so bf16 results differ from the separate path's by a rounding.
-// The GELU epilogues need OC % 8 == 0 (cuBLASLt's rule for the kept GELU input: kGpuGeluEpilogueMultiple, the
-// arena's rule too, hsdp/model/gpu_activations.hpp).
-bool gelu_epilogue_supports(int OC);
+// The GELU epilogues need the GELU's width % 8 == 0 (OC of matmul_gelu_forward, IC of matmul_dgelu_backward:
+// cuBLASLt's rule for the kept GELU input, kGpuGeluEpilogueMultiple, the arena's rule too,
+// hsdp/model/gpu_activations.hpp); other widths, and shapes cuBLASLt declines, take the separate kernels.
+bool gelu_epilogue_supports(int width);
 // out = gelu(inp @ weight^T + bias), pre_gelu = the GELU's input (matmul_forward, then gelu_forward).
 template <typename T>
 void matmul_gelu_forward(BlasLt& blas, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias, int N, int IC,
