@@ -761,7 +761,7 @@ void launch(Kernel kernel, const char* name, dim3 grid, std::size_t smem, cudaSt
 }  // namespace tc
 
 void check_shape(const Shape& s) {
-  if (s.B < 1 || s.T < 1 || s.NKV < 1 || s.NH % s.NKV != 0 || s.hs < 1 || s.hs > kMaxHead) {
+  if (s.B < 1 || s.T < 1 || s.NKV < 1 || s.NH < s.NKV || s.NH % s.NKV != 0 || s.hs < 1 || s.hs > kMaxHead) {
     throw_internal("fused attention: bad shape B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
                    " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV) + " hs=" + std::to_string(s.hs) +
                    " (head size at most " + std::to_string(kMaxHead) + ")");
