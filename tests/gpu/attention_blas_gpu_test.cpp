@@ -135,9 +135,10 @@ TYPED_TEST(AttentionBlasGpu, GroupedQueryAttention_ForwardAndBackward_MatchCpu) 
 
 // The fused kernels against the CPU's attention from the same q | k | v rows: head sizes 64 and 128 (the GPU models'),
 // 24 (not a multiple of the warp: lanes own 1 dim, some none) and 100; T = 67 and 70 cross the kernels' 32-row tiles
-// and 8-row blocks, so the causal mask is checked at their edges; grouped-query (4 over 2, 4 over 1) and multi-head.
-// bf16 with head sizes 64, 128 and 32 runs the tensor-core kernels (64-row tiles: T = 67 and 70 cross one edge, 150
-// two, its last block's diagonal tile holding only 22 rows); 24 and 100 the CUDA-core ones.
+// and 8-row blocks, so the causal mask is checked at their edges; grouped-query (4 over 2, 4 over 1, 8 over 2: a
+// key/value head's gradient summed over four query heads) and multi-head. bf16 with head sizes 64, 128 and 32 runs the
+// tensor-core kernels (64-row tiles: T = 67 and 70 cross one edge, 150 two, its last block's diagonal tile holding
+// only 22 rows, 300 four: a row's running max and sum rescaled over five key tiles); 24 and 100 the CUDA-core ones.
 // lse against log sum exp of the CPU's scores. The backward twice: the same bits (no atomics).
 TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Deterministic) {
   using T = TypeParam;
@@ -145,7 +146,7 @@ TYPED_TEST(AttentionBlasGpu, FusedAttention_ForwardAndBackward_MatchCpu_Determin
     int B, T_, NH, NKV, hs;
   };
   for (const Shape s : {Shape{2, 67, 2, 2, 64}, Shape{1, 70, 2, 1, 128}, Shape{2, 67, 4, 2, 24},
-                        Shape{1, 40, 4, 4, 100}, Shape{1, 150, 4, 2, 32}}) {
+                        Shape{1, 40, 4, 4, 100}, Shape{1, 150, 4, 2, 32}, Shape{1, 300, 8, 2, 64}}) {
     ASSERT_TRUE(mc::fused_attention_supports(s.hs));
     const int C = s.NH * s.hs, K = s.NKV * s.hs, RS = C + 2 * K, N = s.B * s.T_;
     const auto rows = inputs<T>(static_cast<std::size_t>(N) * RS, 70, -2.0f, 2.0f);

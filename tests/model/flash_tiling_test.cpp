@@ -222,10 +222,12 @@ std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo, fl
   return ::testing::AssertionSuccess();
 }
 
-// T = 67 crosses one 64-row tile edge, 150 two (with warps that skip a key tile); grouped-query 4 over 2 and
-// multi-head; head sizes 16 and 32 (the algorithm does not depend on it).
+// T = 67 crosses one 64-row tile edge, 150 two (with warps that skip a key tile), 300 four (five key tiles per row of
+// the last); grouped-query 4 over 2, 2 over 1, 8 over 2 and multi-head; head sizes 16 and 32 (the algorithm does not
+// depend on it).
 TEST(FlashTiling, TheTensorCoreKernelsAlgorithm_MatchesTheCpuAttention_ForwardAndEveryGradient) {
-  for (const Shape s : {Shape{2, 67, 2, 2, 16}, Shape{1, 150, 4, 2, 32}, Shape{1, 130, 2, 1, 16}}) {
+  for (const Shape s :
+       {Shape{2, 67, 2, 2, 16}, Shape{1, 150, 4, 2, 32}, Shape{1, 130, 2, 1, 16}, Shape{1, 300, 8, 2, 16}}) {
     const std::size_t nq = static_cast<std::size_t>(s.B) * s.T * s.NH * s.hs;
     const std::size_t nk = static_cast<std::size_t>(s.B) * s.T * s.NKV * s.hs;
     const Qkv x{random_values(nq, 1, -2.0f, 2.0f), random_values(nk, 2, -2.0f, 2.0f),
