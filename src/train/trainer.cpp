@@ -139,6 +139,15 @@ void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std:
   std::vector<std::string> trained;                // differences in what is trained
   for (const DeckChange& c : deck_changes(s.deck_text, o.deck_text)) {
     const std::string line = c.key + " = " + c.now + " (the checkpoint's run: " + c.saved + ")";
+    // The exchange in flight at the save is applied to its fragment's units, which outer.fragments decides: under
+    // another count they are other units (the shift it saved would land on the wrong ones, or on none).
+    if (c.key == "outer.fragments" && s.islands > 1 && o.islands > 1 && s.outer_in_flight >= 0) {
+      throw_config("resume: " + line + ", but the checkpoint was saved with the outer exchange of fragment " +
+                   std::to_string(s.outer_in_flight) + " in flight (applied at step " +
+                   std::to_string(s.outer_apply_step) + "): resume with outer.fragments = " + c.saved +
+                   ", or change it from a checkpoint saved with no exchange in flight (outer.overlap = 0, or a step "
+                   "at least outer.overlap after a fragment's exchange started)");
+    }
     // A model of another shape does not load (the ckpt layer says so); the seed and the vocabulary's padding are said.
     if (c.key == "data.train") {
       trained.push_back(line);

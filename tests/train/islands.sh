@@ -14,7 +14,7 @@
 #  6. overlap (outer.overlap=2, 2 fragments, H=4): the metrics say which fragment started and which was applied
 #     at every step, the run differs from the blocking one from the first step an application moved, and stopped
 #     with an exchange in flight and resumed, every loss and tensor equals the uninterrupted run's (the checkpoints
-#     hold the in-flight shifts; verify reads them).
+#     hold the in-flight shifts; verify reads them); resumed in flight with another outer.fragments: refused.
 set -euo pipefail
 bin=$1 deck=$2 data=$3 run=$4
 mpiexec=$5
@@ -172,6 +172,17 @@ grep -q "^/islands/1/outer/in_flight_shift/" <<<"$listing" \
   || fail "the checkpoint of step 7 (fragment 1 in flight) holds no in-flight shift"
 out=$("$ckpt" verify "$run/o_stopped_ckpt/step_7.h5")
 grep -q "with the exchange in flight" <<<"$out" || fail "verify did not read the shifts: $out"
+# Another outer.fragments would apply the saved shift to other units: refused, the checkpoint untouched.
+before=$(cd "$run/o_stopped_ckpt" && sha256sum step_7.h5 latest)
+set +e
+out=$(launch 4 "${common[@]}" "${overlap_args[@]}" --outer.fragments=1 --log.dir="$run/o_refused" \
+  --checkpoint.dir="$run/o_stopped_ckpt" 2>&1)
+rc=$?
+set -e
+[ $rc = 2 ] && [ "$(grep -c "hsdp-train: config error" <<<"$out")" = 1 ] \
+  && grep -q "outer.fragments = 1 (the checkpoint's run: 2), but the checkpoint was saved with the outer exchange of fragment 1 in flight (applied at step 8)" <<<"$out" \
+  || fail "a resume in flight with another outer.fragments: exit $rc: $out"
+[ "$(cd "$run/o_stopped_ckpt" && sha256sum step_7.h5 latest)" = "$before" ] || fail "the refused resume changed the checkpoint"
 launch 4 "${common[@]}" "${overlap_args[@]}" --log.dir="$run/o_stopped" --checkpoint.dir="$run/o_stopped_ckpt" >/dev/null
 python3 - "$run/straight/metrics.jsonl" "$run/o_straight/metrics.jsonl" "$run/o_stopped/metrics.jsonl" <<'PY'
 import json, sys
