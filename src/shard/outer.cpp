@@ -261,9 +261,17 @@ void OuterOptimizer::settle() {
   settled_ = true;
 }
 
+bool OuterOptimizer::needs_masters(std::int64_t step) const {
+  return fragment_due(options_, step) >= 0 || (flight_.fragment >= 0 && step >= flight_.apply_step);
+}
+
 OuterReport OuterOptimizer::after_step(std::int64_t step, std::span<const UnitShard> inner) {
   OuterReport report;
   const int due = fragment_due(options_, step);
+  if (needs_masters(step) && inner.size() != ranges_.size()) {
+    throw_internal("outer step " + std::to_string(step) + ": " + std::to_string(inner.size()) + " views of the " +
+                   std::to_string(ranges_.size()) + " shards it reads");
+  }
   Stopwatch clock;
   if (flight_.fragment >= 0) {
     if (step < flight_.apply_step && due < 0) {

@@ -819,7 +819,8 @@ class Run {
     }
     shard::OuterReport outer;
     if (outer_) {
-      outer = outer_->after_step(step + 1, backend.checkpoint_shards());
+      outer = outer_->after_step(
+          step + 1, outer_->needs_masters(step + 1) ? backend.checkpoint_shards() : std::vector<shard::UnitShard>{});
       if (outer.applied >= 0) backend.checkpoint_loaded();  // the masters were rewritten
     }
 

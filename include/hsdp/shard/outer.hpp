@@ -101,6 +101,10 @@ class OuterOptimizer {
   // `inner` are rewritten when report.applied >= 0 (the caller makes the backend follow). Collective over outer when
   // a fragment is due or applied.
   OuterReport after_step(std::int64_t step, std::span<const UnitShard> inner);
+  // Whether after_step(step) reads or rewrites the masters (a fragment due, or the exchange in flight applied): at the
+  // other steps it only moves the exchange on, and `inner` may be empty (views cost the backend a wait, and on a GPU
+  // a copy of the shards).
+  bool needs_masters(std::int64_t step) const;
   // Completes the exchange in flight and computes its outer step and shift (no bit changes: see above); before a
   // checkpoint. Collective over outer when an exchange is pending.
   void settle();
