@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "hsdp/core/dtype.hpp"
@@ -193,7 +194,14 @@ void OuterOptimizer::start_exchange(std::span<const std::size_t> mine) {
     }
   } else {
     const quant::QuantizedSpan message = message_span(message_.data(), n, options_);
-    quant::quantize(std::span<const float>(delta_), message);
+    if (quant::all_finite(std::span<const float>(delta_))) {
+      quant::quantize(std::span<const float>(delta_), message);
+    } else {
+      // A master gone non-finite on this island: NaN scales, so that every island decodes NaN into the outer
+      // parameters and the next step's loss ends the job on every rank as a divergence, as a NaN does at 16 and 32
+      // bits (quantize's throw, on this island alone, would leave the others waiting in the all-gather).
+      std::fill(message.scales.begin(), message.scales.end(), std::numeric_limits<float>::quiet_NaN());
+    }
     quant::dequantize(message, std::span<float>(wire));
   }
   if (feedback) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -389,6 +390,35 @@ TEST(OuterStep, Overlap_AppliesTheBlockingStepPlusWhatTheIslandLearntInFlight_An
   if (island_counts().empty()) GTEST_SKIP() << "one node: no islands";
   check_overlap({.inner_steps = 4, .lr = 0.7f, .momentum = 0.9f, .bits = 32, .overlap = 2});
   check_overlap({.inner_steps = 4, .lr = 0.7f, .momentum = 0.9f, .bits = 4, .block = 64, .overlap = 3});
+}
+
+// A master gone non-finite on one island (the first element of island 0's first place): at every wire format the
+// exchange completes on every island without a throw, and the NaN reaches the masters of every island at that place
+// (the next step's loss then ends the job on every rank as a divergence); the other places stay finite.
+TEST(OuterStep, ANonFiniteMasterOnOneIsland_ReachesEveryIslandAtItsPlace_WithoutAThrowOnOneAlone) {
+  if (island_counts().empty()) GTEST_SKIP() << "one node: no islands";
+  const model::ModelLayout layout(tiny_config());
+  for (const int bits : {32, 16, 8, 4}) {
+    const OuterOptions options{.inner_steps = 4, .bits = bits, .block = 64};
+    for (const int islands : island_counts()) {
+      SCOPED_TRACE(std::to_string(islands) + " islands, bits " + std::to_string(bits));
+      comm::ProcessMesh mesh(context().world, context().topology, island_options(islands));
+      std::vector<float> storage;
+      const std::vector<UnitShard> inner = island_views(layout, mesh, storage);
+      MemoryAccountant memory;
+      OuterOptimizer outer(options, mesh.outer(), layout, inner, memory);
+      for (const UnitShard& v : inner) {
+        for (std::size_t k = 0; k < v.count; ++k) v.params[k] = start_value(v.unit, v.begin + k);
+      }
+      outer.reset(inner);
+      const bool first_place = mesh.island().rank() == 0;
+      if (first_place && mesh.island_index() == 0) inner[0].params[0] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_EQ(outer.after_step(options.inner_steps, inner).applied, 0);
+      const std::vector<float> masters = concat(inner, &UnitShard::params);
+      const bool any_nan = std::any_of(masters.begin(), masters.end(), [](float x) { return std::isnan(x); });
+      EXPECT_EQ(any_nan, first_place);
+    }
+  }
 }
 
 TEST(OuterStep, OverlapBeyondOneFragmentsPeriod_IsAConfigErrorNamingTheLimit) {
