@@ -4,8 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <vector>
 
 #include "hsdp/core/error.hpp"
 
@@ -37,6 +40,33 @@ void require_regular_output(const std::string& path, std::string_view what) {
     throw_config(std::string(what) + ": '" + path + "' is " + kind +
                  "; the output must be a new path or a regular file (it is written to a temporary file and renamed "
                  "over the path, which would replace it)");
+  }
+}
+
+void require_not_checkpoint(const std::string& path, std::string_view what, std::string_view tool) {
+  std::ifstream in(path, std::ios::binary);
+  std::array<char, 8> head{};
+  constexpr std::array<char, 8> kHdf5{'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};  // HDF5's signature at byte 0
+  if (in && in.read(head.data(), head.size()) && head == kHdf5) {
+    throw_config(std::string(what) + ": '" + path + "' is an HDF5 file (a checkpoint?), which " + std::string(tool) +
+                 " never writes over: give another path, or remove it first");
+  }
+}
+
+void require_distinct_files(std::span<const NamedPath> paths) {
+  std::vector<std::filesystem::path> canonical;  // empty where it cannot be resolved: compared with none
+  for (const NamedPath& p : paths) {
+    std::error_code ec;
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(p.path, ec);
+    canonical.push_back(ec ? std::filesystem::path() : resolved);
+  }
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    for (std::size_t j = i + 1; j < paths.size(); ++j) {
+      if (!canonical[i].empty() && canonical[i] == canonical[j]) {
+        throw_config(paths[j].option + " '" + paths[j].path.string() + "' is the file " + paths[i].option +
+                     " names: give " + paths[j].option + " a path of its own");
+      }
+    }
   }
 }
 

@@ -1,9 +1,12 @@
 #include "hsdp/data/synth_dataset.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hsdp/core/error.hpp"
@@ -43,10 +46,26 @@ std::string synth_source_json(const SynthSpec& spec, const EntropyRate& entropy)
 SynthSummary write_synth_dataset(const SynthSpec& spec, const std::filesystem::path& out_dir) {
   if (spec.train_tokens == 0) throw_config("synth: --train-tokens must be > 0");
   if (spec.val_tokens == 0) throw_config("synth: --val-tokens must be > 0");
+  // The llm.c header counts tokens in an int32: said before the tokens are generated, not after.
+  constexpr auto kMaxTokens = static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max());
+  for (const auto& [option, count] :
+       {std::pair{"--train-tokens", spec.train_tokens}, {"--val-tokens", spec.val_tokens}}) {
+    if (static_cast<std::uint64_t>(count) > kMaxTokens) {
+      throw_config("synth: " + std::string(option) + " " + std::to_string(count) +
+                   " does not fit the int32 token count of the llm.c header (at most " + std::to_string(kMaxTokens) +
+                   ")");
+    }
+  }
   const MarkovSource source = MarkovSource::from_spec(spec.source);
   SynthSummary summary;
   summary.entropy = source.entropy_rate();
 
+  summary.train_path = out_dir / "train.bin";
+  summary.val_path = out_dir / "val.bin";
+  summary.json_path = out_dir / "source.json";
+  for (const auto& path : {summary.train_path, summary.val_path, summary.json_path}) {
+    require_regular_output(path.string(), "synth: --out-dir");  // before source.json is read: a FIFO would block it
+  }
   // It replaces its own earlier files only: train.bin or val.bin without a synth's source.json beside them are data
   // from elsewhere (hsdp-data encode, llm.c), never replaced.
   std::error_code error;
@@ -64,9 +83,6 @@ SynthSummary write_synth_dataset(const SynthSpec& spec, const std::filesystem::p
   }
   std::filesystem::create_directories(out_dir, error);
   if (error) throw_data("synth: cannot create directory '" + out_dir.string() + "': " + error.message());
-  summary.train_path = out_dir / "train.bin";
-  summary.val_path = out_dir / "val.bin";
-  summary.json_path = out_dir / "source.json";
 
   MarkovStream stream(source, spec.source.seed);
   std::vector<std::uint16_t> tokens(spec.train_tokens);

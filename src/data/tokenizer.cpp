@@ -134,7 +134,11 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
     inputs += (inputs.empty() ? "" : ",") + p.string();
   }
   // The output's folder before the training, so that one it cannot make is said at once.
-  if (const auto dir = spec.prefix.parent_path(); !dir.empty()) std::filesystem::create_directories(dir);
+  if (const auto dir = spec.prefix.parent_path(); !dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    if (error) throw_data("--out: cannot create the folder '" + dir.string() + "': " + error.message());
+  }
   // The options go as a map, not as a command line, which SentencePiece splits at spaces (a path with one failed).
   // It returns the model instead of writing <prefix>.model and .vocab as it goes; they are written below through
   // temporary files, so a failed or killed training leaves an earlier tokenizer at that prefix as it was. (No

@@ -80,6 +80,21 @@ expect 2 "--output: '$dir/one.h5' is an HDF5 file \(a checkpoint\?\), which hsdp
 expect 2 "is an HDF5 file" "$bin" export "$ck" --format llmc --output "$dir/one.h5"
 expect 2 "is an HDF5 file" "$bin" import --format llmc "$dir/model.bin" --output "$dir/one.h5"
 [[ $(sha256sum <"$dir/one.h5") == "$before" ]] || fail "a refused --output changed the checkpoint"
+# Nor over its own input, a checkpoint directory's `latest`, or into one; every file of an hf export is checked
+# before anything is written.
+expect 2 "--output '.*model.bin' is the file --input names" "$bin" import --format llmc "$dir/model.bin" \
+  --output "$dir/./model.bin"
+latest_before=$(cat "$dir/run/latest")
+expect 2 "--output: '.*latest' is a checkpoint directory's \`latest\`" "$bin" export "$ck" --format safetensors \
+  --output "$dir/run/latest"
+expect 2 "--output: '.*run' is a checkpoint directory \(it holds \`latest\`\)" "$bin" export "$ck" --format hf \
+  --output "$dir/run"
+[[ $(cat "$dir/run/latest") == "$latest_before" && ! -e $dir/run/config.json ]] || fail "an export wrote into the run"
+mkdir -p "$dir/hf_fifo" && mkfifo "$dir/hf_fifo/model.safetensors"
+expect 2 "--output: '.*hf_fifo/model.safetensors' is a FIFO" "$bin" export "$ck" --format hf --output "$dir/hf_fifo"
+mkdir -p "$dir/hf_dir/config.json"
+expect 2 "--output: '.*hf_dir/config.json' is a directory" "$bin" export "$ck" --format hf --output "$dir/hf_dir"
+[[ ! -e $dir/hf_dir/model.safetensors ]] || fail "a refused hf export wrote its weights"
 # The model of a bytes run is not written beside an earlier export's tokenizer (it would be read with it).
 mkdir -p "$dir/hf_old" && echo "an earlier export's" >"$dir/hf_old/tokenizer.model"
 expect 2 "--output: '$dir/hf_old' holds tokenizer.model of an earlier export, and this checkpoint's run read bytes" \

@@ -70,6 +70,22 @@ expect 2 "--output '.*m.model' is the file --tokenizer names" "$bin" encode --in
   --tokenizer "$dir/m.model" --output "$dir/m.model"
 [[ $(cat "$dir/m.model") == "a tokenizer model" ]] || fail "a refused encode changed its tokenizer"
 [[ $(sha256sum <"$dir/in.txt") == "$text_before" ]] || fail "a refused encode changed its input"
+# Nor an HDF5 file (a checkpoint), nor the tokenizer's own input; a prefix names a file, not a folder; synth's
+# outputs are regular files (a FIFO source.json would block its read) and its counts fit the header, said at once.
+printf '\x89HDF\r\n\x1a\n a checkpoint' >"$dir/ck.h5"
+expect 2 "--output: '.*ck.h5' is an HDF5 file \(a checkpoint\?\), which hsdp-data never writes over" "$bin" encode \
+  --input "$dir/in.txt" --output "$dir/ck.h5"
+cp "$dir/in.txt" "$dir/t.vocab"
+expect 2 "--out '.*t.vocab' is the file --input names" "$bin" tokenizer train --input "$dir/t.vocab" --out "$dir/t"
+cmp -s "$dir/in.txt" "$dir/t.vocab" || fail "a refused tokenizer train changed its input"
+expect 2 "--out '.*/' names a folder, not a file prefix" "$bin" tokenizer train --input "$dir/in.txt" --out "$dir/"
+expect 2 "--out: cannot create the folder '.*in.txt': Not a directory" "$bin" tokenizer train --input "$dir/in.txt" \
+  --out "$dir/in.txt/tok"
+mkdir -p "$dir/fifo_synth" && mkfifo "$dir/fifo_synth/source.json" && : >"$dir/fifo_synth/train.bin"
+expect 2 "synth: --out-dir: '.*source.json' is a FIFO" timeout 20 "$bin" synth --out-dir "$dir/fifo_synth"
+expect 2 "synth: --train-tokens 3000000000 does not fit the int32 token count" timeout 20 "$bin" synth \
+  --out-dir "$dir/huge_synth" --train-tokens 3000000000
+[[ ! -e $dir/huge_synth ]] || fail "a refused synth made its folder"
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
 expect 2 '--val-fraction needs --val-output' "$bin" encode --input "$dir/in.txt" --output "$dir/x.bin" \
   --val-fraction 0.2

@@ -36,15 +36,15 @@ po::positional_options_description one_positional(const char* name) {
 }
 
 // An output that is a regular file is replaced (a re-export after more training), but never one holding an HDF5 file
-// (a run's checkpoint: step_N.h5, a consolidated or imported one): hsdp-ckpt writes no output over a checkpoint.
-void require_not_checkpoint(const std::string& output) {
-  std::ifstream in(output, std::ios::binary);
-  std::array<char, 8> head{};
-  constexpr std::array<char, 8> kHdf5{'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};  // HDF5's signature at byte 0
-  if (in && in.read(head.data(), head.size()) && head == kHdf5) {
+// (core's require_not_checkpoint), nor a checkpoint directory's `latest` (it names the checkpoint a run resumes from).
+void require_output(const std::string& output) {
+  require_regular_output(output, "--output");
+  require_not_checkpoint(output, "--output", "hsdp-ckpt");
+  std::error_code ec;
+  if (std::filesystem::path(output).filename() == "latest" && std::filesystem::exists(output, ec)) {
     throw Error(ErrorKind::config, "--output: '" + output +
-                                       "' is an HDF5 file (a checkpoint?), which hsdp-ckpt never writes over: give "
-                                       "another path, or remove it first");
+                                       "' is a checkpoint directory's `latest` (the checkpoint a run resumes from), "
+                                       "which hsdp-ckpt never writes over: give another path");
   }
 }
 
@@ -180,8 +180,7 @@ int run_consolidate(const std::vector<std::string>& args) {
                         "world size; this makes one that says so and is independent of the original run.\n");
   if (!vm) return kExitOk;
   const std::string output = (*vm)["output"].as<std::string>();
-  require_regular_output(output, "--output");
-  require_not_checkpoint(output);
+  require_output(output);
   ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(ckpt::checkpoint_file((*vm)["file"].as<std::string>()));
   full.state.world_size = 1;
   full.state.nodes = 1;
@@ -236,9 +235,19 @@ int run_export(const std::vector<std::string>& args) {
   }
   const std::string path = ckpt::checkpoint_file((*vm)["file"].as<std::string>());
   const std::string output = (*vm)["output"].as<std::string>();
-  if (format != "hf") {  // hf: a directory of two files
-    require_regular_output(output, "--output");
-    require_not_checkpoint(output);
+  if (format != "hf") {
+    require_output(output);
+  } else {  // a directory of two files, and the tokenizer's two: each checked before the checkpoint is read
+    std::error_code ec;
+    if (std::filesystem::exists(output + "/latest", ec)) {
+      throw Error(ErrorKind::config, "--output: '" + output +
+                                         "' is a checkpoint directory (it holds `latest`): an hf export there would "
+                                         "sit among the run's checkpoints; give a folder of its own");
+    }
+    for (const char* name :
+         {ckpt::kHfConfigFile, ckpt::kHfWeightsFile, ckpt::kHfTokenizerFile, ckpt::kHfTokenizerConfigFile}) {
+      require_output(output + "/" + name);
+    }
   }
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
   const model::ModelLayout layout(full.config);
@@ -319,13 +328,19 @@ int run_import(const std::vector<std::string>& args) {
   }
   const std::string input = (*vm)["input"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
-  require_regular_output(output, "--output");
-  require_not_checkpoint(output);
+  require_output(output);
+  std::vector<NamedPath> paths;  // the output replaces none of the files it is made from
   if (format == "llmc") {
     require_regular_input(input, "import");
+    paths.push_back({"--input", input});
   } else {
-    for (const char* name : {"config.json", "model.safetensors"}) require_regular_input(input + "/" + name, "import");
+    for (const char* name : {ckpt::kHfConfigFile, ckpt::kHfWeightsFile}) {
+      require_regular_input(input + "/" + name, "import");
+      paths.push_back({"--input", input + "/" + name});
+    }
   }
+  paths.push_back({"--output", output});
+  require_distinct_files(paths);
   ckpt::FullCheckpoint full;
   std::string source;
   if (format == "llmc") {

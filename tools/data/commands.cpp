@@ -106,30 +106,20 @@ int run_encode(const std::vector<std::string>& args) {
   const std::filesystem::path input = (*vm)["input"].as<std::string>();
   const std::filesystem::path output = (*vm)["output"].as<std::string>();
   require_regular_output(output.string(), "--output");
+  require_not_checkpoint(output.string(), "--output", "hsdp-data");
   const bool val = vm->count("val-output") > 0;
-  if (val) require_regular_output((*vm)["val-output"].as<std::string>(), "--val-output");
+  if (val) {
+    require_regular_output((*vm)["val-output"].as<std::string>(), "--val-output");
+    require_not_checkpoint((*vm)["val-output"].as<std::string>(), "--val-output", "hsdp-data");
+  }
   // The outputs replace files: never the text or tokenizer they are made from, nor each other (the second would
   // replace the first).
-  std::vector<std::pair<std::string, std::filesystem::path>> paths = {{"--input", input}, {"--output", output}};
-  if (val) paths.emplace_back("--val-output", (*vm)["val-output"].as<std::string>());
+  std::vector<NamedPath> paths = {{"--input", input}, {"--output", output}};
+  if (val) paths.push_back({"--val-output", (*vm)["val-output"].as<std::string>()});
   if (const std::string model = (*vm)["tokenizer"].as<std::string>(); !model.empty()) {
     paths.insert(paths.begin() + 1, {"--tokenizer", model});
   }
-  std::vector<std::filesystem::path> canonical;  // empty where it cannot be resolved: compared with none
-  for (const auto& option_path : paths) {
-    std::error_code ec;
-    const std::filesystem::path resolved = std::filesystem::weakly_canonical(option_path.second, ec);
-    canonical.push_back(ec ? std::filesystem::path() : resolved);
-  }
-  for (std::size_t i = 0; i < paths.size(); ++i) {
-    for (std::size_t j = i + 1; j < paths.size(); ++j) {
-      if (!canonical[i].empty() && canonical[i] == canonical[j]) {
-        const auto& [a, pa] = paths[i];
-        const auto& [b, pb] = paths[j];
-        throw_config(b + " '" + pb.string() + "' is the file " + a + " names: give " + b + " a path of its own");
-      }
-    }
-  }
+  require_distinct_files(paths);
   for (const char* key : {"val-fraction", "val-split"}) {
     if (!val && !(*vm)[key].defaulted()) {
       throw_config(std::string("--") + key + " needs --val-output (the file that receives the validation part)");
@@ -218,7 +208,20 @@ int run_tokenizer(const std::vector<std::string>& args) {
     begin = comma + 1;
   }
   spec.prefix = (*vm)["out"].as<std::string>();
-  require_regular_output(spec.prefix.string() + ".model", "--out");
+  // PREFIX.model and PREFIX.vocab: a prefix that names a folder ("dir/") would write hidden files into it.
+  if (spec.prefix.filename().empty() || spec.prefix.filename() == "." || spec.prefix.filename() == "..") {
+    throw_config("--out '" + spec.prefix.string() + "' names a folder, not a file prefix: give e.g. " +
+                 (spec.prefix / "tok").string() + " (writes tok.model and tok.vocab)");
+  }
+  std::vector<NamedPath> paths;
+  for (const auto& in : spec.inputs) paths.push_back({"--input", in});
+  for (const char* ext : {".model", ".vocab"}) {
+    const std::string out = spec.prefix.string() + ext;
+    require_regular_output(out, "--out");
+    require_not_checkpoint(out, "--out", "hsdp-data");
+    paths.push_back({"--out", out});
+  }
+  require_distinct_files(paths);
   spec.vocab_size = (*vm)["vocab-size"].as<int>();
   spec.type = (*vm)["type"].as<std::string>();
   spec.seed = (*vm)["seed"].as<std::uint64_t>();

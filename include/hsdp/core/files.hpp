@@ -18,6 +18,19 @@ void require_regular_input(const std::string& path, std::string_view what, Error
 // naming it (the rename would replace a device node such as /dev/full, a FIFO or a socket with a regular file).
 void require_regular_output(const std::string& path, std::string_view what);
 
+// An output holding an HDF5 file (a checkpoint: step_N.h5, a consolidated or imported one) is never written over: a
+// config Error "<what>: '<path>' is an HDF5 file (a checkpoint?), which <tool> never writes over: ...".
+void require_not_checkpoint(const std::string& path, std::string_view what, std::string_view tool);
+// Paths that options name, inputs and outputs in the order the message should name them: a config Error where two
+// name the same file (".." and symbolic links resolved; where a path cannot be resolved it is compared with none)
+// "<later> '<path>' is the file <earlier> names: give <later> a path of its own". An output must not replace an input,
+// nor another output.
+struct NamedPath {
+  std::string option;
+  std::filesystem::path path;
+};
+void require_distinct_files(std::span<const NamedPath> paths);
+
 // Writes `bytes` to "<path>.tmp", fsyncs it, renames it over `path` and fsyncs the directory: a failed write (a full
 // disk) removes the temporary file and leaves `path` as it was, and so does a process killed before the rename; after
 // a return the new bytes survive a machine crash. False and the reason ("cannot write '<path>.tmp': No space left on
