@@ -38,7 +38,7 @@ MarkovSource::MarkovSource(int vocab, int order, int branching, double uniform_m
                  std::to_string(branching));
   }
   if (!(uniform_mix >= 0.0 && uniform_mix <= 1.0)) {
-    throw_config("synth: --uniform-mix must be in [0, 1], got " + std::to_string(uniform_mix));
+    throw_config("synth: --uniform-mix must be in (0, 1], got " + std::to_string(uniform_mix));
   }
   const auto v = static_cast<std::uint64_t>(vocab);
   context_count_ = power_bounded(v, order, kMaxMarkovContexts);

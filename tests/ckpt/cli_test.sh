@@ -95,6 +95,10 @@ expect 2 "--output: '.*hf_fifo/model.safetensors' is a FIFO" "$bin" export "$ck"
 mkdir -p "$dir/hf_dir/config.json"
 expect 2 "--output: '.*hf_dir/config.json' is a directory" "$bin" export "$ck" --format hf --output "$dir/hf_dir"
 [[ ! -e $dir/hf_dir/model.safetensors ]] || fail "a refused hf export wrote its weights"
+expect 2 "--tokenizer is for --format hf" "$bin" export "$ck" --format safetensors --tokenizer "$dir/m.model" \
+  --output "$dir/t.safetensors"
+expect 2 "--padded-vocab-size is for --format hf only" "$bin" import --format llmc "$dir/model.bin" \
+  --output "$dir/p.h5" --padded-vocab-size 256
 # The model of a bytes run is not written beside an earlier export's tokenizer (it would be read with it).
 mkdir -p "$dir/hf_old" && echo "an earlier export's" >"$dir/hf_old/tokenizer.model"
 expect 2 "--output: '$dir/hf_old' holds tokenizer.model of an earlier export, and this checkpoint's run read bytes" \

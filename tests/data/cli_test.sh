@@ -86,6 +86,10 @@ expect 2 "synth: --out-dir: '.*source.json' is a FIFO" timeout 20 "$bin" synth -
 expect 2 "synth: --train-tokens 3000000000 does not fit the int32 token count" timeout 20 "$bin" synth \
   --out-dir "$dir/huge_synth" --train-tokens 3000000000
 [[ ! -e $dir/huge_synth ]] || fail "a refused synth made its folder"
+# Options that would do nothing are refused, not ignored.
+expect 2 "--seed draws the documents of --val-split documents" "$bin" encode --input "$dir/in.txt" \
+  --output "$dir/x.bin" --seed 3
+expect 2 "--vocab must be >= 1, got 0" "$bin" info --input "$dir/out.bin" --vocab 0
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
 expect 2 '--val-fraction needs --val-output' "$bin" encode --input "$dir/in.txt" --output "$dir/x.bin" \
   --val-fraction 0.2

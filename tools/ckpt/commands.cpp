@@ -233,6 +233,12 @@ int run_export(const std::vector<std::string>& args) {
   if (format != "safetensors" && format != "llmc" && format != "hf") {
     throw Error(ErrorKind::config, "--format must be safetensors, llmc or hf, got '" + format + "'");
   }
+  if (format != "safetensors" && (*vm)["no-lm-head"].as<bool>()) {
+    throw Error(ErrorKind::config, "--no-lm-head is for --format safetensors (" + format + " writes no lm_head copy)");
+  }
+  if (format != "hf" && !(*vm)["tokenizer"].as<std::string>().empty()) {
+    throw Error(ErrorKind::config, "--tokenizer is for --format hf (" + format + " holds the weights only)");
+  }
   const std::string path = ckpt::checkpoint_file((*vm)["file"].as<std::string>());
   const std::string output = (*vm)["output"].as<std::string>();
   if (format != "hf") {
@@ -325,6 +331,9 @@ int run_import(const std::vector<std::string>& args) {
   const std::string format = (*vm)["format"].as<std::string>();
   if (format != "llmc" && format != "hf") {
     throw Error(ErrorKind::config, "--format must be llmc or hf, got '" + format + "'");
+  }
+  if (format == "llmc" && !(*vm)["padded-vocab-size"].defaulted()) {
+    throw Error(ErrorKind::config, "--padded-vocab-size is for --format hf only");
   }
   const std::string input = (*vm)["input"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();

@@ -127,6 +127,9 @@ int run_encode(const std::vector<std::string>& args) {
   }
   const std::string split = (*vm)["val-split"].as<std::string>();
   if (split != "tail" && split != "documents") throw_config("--val-split must be tail or documents, got '" + split + "'");
+  if (split != "documents" && !(*vm)["seed"].defaulted()) {
+    throw_config("--seed draws the documents of --val-split documents; with --val-split " + split + " it does nothing");
+  }
   const double fraction = (*vm)["val-fraction"].as<double>();
   if (val && !(fraction > 0.0 && fraction < 1.0)) {
     throw_config("--val-fraction must be in (0, 1), got " + std::to_string(fraction));
@@ -182,7 +185,7 @@ int run_tokenizer(const std::vector<std::string>& args) {
   if (args.empty() || args.front() != "train") {
     // `tokenizer --help`: the one subcommand's help, every option explained.
     if (!args.empty() && (args.front() == "--help" || args.front() == "-h")) return run_tokenizer({"train", "--help"});
-    throw_config("hsdp-data tokenizer: the only subcommand is `train` (hsdp-data tokenizer train --help)");
+    throw_config("tokenizer: the only subcommand is `train` (hsdp-data tokenizer train --help)");
   }
   po::options_description options("options", kHelpWidth);
   // clang-format off
@@ -301,6 +304,9 @@ int run_info(const std::vector<std::string>& args) {
                         "Validates a token file's header and size and prints its token count and largest id.\n");
   if (!vm) return kExitOk;
 
+  if (vm->count("vocab") && (*vm)["vocab"].as<int>() <= 0) {
+    throw_config("--vocab must be >= 1, got " + std::to_string((*vm)["vocab"].as<int>()));
+  }
   const data::TokenFile file((*vm)["input"].as<std::string>(), "info");
   if (vm->count("vocab")) file.validate_vocab((*vm)["vocab"].as<int>());
   std::cout << file.path().string() << ": " << file.size() << " tokens, largest id " << file.largest_token();

@@ -13,6 +13,7 @@
 #include "hsdp/ckpt/checkpoint.hpp"
 #include "hsdp/ckpt/inspect.hpp"
 #include "hsdp/core/error.hpp"
+#include "hsdp/core/files.hpp"
 #include "hsdp/data/byte_encoder.hpp"
 #include "hsdp/data/tokenizer.hpp"
 #include "sampling.hpp"
@@ -58,6 +59,7 @@ block_size, a token outside the vocabulary: one line says which).
 std::string checkpoint_file(const std::string& given) {
   std::error_code ec;
   if (std::filesystem::is_directory(given, ec)) return ckpt::checkpoint_file(given);
+  require_regular_input(given, "checkpoint", ErrorKind::checkpoint);  // a FIFO: not "does not exist"
   if (!std::filesystem::is_regular_file(given, ec)) {
     throw Error(ErrorKind::checkpoint, "checkpoint '" + given + "' does not exist");
   }
