@@ -3,6 +3,9 @@
 #
 #   sweep_test.sh expand      HSDP_SWEEP HSDP_TRAIN WORK   decks and points.txt of a 2x2 (+ nodes) study
 #   sweep_test.sh unknown_key HSDP_SWEEP HSDP_TRAIN WORK   a misspelled key exits 2 naming it
+#   sweep_test.sh bad_input   HSDP_SWEEP HSDP_TRAIN WORK   a refused point, --out, --train, --clean on no study, a
+#                                                          shared checkpoint.dir, run's options, collect's files: exit 2
+#                                                          with one line naming it, every file left as it was
 #   sweep_test.sh local_study HSDP_SWEEP HSDP_TRAIN WORK HSDP_DATA   4 points over no_shard, run --local,
 #                                                          collect: CSV, Markdown table, PNGs
 #   sweep_test.sh cluster_study HSDP_SWEEP HSDP_TRAIN WORK HSDP_DATA  (label cluster, root) full_shard and
@@ -43,6 +46,20 @@ train.micro_batch = 1,2
 train.lr = 1e-3,3e-3
 $2
 EOF
+}
+
+refused() { # $1 = what the one line on stderr says; the rest: hsdp-sweep's arguments. Exit 2 expected.
+  local want=$1 status=0
+  shift
+  "$sweep" "$@" >"$work/out" 2>"$work/err" || status=$?
+  if ! { [[ $status == 2 && $(wc -l <"$work/err") == 1 ]] && grep -qF -- "$want" "$work/err"; }; then
+    fail "hsdp-sweep $*: exit $status, expected 2 and one line saying \"$want\": $(cat "$work/err")"
+  fi
+}
+
+state() { # every file under the paths with its checksum, and every directory
+  find "$@" -type f -exec sha256sum {} + | sort
+  find "$@" | sort
 }
 
 case $check in
@@ -112,6 +129,69 @@ unknown_key)
     fail "a point every run refuses: exit $status, $(cat "$work/err4")"
   fi
   echo "unknown keys and values, and points every run would refuse: exit 2 with the key or point named"
+  ;;
+
+bad_input)
+  # A study with an earlier run's record in point 0, a directory that is no study, a file; the specs (2 points each,
+  # without the train.lr axis: every point is an hsdp-train call).
+  write_spec "$work/spec.ini" ""
+  write_spec "$work/refused.ini" "zeropp.hpz_partition_size = 0,2"
+  sed -i 's/^parallel.sharding = no_shard/parallel.sharding = hybrid_shard/' "$work/refused.ini"
+  write_spec "$work/ckpt.ini" "" && sed -i "s|^log.every = 2|&\ncheckpoint.dir = $work/ckpt|" "$work/ckpt.ini"
+  write_spec "$work/name.ini" "" && sed -i 's|^name = test|name = a/b|' "$work/name.ini"
+  write_spec "$work/rel.ini" "" && sed -i 's|^base = .*|base = base.ini|' "$work/rel.ini"
+  sed -i '/^train.lr = /d' "$work"/{spec,refused,ckpt,name,rel}.ini
+  study=$work/study
+  "$sweep" expand "$work/spec.ini" --out "$study" >/dev/null
+  echo 2 >"$study/point_0/exit_code"
+  echo '{"step":1}' >"$study/point_0/metrics.jsonl"
+  echo '{"np": 2, "where": "local"}' >"$study/point_0/launch.json"
+  mkdir -p "$work/photos/point_photos"
+  touch "$work/photos/point_photos/a.jpg" "$work/photos/points.txt" "$work/photos/results.md" "$work/file"
+  before=$(state "$study" "$work/photos" "$work/file")
+  # Point 1 refused by hsdp-train: nothing written, not even with --clean (point 0 passes, points 2 and 3 are new).
+  refused "point 1 (train.micro_batch=1 zeropp.hpz_partition_size=2): hsdp-train rejects it" \
+    expand "$work/refused.ini" --out "$study" --clean
+  refused "--out '$work/file' cannot be a directory: '$work/file' exists and is not one" \
+    expand "$work/spec.ini" --out "$work/file"
+  refused "--out '$work/file/study' cannot be a directory: '$work/file' exists" \
+    expand "$work/spec.ini" --out "$work/file/study"
+  refused "--train '$work/nope' does not exist" expand "$work/spec.ini" --out "$work/new" --train "$work/nope"
+  refused "--train '$work' is a directory" expand "$work/spec.ini" --out "$work/new" --train "$work"
+  refused "--train '$work/spec.ini' is not executable" \
+    expand "$work/spec.ini" --out "$work/new" --train "$work/spec.ini"
+  # A directory that is no study is neither written into nor cleaned (point_photos/ is no point's directory).
+  for clean in "" --clean; do
+    refused "--out '$work/photos' holds files but no study of hsdp-sweep" \
+      expand "$work/spec.ini" --out "$work/photos" $clean
+  done
+  refused "points 0 and 1 share checkpoint.dir '$work/ckpt'" expand "$work/ckpt.ini" --out "$work/new"
+  refused "[study] name 'a/b' has a '/'" expand "$work/name.ini" --out "$work/new"
+  # run's options: refused before a point's record is touched.
+  refused "--np must be positive, not 0" run --local "$study" --np 0
+  refused "--timeout must be a positive number of seconds, not -1" run --local "$study" --timeout -1
+  refused "--timeout must be a positive number of seconds, not nan" run --local "$study" --timeout nan
+  refused "--mpirun '$work/nope' does not exist" run --local "$study" --mpirun "$work/nope"
+  refused "--mpirun '$work' is a directory" run --local "$study" --mpirun "$work"
+  refused "--mpirun-args '\"unclosed': No closing quotation" run --local "$study" '--mpirun-args="unclosed'
+  [[ $(state "$study" "$work/photos" "$work/file") == "$before" ]] || fail "a refused command changed files"
+  [[ ! -e $work/new && ! -e $work/ckpt ]] || fail "a refused command made a directory"
+  echo "refused expand and run: exit 2, one line naming the problem, every file as it was"
+  # collect: a metrics line that is no JSON object, a summary value of the wrong kind.
+  echo '[1]' >>"$study/point_0/metrics.jsonl"
+  refused "$study/point_0/metrics.jsonl:2: not a JSON object" collect "$study"
+  echo '{"step":1}' >"$study/point_0/metrics.jsonl"
+  echo '{"final_loss": "low"}' >"$study/point_0/summary.json"
+  refused "$study/point_0/summary.json: final_loss is \"low\", not a number" collect "$study"
+  echo "collect: a metrics line or a summary value of the wrong kind: exit 2 naming the file"
+  # A study whose spec names its base deck relative to itself, run from another directory: np from its study.ini.
+  cp "$repo/input/quickstart.ini" "$work/base.ini"
+  (cd "$work" && "$sweep" expand rel.ini --out rel >/dev/null)
+  (cd / && "$sweep" run --local "$work/rel" --mpirun true >"$work/rel.out") ||
+    fail "run from / exited $?: $(cat "$work/rel.out")"
+  grep -q "^hsdp-sweep: running 2 point(s) of $work/rel with .*, 2 rank(s) each" "$work/rel.out" ||
+    fail "run from /: $(cat "$work/rel.out")"
+  echo "run of a study from another directory: its spec's np, its relative base deck not needed"
   ;;
 
 cluster_study)
@@ -285,7 +365,10 @@ EOF
     fail "the refusal does not name the results: $(cat "$work/err_mix")"
   [[ -f $work/study/point_0/summary.json ]] || fail "the refused expand deleted results"
   "$sweep" expand "$work/spec.ini" --out "$work/study" --clean >/dev/null || fail "expand --clean exited $?"
-  [[ ! -e $work/study/point_0/summary.json && ! -e $work/study/results.csv ]] || fail "--clean left old results"
+  # Only the new study is left: no earlier point's record, no table, data, script or PNG of its collect.
+  left=$(cd "$work/study" && echo *)
+  [[ ! -e $work/study/point_0/summary.json && $left == "point_0 point_1 point_2 point_3 points.txt study.ini" ]] ||
+    fail "--clean left an earlier study's files: $(cd "$work/study" && echo * point_0/*)"
   # The reader (`:`) is gone before hsdp-sweep (a Python start-up later) writes: every write meets a closed pipe.
   { "$sweep" collect "$work/fail" 2>"$work/err_pipe"; echo $? >"$work/status_pipe"; } | :
   status=$(cat "$work/status_pipe")

@@ -5,6 +5,7 @@ import json
 import os
 import statistics
 
+from .errors import InputError
 from .spec import LAUNCH_NODES, recorded_exit_code
 
 MIB = 1024 * 1024
@@ -23,14 +24,41 @@ def _read_metrics(path):
     steps = []
     try:
         with open(path, encoding="utf-8") as f:
-            for line in f:
+            for n, line in enumerate(f, 1):
                 try:
-                    steps.append(json.loads(line))
+                    step = json.loads(line)
                 except ValueError:
                     break  # a line cut short by a killed run: keep what came before
+                if not isinstance(step, dict):
+                    raise InputError(f"{path}:{n}: not a JSON object (one step's metrics)")
+                steps.append(step)
     except OSError:
         pass
     return steps
+
+
+# The kinds of summary.json's values that the table and the plots format, and how to name them.
+NUMBER, INTEGER = ((int, float), "a number"), ((int,), "an integer")
+SUMMARY_KINDS = {"world_size": INTEGER, "nodes": INTEGER, "steps": INTEGER, "tokens_per_s": NUMBER,
+                 "final_loss": NUMBER, "final_val_loss": NUMBER, "entropy_rate": NUMBER, "seconds": NUMBER,
+                 "strategy": ((str,), "a string"), "memory_peak": ((dict,), "an object")}
+
+
+def _read_summary(path):
+    """summary.json, or None where there is none (or it is cut short); one whose values are not of the kinds
+    hsdp-train writes is bad input, named (the table would end in a format)."""
+    summary = _read_json(path)
+    if summary is None:
+        return None
+    if not isinstance(summary, dict):
+        raise InputError(f"{path}: not a JSON object")
+    checks = [(key, summary.get(key), kind) for key, kind in SUMMARY_KINDS.items()]
+    if isinstance(summary.get("memory_peak"), dict):
+        checks += [(f"memory_peak.{k}", v, NUMBER) for k, v in summary["memory_peak"].items()]
+    for key, value, (kinds, name) in checks:
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+            raise InputError(f"{path}: {key} is {json.dumps(value)}, not {name}")
+    return summary
 
 
 def _median(steps, key):
@@ -53,7 +81,7 @@ def _status(point_dir, summary, has_metrics):
 def point_row(index, values, deck):
     """One dict per point: its axis values, status and measurements (None where unknown)."""
     point_dir = os.path.dirname(deck)
-    summary = _read_json(os.path.join(point_dir, "summary.json"))
+    summary = _read_summary(os.path.join(point_dir, "summary.json"))
     steps = _read_metrics(os.path.join(point_dir, "metrics.jsonl"))
     status, code = _status(point_dir, summary, bool(steps))
     summary = summary or {}
@@ -62,7 +90,7 @@ def point_row(index, values, deck):
     peak_total = peak.get("total")
     if peak_total is None:
         totals = [s["memory"].get("peak_total") for s in steps if isinstance(s.get("memory"), dict)]
-        peak_total = max((t for t in totals if t is not None), default=None)
+        peak_total = max((t for t in totals if isinstance(t, (int, float))), default=None)
     row = {"index": index, "axes": dict(values), "status": status, "exit_code": code,
            "strategy": summary.get("strategy") or dict(values).get("parallel.sharding") or _deck_value(
                deck, "parallel", "sharding"),

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 from .collect import MEMORY_CATEGORIES, MIB
+from .spec import PNG_FILES
 
 def point_label(row):
     """'3: micro_batch=2 lr=3e-3': the point's index and axis values with their section dropped (a path: its file
@@ -49,6 +50,8 @@ def write_losses(path, rows):
                     try:
                         m = json.loads(line)
                     except ValueError:
+                        continue
+                    if not isinstance(m, dict):
                         continue
                     if isinstance(m.get("step"), int) and isinstance(m.get("loss"), (int, float)):
                         points.append((m["step"], m["loss"]))
@@ -219,7 +222,7 @@ def write_plots(study_dir, rows, title):
     write_data(data, rows)
     labels = write_losses(os.path.join(study_dir, "loss.dat"), rows)
     link_labels, uncapped_at = write_link_data(os.path.join(study_dir, "link.dat"), rows)
-    for stale in ("throughput.png", "memory.png", "bytes.png", "loss.png", "link.png"):
+    for stale in PNG_FILES:
         if os.path.exists(os.path.join(study_dir, stale)):
             os.remove(os.path.join(study_dir, stale))
     text, pngs = gnuplot_script(rows, title)

@@ -10,13 +10,17 @@ import subprocess
 import time
 
 from .errors import InputError
-from .spec import LAUNCH_LINK, LAUNCH_NODES, checkpoint_dir_of, deck_value, recorded_exit_code, train_env
+from .spec import LAUNCH_LINK, LAUNCH_NODES, checkpoint_dir_of, deck_value, executable, recorded_exit_code, train_env
 
 TIMEOUT_EXIT = 124  # recorded for a point stopped by --timeout, as timeout(1) does
 
 
 def find_mpirun(explicit=None):
-    mpirun = explicit or shutil.which("mpirun") or shutil.which("mpiexec")
+    """--mpirun (a path, or a name on PATH), else mpirun or mpiexec on PATH: found before any point's record is
+    touched."""
+    if explicit:
+        return (shutil.which(explicit) if os.sep not in explicit else None) or executable(explicit, "--mpirun")
+    mpirun = shutil.which("mpirun") or shutil.which("mpiexec")
     if not mpirun:
         raise InputError("cannot find mpirun (give --mpirun PATH)")
     return mpirun
@@ -48,8 +52,11 @@ def _run_one(cmd, log_path, timeout):
         log.write("# " + " ".join(cmd) + "\n")
         log.flush()
         # Its own process group, so that a timeout or Ctrl-C stops mpirun and every rank it started.
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=train_env())
+        try:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env=train_env())
+        except OSError as e:
+            raise InputError(f"cannot run '{cmd[0]}': {e.strerror}") from e
         try:
             return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -60,7 +60,10 @@ def _parser():
     return parser
 
 
-def read_spec(path):
+def read_spec(path, need_base=True):
+    """The spec at path. need_base=False: a study's copy of its spec (study.ini), read for its name and np only: its
+    base deck may be relative to another directory than the current one, and the points' decks are resolved
+    already."""
     parser = _parser()
     try:
         with open(path, encoding="utf-8") as f:
@@ -80,8 +83,10 @@ def read_spec(path):
     if "base" not in study or not study["base"].strip():
         raise InputError(f"{path}: [study] needs 'base = <deck path>'")
     name = study.get("name", "").strip() or os.path.splitext(os.path.basename(path))[0]
+    if "/" in name:
+        raise InputError(f"{path}: [study] name '{name}' has a '/': it names the directory runs/study_<name>")
     base = _resolve(study["base"].strip(), os.path.dirname(os.path.abspath(path)))
-    if not os.path.isfile(base):
+    if need_base and not os.path.isfile(base):
         raise InputError(f"{path}: [study] base deck '{study['base'].strip()}' does not exist")
     np = None
     if "np" in study:
@@ -165,21 +170,42 @@ def check_keys(spec, known):
                                  f"--print-config{hint})")
 
 
+def executable(path, option):
+    """path, absolute, where it is a program that can run; else the InputError naming option and why not."""
+    if not os.path.exists(path):
+        why = "does not exist"
+    elif os.path.isdir(path):
+        why = "is a directory"
+    elif not os.access(path, os.X_OK):
+        why = "is not executable"
+    else:
+        return os.path.abspath(path)
+    raise InputError(f"{option} '{path}' {why}")
+
+
 def find_train(explicit=None):
-    """hsdp-train: --train, else $HSDP_TRAIN, else next to this program, else build/bin, else PATH."""
-    candidates = [explicit, os.environ.get("HSDP_TRAIN"),
-                  os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "hsdp-train"),
+    """hsdp-train: --train, else $HSDP_TRAIN, else next to this program, else build/bin, else PATH. A given one is the
+    one used: where it cannot run, the error says so (another hsdp-train found instead would go unnoticed)."""
+    for given, option in ((explicit, "--train"), (os.environ.get("HSDP_TRAIN"), "HSDP_TRAIN")):
+        if given:
+            return executable(given, option)
+    candidates = [os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "hsdp-train"),
                   os.path.join("build", "bin", "hsdp-train"), shutil.which("hsdp-train")]
     for c in candidates:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return os.path.abspath(c)
-    if explicit:
-        raise InputError(f"'{explicit}' is not an executable hsdp-train")
     raise InputError("cannot find hsdp-train (give --train PATH or set HSDP_TRAIN)")
 
 
 RESULT_FILES = ("summary.json", "metrics.jsonl", "exit_code")
-STUDY_FILES = ("points.txt", "study.ini", "results.csv", "results.md", "throughput.png", "memory.png", "bytes.png")
+# points.txt's first line: it marks a directory as a study of hsdp-sweep, the only kind expand writes into when it
+# holds files.
+POINTS_HEADER = "# index\tdeck\tpoint (key=value ...); read by jobscripts/study.sbatch and hsdp-sweep\n"
+# What expand and collect write into a study directory (collect.py's tables; plots.py's data, script and PNGs):
+# --clean deletes it with the points, and plots.py removes an earlier collect's PNGs.
+PNG_FILES = ("throughput.png", "memory.png", "bytes.png", "loss.png", "link.png")
+STUDY_FILES = ("points.txt", "study.ini", "results.csv", "results.md", "results.dat", "plots.gp", "loss.dat",
+               "link.dat", *PNG_FILES)
 
 
 def recorded_exit_code(point_dir):
@@ -192,65 +218,130 @@ def recorded_exit_code(point_dir):
         return None
 
 
+def _is_point_dir(out_dir, name):
+    """Whether out_dir/name is a point's directory, point_<i>/ (a point_photos/ is someone else's)."""
+    return name.startswith("point_") and name[len("point_"):].isdigit() and os.path.isdir(os.path.join(out_dir, name))
+
+
 def earlier_results(out_dir):
     """The result files of an earlier study in out_dir (its points' summaries, metrics and exit codes)."""
     found = []
     if os.path.isdir(out_dir):
         for name in sorted(os.listdir(out_dir)):
-            if name.startswith("point_"):
+            if _is_point_dir(out_dir, name):
                 found += [os.path.join(name, f) for f in RESULT_FILES if os.path.exists(os.path.join(out_dir, name, f))]
     return found
+
+
+def _is_study(out_dir):
+    """Whether out_dir is a study directory of hsdp-sweep: its points.txt begins with the line expand writes."""
+    try:
+        with open(os.path.join(out_dir, "points.txt"), encoding="utf-8") as f:
+            return f.readline() == POINTS_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _check_out(out_dir):
+    """Refuses an --out that cannot be a directory, or one that holds files but no study (expand would overwrite
+    points.txt or study.ini there, and --clean delete what is not its own)."""
+    existing = out_dir
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise InputError(f"--out '{out_dir}' cannot be a directory: '{existing}' exists and is not one")
+    try:
+        entries = os.listdir(out_dir) if existing == out_dir else []
+    except OSError as e:
+        raise InputError(f"--out '{out_dir}': {e.strerror}") from e
+    if entries and not _is_study(out_dir):
+        raise InputError(f"--out '{out_dir}' holds files but no study of hsdp-sweep (no points.txt written by "
+                         "expand): give a new or empty directory")
 
 
 def clean_study(out_dir):
     """Deletes what expand, run and collect wrote into out_dir: point_<i>/ directories and the study files."""
     for name in os.listdir(out_dir):
         path = os.path.join(out_dir, name)
-        if name.startswith("point_") and os.path.isdir(path):
+        if _is_point_dir(out_dir, name):
             shutil.rmtree(path)
         elif name in STUDY_FILES:
             os.remove(path)
+
+
+def _write_file(path, text):
+    """Writes path whole or not at all (a temporary file renamed over it): an interrupted expand leaves each file
+    as it was or as it should be."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _point_deck(spec, index, values, point_dir, train):
+    """The point's deck as hsdp-train resolves and checks it (base + [fixed] + the point's values); an InputError
+    where hsdp-train refuses it."""
+    overrides = [f"--{k}={v}" for k, v in spec.fixed + values if k not in LAUNCH_KEYS]
+    # hsdp-train resolves the deck (base + overrides) and checks it as a run would (every value, and the checks
+    # across keys: ZeRO++ with the strategy, islands): a point every run would refuse fails here.
+    cmd = [train, "--config", spec.base, *overrides, f"--log.dir={point_dir}", "--check-config"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
+    # Points run at the same time (a job array): each gets its own checkpoint directory, unless the spec says.
+    spec_keys = {k for k, _ in spec.fixed + values}
+    if out.returncode == 0 and "checkpoint.dir" not in spec_keys and checkpoint_dir_of(out.stdout):
+        cmd = cmd[:-1] + [f"--checkpoint.dir={os.path.join(point_dir, 'checkpoints')}", "--check-config"]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
+    if out.returncode != 0:
+        point = " ".join(f"{k}={v}" for k, v in values)
+        raise InputError(f"point {index} ({point}): hsdp-train rejects it: {out.stderr.strip()}")
+    return (f"# study '{spec.name}' point {index}: {' '.join(f'{k}={v}' for k, v in values)}\n"
+            f"# from {spec.path}, base deck {spec.base}\n{out.stdout}")
+
+
+def _check_checkpoint_dirs(spec, decks):
+    """Two points with one checkpoint.dir would mix their runs: the later one resumes the earlier one's checkpoint
+    (checkpoint.resume = auto), or two array tasks write into it at once."""
+    owner = {}
+    for index, _, text in decks:
+        folder = checkpoint_dir_of(text)
+        if folder and folder in owner:
+            raise InputError(f"{spec.path}: points {owner[folder]} and {index} share checkpoint.dir '{folder}' (one "
+                             "would resume the other's checkpoint): leave checkpoint.dir out of the spec (each point "
+                             "gets its own, <point_dir>/checkpoints), or set it empty in [fixed] (no checkpoints)")
+        owner.setdefault(folder, index)
 
 
 def expand(spec, out_dir, train, clean=False):
     """Writes out_dir/point_<i>/deck.ini for every point and out_dir/points.txt; returns the points as
     [(index, values, deck path)]. A directory holding an earlier study's results is refused (collect would label them
     with the new points), unless clean: then the earlier study's files are deleted first."""
-    check_keys(spec, deck_keys(train))
     out_dir = os.path.abspath(out_dir)
+    _check_out(out_dir)
+    check_keys(spec, deck_keys(train))
     results = earlier_results(out_dir)
     if results and not clean:
         shown = ", ".join(results[:3]) + (", ..." if len(results) > 3 else "")
         raise InputError(f"'{out_dir}' holds the results of an earlier study ({shown}): collect would label them with "
                          f"this study's points; use another --out, or --clean to delete them first")
-    if os.path.isdir(out_dir) and clean:
-        clean_study(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    shutil.copyfile(spec.path, os.path.join(out_dir, "study.ini"))
-    expanded = []
-    for index, values in spec.points():
-        point_dir = os.path.join(out_dir, f"point_{index}")
-        os.makedirs(point_dir, exist_ok=True)
-        deck = os.path.join(point_dir, "deck.ini")
-        overrides = [f"--{k}={v}" for k, v in spec.fixed + values if k not in LAUNCH_KEYS]
-        # hsdp-train resolves the deck (base + overrides) and checks it as a run would (every value, and the checks
-        # across keys: ZeRO++ with the strategy, islands): a point every run would refuse fails here.
-        cmd = [train, "--config", spec.base, *overrides, f"--log.dir={point_dir}", "--check-config"]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
-        # Points run at the same time (a job array): each gets its own checkpoint directory, unless the spec says.
-        spec_keys = {k for k, _ in spec.fixed + values}
-        if out.returncode == 0 and "checkpoint.dir" not in spec_keys and checkpoint_dir_of(out.stdout):
-            cmd = cmd[:-1] + [f"--checkpoint.dir={os.path.join(point_dir, 'checkpoints')}", "--check-config"]
-            out = subprocess.run(cmd, capture_output=True, text=True, env=train_env(), check=False)
-        if out.returncode != 0:
-            point = " ".join(f"{k}={v}" for k, v in values)
-            raise InputError(f"point {index} ({point}): hsdp-train rejects it: {out.stderr.strip()}")
-        with open(deck, "w", encoding="utf-8") as f:
-            f.write(f"# study '{spec.name}' point {index}: {' '.join(f'{k}={v}' for k, v in values)}\n")
-            f.write(f"# from {spec.path}, base deck {spec.base}\n")
-            f.write(out.stdout)
-        expanded.append((index, values, deck))
-    write_points(out_dir, expanded)
+    # Every point is checked before anything is written: a point hsdp-train refuses leaves out_dir as it was.
+    decks = [(index, values, _point_deck(spec, index, values, os.path.join(out_dir, f"point_{index}"), train))
+             for index, values in spec.points()]
+    _check_checkpoint_dirs(spec, decks)
+    try:
+        if os.path.isdir(out_dir) and clean:
+            clean_study(out_dir)
+        expanded = []
+        for index, values, text in decks:
+            point_dir = os.path.join(out_dir, f"point_{index}")
+            os.makedirs(point_dir, exist_ok=True)
+            _write_file(os.path.join(point_dir, "deck.ini"), text)
+            expanded.append((index, values, os.path.join(point_dir, "deck.ini")))
+        with open(spec.path, encoding="utf-8", newline="") as f:  # a copy, line ends and all
+            _write_file(os.path.join(out_dir, "study.ini"), f.read())
+        # Last: points.txt names the decks, which are in place by now.
+        write_points(out_dir, expanded)
+    except OSError as e:
+        raise InputError(f"--out '{out_dir}': cannot write '{e.filename or out_dir}': {e.strerror}") from e
     return expanded
 
 
@@ -272,10 +363,8 @@ def checkpoint_dir_of(printed_deck):
 
 
 def write_points(out_dir, expanded):
-    with open(os.path.join(out_dir, "points.txt"), "w", encoding="utf-8") as f:
-        f.write("# index\tdeck\tpoint (key=value ...); read by jobscripts/study.sbatch and hsdp-sweep\n")
-        for index, values, deck in expanded:
-            f.write(f"{index}\t{deck}\t{' '.join(f'{k}={v}' for k, v in values)}\n")
+    _write_file(os.path.join(out_dir, "points.txt"), POINTS_HEADER + "".join(
+        f"{index}\t{deck}\t{' '.join(f'{k}={v}' for k, v in values)}\n" for index, values, deck in expanded))
 
 
 def read_points(study_dir):
