@@ -184,8 +184,10 @@ def run_local(points, train, np, mpirun, mpirun_args, timeout=None, out=print):
     <point>/train.log and its exit status to <point>/exit_code."""
     capped = [index for index, values, _ in points if int(dict(values).get(LAUNCH_LINK, 0)) > 0]
     if capped:
-        raise InputError(f"points {', '.join(map(str, capped))} cap the link (launch.link_mbit): run them with "
-                         "run --cluster (the test cluster of tools/cluster.sh, as root)")
+        which, them = ((f"point {capped[0]} caps", "it") if len(capped) == 1 else
+                       (f"points {', '.join(map(str, capped))} cap", "them"))
+        raise InputError(f"{which} the link (launch.link_mbit): run {them} with run --cluster (the test cluster of "
+                         "tools/cluster.sh, as root)")
     failed = []
     for n, (index, values, deck) in enumerate(points, 1):
         point_dir = os.path.dirname(deck)
