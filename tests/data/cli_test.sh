@@ -90,6 +90,7 @@ expect 2 "synth: --train-tokens 3000000000 does not fit the int32 token count" t
 expect 2 "--seed draws the documents of --val-split documents" "$bin" encode --input "$dir/in.txt" \
   --output "$dir/x.bin" --seed 3
 expect 2 "--vocab must be >= 1, got 0" "$bin" info --input "$dir/out.bin" --vocab 0
+expect 2 "--seed must be >= 0, got -5" "$bin" synth --out-dir "$dir/neg_seed" --seed -5  # not 2^64 - 5
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"
 expect 2 '--val-fraction needs --val-output' "$bin" encode --input "$dir/in.txt" --output "$dir/x.bin" \
   --val-fraction 0.2

@@ -4,6 +4,7 @@
 // its own options with parse_options, and errors end as one line and an exit code (2 bad options or input, 1
 // internal).
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -26,8 +27,19 @@ inline std::optional<boost::program_options::variables_map> parse_options(
     const boost::program_options::positional_options_description& positional, const char* usage) {
   namespace po = boost::program_options;
   options.add_options()("help,h", "print this help and exit");
+  const po::parsed_options parsed = po::command_line_parser(args).options(options).positional(positional).run();
+  // Boost reads "-5" for an unsigned option as 2^64 - 5 (a seed): refused instead, naming it.
+  for (const po::option& given : parsed.options) {
+    const po::option_description* d = options.find_nothrow(given.string_key, false);
+    if (d == nullptr || dynamic_cast<const po::typed_value<std::uint64_t>*>(d->semantic().get()) == nullptr) continue;
+    for (const std::string& value : given.value) {
+      if (value.find_first_not_of(" \t") != std::string::npos && value[value.find_first_not_of(" \t")] == '-') {
+        throw Error(ErrorKind::config, "--" + given.string_key + " must be >= 0, got " + value);
+      }
+    }
+  }
   po::variables_map vm;
-  po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+  po::store(parsed, vm);
   if (vm.count("help")) {
     std::cout << usage << "\n" << options;
     return std::nullopt;
