@@ -168,15 +168,13 @@ std::vector<std::size_t> OuterOptimizer::ranges_of(int fragment) const {
 void OuterOptimizer::start_exchange(std::span<const std::size_t> mine) {
   const std::size_t n = delta_.size();
   const bool feedback = options_.error_feedback && options_.bits < 32;
-  std::vector<float> error;
-  if (feedback) {
-    error.resize(n);
+  if (feedback) {  // the rounding error this island's last message left, carried into this one
     std::size_t at = 0;
     for (const std::size_t i : mine) {
-      std::copy_n(error_.data() + ranges_[i].offset, ranges_[i].count, error.data() + at);
+      const float* e = error_.data() + ranges_[i].offset;
+      for (std::size_t k = 0; k < ranges_[i].count; ++k) delta_[at + k] += e[k];
       at += ranges_[i].count;
     }
-    for (std::size_t k = 0; k < n; ++k) delta_[k] += error[k];
   }
   if (options_.bits == 32) {
     pending_ = outer_.all_reduce_async(delta_.data(), delta_.data(), n, DType::f32, comm::ReduceOp::avg);
