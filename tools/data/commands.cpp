@@ -216,15 +216,16 @@ int run_tokenizer(const std::vector<std::string>& args) {
     throw_config("--out '" + spec.prefix.string() + "' names a folder, not a file prefix: give e.g. " +
                  (spec.prefix / "tok").string() + " (writes tok.model and tok.vocab)");
   }
-  std::vector<NamedPath> paths;
-  for (const auto& in : spec.inputs) paths.push_back({"--input", in});
-  for (const char* ext : {".model", ".vocab"}) {
-    const std::string out = spec.prefix.string() + ext;
+  const std::string model = spec.prefix.string() + ".model", vocab = spec.prefix.string() + ".vocab";
+  for (const std::string& out : {model, vocab}) {
     require_regular_output(out, "--out");
     require_not_checkpoint(out, "--out", "hsdp-data");
-    paths.push_back({"--out", out});
   }
-  require_distinct_files(paths);
+  for (const auto& in :
+       spec.inputs) {  // neither output replaces a text it learns from (a text given twice is read twice)
+    const NamedPath paths[] = {{"--input", in}, {"--out", model}, {"--out", vocab}};
+    require_distinct_files(paths);
+  }
   spec.vocab_size = (*vm)["vocab-size"].as<int>();
   spec.type = (*vm)["type"].as<std::string>();
   spec.seed = (*vm)["seed"].as<std::uint64_t>();
