@@ -108,6 +108,15 @@ Topology detect_topology(MPI_Comm world, const TopologyOptions& options) {
   return Topology::from_node_ids(rank, std::move(leaders));
 }
 
+int ranks_on_host(MPI_Comm world) {
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  int size = 1;
+  MPI_Comm_size(host, &size);
+  MPI_Comm_free(&host);
+  return size;
+}
+
 Placement parse_placement(const std::string& text) {
   if (text == "block") return Placement::block;
   if (text == "cyclic") return Placement::cyclic;

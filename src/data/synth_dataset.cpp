@@ -69,11 +69,11 @@ SynthSummary write_synth_dataset(const SynthSpec& spec, const std::filesystem::p
   // It replaces its own earlier files only: train.bin or val.bin without a synth's source.json beside them are data
   // from elsewhere (hsdp-data encode, llm.c), never replaced.
   std::error_code error;
-  const char* held = std::filesystem::exists(out_dir / "train.bin", error) ? "train.bin"
-                     : std::filesystem::exists(out_dir / "val.bin", error) ? "val.bin"
-                                                                           : nullptr;
+  const char* held = std::filesystem::exists(summary.train_path, error) ? "train.bin"
+                     : std::filesystem::exists(summary.val_path, error) ? "val.bin"
+                                                                        : nullptr;
   if (held != nullptr) {
-    std::ifstream json(out_dir / "source.json");
+    std::ifstream json(summary.json_path);
     const std::string text((std::istreambuf_iterator<char>(json)), std::istreambuf_iterator<char>());
     if (text.find("\"generator\":\"hsdp-data synth") == std::string::npos) {
       throw_config("synth: --out-dir '" + out_dir.string() + "' holds " + held +

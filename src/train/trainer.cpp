@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hsdp/comm/agree.hpp"
+#include "hsdp/comm/topology.hpp"
 #include "hsdp/core/buffer.hpp"
 #include "hsdp/core/error.hpp"
 #include "hsdp/core/fault.hpp"
@@ -255,16 +256,6 @@ bool stop_agreed(comm::Communicator& world, const StopSignals& signals) {
   double stop = signals.requested() ? 1.0 : 0.0;
   world.all_reduce(std::span<double>(&stop, 1), comm::ReduceOp::sum);
   return stop > 0;
-}
-
-// The ranks that share this rank's host (and its memory): MPI_COMM_TYPE_SHARED, whatever nodes are emulated.
-int ranks_on_host(MPI_Comm world) {
-  MPI_Comm host = MPI_COMM_NULL;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
-  int size = 1;
-  MPI_Comm_size(host, &size);
-  MPI_Comm_free(&host);
-  return size;
 }
 
 std::string gib(double bytes) {
@@ -733,7 +724,7 @@ class Run {
   }
 
   void build_backend() {
-    const int sharing = ranks_on_host(world_.raw());
+    const int sharing = comm::ranks_on_host(world_.raw());
     comm::agree(world_.raw(), [&] {
       if (o_.device_type == device::DeviceType::cpu) {
         check_memory_fits(o_, *layout_, mesh_, host_memory_available(), sharing, "host " + host_name());

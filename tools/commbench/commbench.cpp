@@ -138,11 +138,7 @@ Options parse(int argc, char** argv, bool& help) {
 // such as a Slurm job's --mem) the kernel would kill ranks while they fill them (an allocation of untouched pages
 // succeeds), so that is refused on every rank, naming the host that has the least to spare.
 void check_buffers_fit(std::size_t max_bytes) {
-  MPI_Comm host = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
-  int ranks = 1;
-  MPI_Comm_size(host, &ranks);
-  MPI_Comm_free(&host);
+  const int ranks = hsdp::comm::ranks_on_host(MPI_COMM_WORLD);
   const hsdp::HostMemory memory = hsdp::host_memory_available();
   const double need = 2.0 * static_cast<double>(max_bytes) * ranks;
   struct {

@@ -45,6 +45,9 @@ Topology detect_topology(MPI_Comm world, const TopologyOptions& options);
 // That check alone (reads the environment only): SLURM_STEP_NUM_TASKS, else SLURM_NTASKS, against world_size.
 // Skipped when mpirun (ORTE) started the ranks: under an allocation its daemons' step has one task per node.
 void check_slurm_world_size(int world_size);
+// The ranks of `world` that share this rank's host and its memory (MPI_COMM_TYPE_SHARED), whatever nodes are
+// emulated: what divides a host's memory among its ranks. Collective over `world`.
+int ranks_on_host(MPI_Comm world);
 
 Placement parse_placement(const std::string& text);
 const char* to_string(Placement p);
