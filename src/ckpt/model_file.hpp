@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "hsdp/ckpt/commit.hpp"
 #include "hsdp/core/error.hpp"
 
 namespace hsdp::ckpt::model_file {
@@ -55,8 +56,9 @@ inline void write_bytes(std::FILE* f, const void* data, std::size_t bytes, const
     fail(path, std::string("write failed: ") + std::strerror(errno));
 }
 
-// Writes through `path.tmp` (body(file, tmp_path)), fsynced and renamed over `path` once complete. A write that fails
-// (a full disk, a quota) removes the temporary file: nothing is left behind, and `path` is as it was.
+// Writes through `path.tmp` (body(file, tmp_path)), fsynced and renamed over `path` once complete (commit.hpp's
+// durable_rename: the directory fsynced too). A write that fails (a full disk, a quota) removes the temporary file:
+// nothing is left behind, and `path` is as it was.
 template <typename Body>
 void write_atomically(const std::string& path, Body&& body) {
   const std::string tmp = path + ".tmp";
@@ -69,9 +71,7 @@ void write_atomically(const std::string& path, Body&& body) {
       std::FILE* raw = f.release();
       if (std::fclose(raw) != 0) fail(tmp, std::string("close failed: ") + std::strerror(errno));
     }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) fail(path, "cannot rename from " + tmp + ": " + ec.message());
+    durable_rename(tmp, path);
   } catch (...) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
