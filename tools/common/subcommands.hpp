@@ -33,7 +33,7 @@ inline std::optional<boost::program_options::variables_map> parse_options(
     const po::option_description* d = options.find_nothrow(given.string_key, false);
     if (d == nullptr || dynamic_cast<const po::typed_value<std::uint64_t>*>(d->semantic().get()) == nullptr) continue;
     for (const std::string& value : given.value) {
-      if (value.find_first_not_of(" \t") != std::string::npos && value[value.find_first_not_of(" \t")] == '-') {
+      if (const std::size_t first = value.find_first_not_of(" \t"); first != std::string::npos && value[first] == '-') {
         throw Error(ErrorKind::config, "--" + given.string_key + " must be >= 0, got " + value);
       }
     }
