@@ -104,16 +104,38 @@ std::uint64_t outer_exchange_bytes(const OuterOptions& o, std::size_t count, int
   return (n - 1) * message_bytes(count, o);
 }
 
+std::vector<std::size_t> fragment_counts(std::span<const std::size_t> unit_numel, int shard_size, int fragments) {
+  const std::vector<int> fragment_of = unit_fragments(unit_numel, fragments);
+  const auto n = static_cast<std::size_t>(shard_size);
+  std::vector<std::size_t> count(static_cast<std::size_t>(fragments), 0);
+  for (std::size_t u = 0; u < unit_numel.size(); ++u) {
+    count[static_cast<std::size_t>(fragment_of[u])] += (unit_numel[u] + n - 1) / n;
+  }
+  return count;
+}
+
+std::uint64_t outer_scratch_bytes(const OuterOptions& o, std::span<const std::size_t> fragment_counts, int islands) {
+  if (islands <= 1) return 0;
+  std::size_t c = 0;
+  for (const std::size_t f : fragment_counts) c = std::max(c, f);
+  if (o.bits == 32) return sizeof(float) * c;
+  return 2 * sizeof(float) * c + (static_cast<std::uint64_t>(islands) + 1) * message_bytes(c, o);
+}
+
 OuterOptimizer::OuterOptimizer(const OuterOptions& options, comm::Communicator& outer, const model::ModelLayout& layout,
                                std::span<const UnitShard> views, MemoryAccountant& memory)
     : options_(options), outer_(outer), memory_(memory) {
   validate(options_, layout.num_units());
   const std::vector<int> fragment = unit_fragments(layout, options_.fragments);
   std::size_t total = 0;
+  std::vector<std::size_t> held(static_cast<std::size_t>(options_.fragments), 0);
   for (const UnitShard& v : views) {
-    ranges_.push_back({v.unit, v.begin, v.count, total, fragment[static_cast<std::size_t>(v.unit)]});
+    const int f = fragment[static_cast<std::size_t>(v.unit)];
+    ranges_.push_back({v.unit, v.begin, v.count, total, f});
     total += v.count;
+    held[static_cast<std::size_t>(f)] += v.count;
   }
+  largest_fragment_ = *std::max_element(held.begin(), held.end());
   params_.reset(total, &memory, MemCategory::optimizer);
   momentum_.reset(total, &memory, MemCategory::optimizer);
   error_.reset(total, &memory, MemCategory::optimizer);
@@ -122,6 +144,16 @@ OuterOptimizer::OuterOptimizer(const OuterOptions& options, comm::Communicator& 
 
 void OuterOptimizer::ensure_shift() {
   if (shift_.size() != params_.size()) shift_.reset(params_.size(), &memory_, MemCategory::optimizer);
+}
+
+void OuterOptimizer::ensure_scratch() {
+  if (!delta_.empty() || largest_fragment_ == 0) return;
+  delta_.reset(largest_fragment_, &memory_, MemCategory::comm_buffers);
+  if (options_.bits == 32) return;  // the all-reduce runs in place
+  const std::size_t bytes = message_bytes(largest_fragment_, options_);
+  wire_.reset(largest_fragment_, &memory_, MemCategory::comm_buffers);
+  message_.reset(bytes, &memory_, MemCategory::comm_buffers);
+  received_.reset(bytes * static_cast<std::size_t>(outer_.size()), &memory_, MemCategory::comm_buffers);
 }
 
 void OuterOptimizer::reset(std::span<const UnitShard> inner) {
@@ -166,7 +198,7 @@ std::vector<std::size_t> OuterOptimizer::ranges_of(int fragment) const {
 }
 
 void OuterOptimizer::start_exchange(std::span<const std::size_t> mine) {
-  const std::size_t n = delta_.size();
+  const std::size_t n = count_;
   const bool feedback = options_.error_feedback && options_.bits < 32;
   if (feedback) {  // the rounding error this island's last message left, carried into this one
     std::size_t at = 0;
@@ -181,9 +213,9 @@ void OuterOptimizer::start_exchange(std::span<const std::size_t> mine) {
     return;
   }
   const std::size_t bytes = message_bytes(n, options_);
-  message_.assign(bytes, 0);
-  received_.resize(bytes * static_cast<std::size_t>(outer_.size()));
-  std::vector<float> wire(n);  // this island's message as the others read it
+  if (bytes > 0) std::memset(message_.data(), 0, bytes);  // the padding after the packed values too: the same bytes
+  const std::span<const float> delta(delta_.data(), n);
+  const std::span<float> wire(wire_.data(), n);  // this island's message as the others read it
   if (options_.bits == 16) {
     auto* values = reinterpret_cast<bf16_t*>(message_.data());
     for (std::size_t k = 0; k < n; ++k) {
@@ -192,15 +224,15 @@ void OuterOptimizer::start_exchange(std::span<const std::size_t> mine) {
     }
   } else {
     const quant::QuantizedSpan message = message_span(message_.data(), n, options_);
-    if (quant::all_finite(std::span<const float>(delta_))) {
-      quant::quantize(std::span<const float>(delta_), message);
+    if (quant::all_finite(delta)) {
+      quant::quantize(delta, message);
     } else {
       // A master gone non-finite on this island: NaN scales, so that every island decodes NaN into the outer
       // parameters and the next step's loss ends the job on every rank as a divergence, as a NaN does at 16 and 32
       // bits (quantize's throw, on this island alone, would leave the others waiting in the all-gather).
       std::fill(message.scales.begin(), message.scales.end(), std::numeric_limits<float>::quiet_NaN());
     }
-    quant::dequantize(message, std::span<float>(wire));
+    quant::dequantize(message, wire);
   }
   if (feedback) {
     std::size_t at = 0;
@@ -217,18 +249,18 @@ void OuterOptimizer::finish_exchange() {
   pending_.wait();
   if (options_.bits == 32) return;  // the all-reduce's average, the same bits on every rank
   // The mean of the N messages, summed in island order: the same bits on every rank.
-  const std::size_t n = delta_.size();
+  const std::size_t n = count_;
   const std::size_t bytes = message_bytes(n, options_);
   const auto islands = static_cast<std::size_t>(outer_.size());
-  std::vector<float> wire(n);
-  std::fill(delta_.begin(), delta_.end(), 0.0f);
+  const std::span<float> wire(wire_.data(), n);
+  std::fill_n(delta_.data(), n, 0.0f);
   for (std::size_t i = 0; i < islands; ++i) {
     std::uint8_t* theirs = received_.data() + i * bytes;
     if (options_.bits == 16) {
       const auto* values = reinterpret_cast<const bf16_t*>(theirs);
       for (std::size_t k = 0; k < n; ++k) delta_[k] += bf16_to_float(values[k]);
     } else {
-      quant::dequantize(message_span(theirs, n, options_), std::span<float>(wire));
+      quant::dequantize(message_span(theirs, n, options_), wire);
       for (std::size_t k = 0; k < n; ++k) delta_[k] += wire[k];
     }
   }
@@ -298,7 +330,8 @@ OuterReport OuterOptimizer::after_step(std::int64_t step, std::span<const UnitSh
     // The fragment's pseudo-gradient, gathered from its ranges into one message.
     const std::vector<std::size_t> mine = ranges_of(due);
     for (const std::size_t i : mine) report.count += ranges_[i].count;
-    delta_.resize(report.count);
+    ensure_scratch();
+    count_ = report.count;
     std::size_t at = 0;
     for (const std::size_t i : mine) {
       const Range& r = ranges_[i];

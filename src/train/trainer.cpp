@@ -278,12 +278,17 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
   const int world = mesh.topology().world_size;
   const bool gpu = o.device_type == device::DeviceType::cuda;
   const DType compute = shard::model_compute_dtype(gpu, o.engine.param_dtype);
-  // With islands, each rank also keeps the outer state of its shard (no_shard: of the whole model).
+  // With islands, each rank also keeps the outer state of its shard (no_shard: of the whole model) and the
+  // exchange's scratch.
+  const shard::UnitSizes units = shard::UnitSizes::of(layout);
   const auto state = [&](shard::Sharding s, int shard_size) {
-    return static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute)) +
-           (o.islands > 1 ? static_cast<double>(shard::outer_state_bytes(shard::UnitSizes::of(layout), shard_size,
-                                                                            o.outer.overlap > 0))
-                          : 0.0);
+    double bytes = static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute));
+    if (o.islands > 1) {
+      bytes += static_cast<double>(shard::outer_state_bytes(units, shard_size, o.outer.overlap > 0)) +
+               static_cast<double>(shard::outer_scratch_bytes(
+                   o.outer, shard::fragment_counts(units.numel, shard_size, o.outer.fragments), o.islands));
+    }
+    return bytes;
   };
   const auto activations = [&](std::int64_t micro_batch, bool checkpointing) {
     const model::ActivationShape shape = model::activation_shape(o.model);

@@ -376,7 +376,10 @@ TEST(Islands, StepIsTheIslandsPlusTheExchangeOverH_AndSlowLinksOfferIt) {
   }
   EXPECT_EQ(r.exchange_bytes_rank, shard::outer_exchange_bytes(in.outer, shard, 2));
   EXPECT_DOUBLE_EQ(r.step_s, r.inner.step_s + r.exchange_s / 16);
-  EXPECT_EQ(r.model_state, r.inner.model_state + static_cast<std::int64_t>(12 * shard));
+  // The outer state, 12 bytes per element, and the exchange's scratch for the one fragment: the pseudo-gradient and
+  // a decode (8 per element), this island's message and the two gathered (3 M, M = the bytes sent over N - 1 = 1).
+  EXPECT_EQ(r.model_state, r.inner.model_state + static_cast<std::int64_t>(12 * shard + 8 * shard) +
+                               3 * static_cast<std::int64_t>(r.exchange_bytes_rank));
   // The exchange is all_gather(M(c)) across the two nodes: alpha + M / bw.
   EXPECT_NEAR(r.exchange_s, 100e-6 + static_cast<double>(r.exchange_bytes_rank) / 0.003e9, 1e-9);
   const StrategyPlan& pick = slow.strategies[static_cast<std::size_t>(slow.recommended)];
@@ -394,8 +397,9 @@ TEST(Islands, StepIsTheIslandsPlusTheExchangeOverH_AndSlowLinksOfferIt) {
 }
 
 // outer.overlap = tau: the exchange runs behind tau inner steps; the step carries what they do not cover,
-// max(0, exchange - tau x island step) / H, and the outer state the shift (16 bytes per element). The island row is
-// the fastest island strategy, which hiding the exchange can change (a bigger exchange, hidden, for a faster step).
+// max(0, exchange - tau x island step) / H, and the outer state the shift (16 bytes per element, with the scratch). The
+// island row is the fastest island strategy, which hiding the exchange can change (a bigger exchange, hidden, for a
+// faster step).
 TEST(Islands, Overlap_HidesTheExchangeBehindTauInnerSteps_AndAddsTheShiftToTheOuterState) {
   PlanInputs in = inputs(gpt_model(tiny_config(4), "tiny"), 2, 2);
   in.outer.inner_steps = 16;
@@ -414,7 +418,9 @@ TEST(Islands, Overlap_HidesTheExchangeBehindTauInnerSteps_AndAddsTheShiftToTheOu
     for (const std::size_t n : in.model.unit_numel) {
       shard += (n + static_cast<std::size_t>(r.inner.shard_size) - 1) / static_cast<std::size_t>(r.inner.shard_size);
     }
-    EXPECT_EQ(r.model_state, r.inner.model_state + static_cast<std::int64_t>(16 * shard));
+    EXPECT_EQ(r.model_state, r.inner.model_state + static_cast<std::int64_t>(16 * shard + 8 * shard) +
+                                 3 * static_cast<std::int64_t>(r.exchange_bytes_rank))
+        << "the outer state with the shift, and the exchange's scratch";
   }
   EXPECT_LT(previous, blocking.step_s) << "tau = H hides nothing";
   EXPECT_NE(make_plan(in).islands_offer.find("--outer.overlap=16"), std::string::npos) << make_plan(in).islands_offer;

@@ -166,6 +166,7 @@ void check_outer_steps(const OuterOptions& options) {
     for (const UnitShard& v : inner) held += v.count;
     EXPECT_EQ(memory.current(MemCategory::optimizer), 12 * held);
     EXPECT_LE(static_cast<std::int64_t>(12 * held), outer_state_bytes(UnitSizes::of(layout), mesh.island().size()));
+    EXPECT_EQ(memory.current(MemCategory::comm_buffers), 0) << "no scratch before the first exchange";
     for (const UnitShard& v : inner) {
       for (std::size_t k = 0; k < v.count; ++k) v.params[k] = start_value(v.unit, v.begin + k);
     }
@@ -210,6 +211,14 @@ void check_outer_steps(const OuterOptions& options) {
                     ((quant::packed_bytes(c, options.bits == 8 ? quant::Bits::int8 : quant::Bits::int4) + 3) / 4 * 4 +
                      4 * quant::scale_count(c, options.block));
       EXPECT_EQ(report.bytes, q);
+      // The exchange's scratch, held from the first exchange on: the pseudo-gradient, and below 32 bits one decode,
+      // this island's message (q / (N - 1) bytes) and the N gathered; within the formula's bound.
+      const std::uint64_t scratch = options.bits == 32 ? 4 * c : 8 * c + (n + 1) * (q / (n - 1));
+      EXPECT_EQ(memory.current(MemCategory::comm_buffers), static_cast<std::int64_t>(scratch));
+      EXPECT_LE(
+          scratch,
+          outer_scratch_bytes(
+              options, fragment_counts(UnitSizes::of(layout).numel, mesh.island().size(), options.fragments), islands));
 
       const std::vector<UnitShard> after = outer.state_views();
       const std::vector<float> o_new = concat(after, &UnitShard::params);

@@ -54,6 +54,27 @@ TEST(OuterSchedule, Fragments_AreRunsOfConsecutiveUnits_EachNonEmpty_OfNearEqual
   }
 }
 
+// Each fragment's elements in one rank's shard, and the exchange's scratch sized for the largest, recomputed here
+// from the units and the wire formats.
+TEST(OuterScratch, IsSizedForTheLargestFragmentOfTheShard_InEachWireFormat) {
+  const std::vector<std::size_t> numel = {1100, 10, 700, 301, 5};
+  // Two fragments cut after the unit whose running count first reaches half of 2116: unit 0. Over a shard of 4,
+  // ceil(numel / 4) = 275 | 3, 175, 76, 2.
+  ASSERT_EQ(unit_fragments(numel, 2), (std::vector<int>{0, 1, 1, 1, 1}));
+  const std::vector<std::size_t> counts = fragment_counts(numel, 4, 2);
+  EXPECT_EQ(counts, (std::vector<std::size_t>{275, 3 + 175 + 76 + 2}));
+  EXPECT_EQ(fragment_counts(numel, 1, 1), (std::vector<std::size_t>{2116}));
+  const std::uint64_t c = 275;  // the largest
+  const std::uint64_t islands = 3;
+  EXPECT_EQ(outer_scratch_bytes({.bits = 32}, counts, 3), 4 * c);
+  EXPECT_EQ(outer_scratch_bytes({.bits = 16}, counts, 3), 8 * c + (islands + 1) * 2 * c);
+  // A message at 8 and 4 bits: the packed values padded to 4 bytes (275 -> 276; 138 -> 140), then one fp32 scale
+  // per block of 100 (3).
+  EXPECT_EQ(outer_scratch_bytes({.bits = 8, .block = 100}, counts, 3), 8 * c + (islands + 1) * (276 + 4 * 3));
+  EXPECT_EQ(outer_scratch_bytes({.bits = 4, .block = 100}, counts, 3), 8 * c + (islands + 1) * (140 + 4 * 3));
+  EXPECT_EQ(outer_scratch_bytes({.bits = 4}, counts, 1), 0u) << "one island exchanges nothing";
+}
+
 TEST(OuterSchedule, BadKeys_AreConfigErrorsNamingTheKey) {
   const auto error_of = [](OuterOptions o) {
     try {

@@ -392,18 +392,12 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
   const int nodes_per_island = in.cluster.nodes / islands;
   row.inner = inner_row;
   // This rank's shard of every unit, by fragment.
-  const std::vector<int> fragment_of = shard::unit_fragments(in.model.unit_numel, in.outer.fragments);
-  std::vector<std::size_t> count(static_cast<std::size_t>(in.outer.fragments), 0);
-  std::size_t total = 0;
-  for (std::size_t u = 0; u < in.model.unit_numel.size(); ++u) {
-    const std::size_t n = static_cast<std::size_t>(row.inner.shard_size);
-    const std::size_t s = (in.model.unit_numel[u] + n - 1) / n;
-    count[static_cast<std::size_t>(fragment_of[u])] += s;
-    total += s;
-  }
-  row.model_state = row.inner.model_state +
-                    shard::outer_state_bytes({in.model.unit_numel, in.model.tied_head}, row.inner.shard_size,
-                                             in.outer.overlap > 0);
+  const std::vector<std::size_t> count =
+      shard::fragment_counts(in.model.unit_numel, row.inner.shard_size, in.outer.fragments);
+  row.model_state =
+      row.inner.model_state +
+      shard::outer_state_bytes({in.model.unit_numel, in.model.tied_head}, row.inner.shard_size, in.outer.overlap > 0) +
+      static_cast<std::int64_t>(shard::outer_scratch_bytes(in.outer, count, islands));
   // The outer group: one rank per island, each on another node.
   shard::GroupView outer;
   outer.rank = 0;

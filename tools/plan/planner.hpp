@@ -88,12 +88,13 @@ struct StrategyPlan {
 // same shard exchange it across islands: per fragment, fp32 all_reduce(c_f, 4) or all_gather(M(c_f), 1) on a group of
 // one rank per island (across nodes), c_f the fragment's elements of the rank's shard. Per step, amortised:
 //   step = the island's step + (the exchanges of the F fragments) / H;  bytes = the island's + exchange bytes / H
-// State per rank: the island's + 12 bytes per element of its shard (outer parameters, momentum, error feedback).
+// State per rank: the island's + 12 bytes per element of its shard (outer parameters, momentum, error feedback;
+// 16 with outer.overlap) + the exchange's scratch (shard::outer_scratch_bytes).
 struct IslandPlan {
   int islands = 0;
   shard::OuterOptions outer;
   StrategyPlan inner;               // the island's recommended row, planned on its nodes
-  std::int64_t model_state = 0;     // inner's + the outer state
+  std::int64_t model_state = 0;     // inner's + the outer state + the exchange's scratch
   std::uint64_t exchange_bytes_rank = 0;  // one rank's, for all F fragments (once per H steps)
   double exchange_s = 0;            // the F exchanges, once per H steps
   double step_s = 0;                // amortised

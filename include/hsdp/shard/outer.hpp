@@ -72,6 +72,16 @@ int fragment_due(const OuterOptions& options, std::int64_t step);
 // 2 (N-1) ceil(c/N) 4 for fp32, else an all_gather of its message, (N-1) times its bytes.
 std::uint64_t outer_exchange_bytes(const OuterOptions& options, std::size_t count, int islands);
 
+// The elements of each fragment in one rank's shard: sum over the fragment's units of ceil(numel / shard_size) (at
+// most what any rank of the shard group holds; shard_size 1 without sharding).
+std::vector<std::size_t> fragment_counts(std::span<const std::size_t> unit_numel, int shard_size, int fragments);
+
+// The exchange's scratch on one rank, held from the first exchange on and sized once for its largest fragment of c
+// elements (`fragment_counts`): the pseudo-gradient, 4 c; below 32 bits also this island's message M(c), the N
+// messages gathered, N M(c), and one fp32 decode, 4 c. Charged to the accountant as comm_buffers.
+std::uint64_t outer_scratch_bytes(const OuterOptions& options, std::span<const std::size_t> fragment_counts,
+                                  int islands);
+
 struct OuterReport {
   int fragment = -1;        // the fragment whose exchange started after this step; -1: none
   int applied = -1;         // the fragment whose outer step was applied after this step (the masters rewritten)
@@ -89,7 +99,8 @@ struct OuterFlight {
 class OuterOptimizer {
  public:
   // `views`: this rank's shard ranges (unit, begin, count), the same on every member of `outer`; their pointers are
-  // not kept. Collective over nothing; `memory` is charged the outer state (optimizer).
+  // not kept. Collective over nothing; `memory` is charged the outer state (optimizer) and, at the first exchange,
+  // its scratch (comm_buffers, outer_scratch_bytes).
   OuterOptimizer(const OuterOptions& options, comm::Communicator& outer, const model::ModelLayout& layout,
                  std::span<const UnitShard> views, MemoryAccountant& memory);
 
@@ -126,8 +137,8 @@ class OuterOptimizer {
     std::size_t offset = 0;  // into the state buffers
     int fragment = 0;
   };
-  // Starts the exchange of delta_ (the fragment's pseudo-gradient, error added and updated in error_ through the
-  // fragment's ranges `mine`) into pending_.
+  // Starts the exchange of the first count_ elements of delta_ (the fragment's pseudo-gradient, error added and
+  // updated in error_ through the fragment's ranges `mine`) into pending_.
   void start_exchange(std::span<const std::size_t> mine);
   // Waits for it; delta_ becomes the islands' mean.
   void finish_exchange();
@@ -136,14 +147,18 @@ class OuterOptimizer {
   // The fragment's ranges (indices into ranges_).
   std::vector<std::size_t> ranges_of(int fragment) const;
   void ensure_shift();
+  // The scratch below, allocated at the first exchange for the largest fragment this rank holds.
+  void ensure_scratch();
 
   OuterOptions options_;
   comm::Communicator& outer_;
   MemoryAccountant& memory_;
   std::vector<Range> ranges_;
   Buffer<float> params_, momentum_, error_, shift_;
-  std::vector<float> delta_;
-  std::vector<std::uint8_t> message_, received_;
+  std::size_t largest_fragment_ = 0;  // elements
+  std::size_t count_ = 0;             // the exchange's elements: the first count_ of delta_ and wire_
+  Buffer<float> delta_, wire_;        // the pseudo-gradient, then the islands' mean; a message decoded
+  Buffer<std::uint8_t> message_, received_;
   comm::CommHandle pending_;
   OuterFlight flight_;
   bool settled_ = false;
