@@ -19,6 +19,9 @@ expect_bad_input "--prompt-ids must be token ids separated by commas" "$sample" 
 expect_bad_input "--prompt-ids must be token ids separated by commas" "$sample" "$checkpoint" --prompt-ids 1,x
 expect_bad_input "give the prompt once" "$sample" "$checkpoint"
 expect_bad_input "give the prompt once" "$sample" "$checkpoint" --prompt 0 --prompt-ids 1
+# The prompt's form is checked before the checkpoint is read: with none at that path, the prompt is named.
+expect_bad_input "give the prompt once" "$sample" "$work/none.h5" --prompt 0 --prompt-ids 1
+expect_bad_input "--prompt-ids must be token ids separated by commas" "$sample" "$work/none.h5" --prompt-ids 1,x
 expect_bad_input "--prompt is empty" "$sample" "$checkpoint" --prompt ""
 expect_bad_input "--temperature must be a finite number >= 0" "$sample" "$checkpoint" --prompt-ids 1 --temperature -1
 expect_bad_input "--top-k must be >= 0" "$sample" "$checkpoint" --prompt-ids 1 --top-k -3

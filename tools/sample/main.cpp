@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/mpi_singleton.hpp"
@@ -66,19 +67,25 @@ std::string checkpoint_file(const std::string& given) {
   return given;
 }
 
-std::vector<std::int32_t> read_prompt(const po::variables_map& vm, const model::GptConfig& config,
-                                      const data::Tokenizer& tokenizer) {
+// The prompt's form, checked before the checkpoint is read (a large one takes a while): given once, and ids that
+// parse. Their values are checked against the model by read_prompt.
+std::vector<std::int32_t> prompt_ids(const po::variables_map& vm) {
   const bool text = vm.count("prompt") > 0, ids = vm.count("prompt-ids") > 0;
   if (text == ids) throw_config("give the prompt once: --prompt TEXT or --prompt-ids 1,2,3");
-  std::vector<std::int32_t> prompt;
+  return ids ? parse_token_ids(vm["prompt-ids"].as<std::string>()) : std::vector<std::int32_t>{};
+}
+
+// The prompt as tokens: `ids` (prompt_ids) or --prompt's text encoded by the tokenizer.
+std::vector<std::int32_t> read_prompt(const po::variables_map& vm, std::vector<std::int32_t> ids,
+                                      const model::GptConfig& config, const data::Tokenizer& tokenizer) {
+  const bool text = vm.count("prompt") > 0;
+  std::vector<std::int32_t> prompt = std::move(ids);
   if (text && tokenizer.is_bytes()) {
     prompt = encode_text(vm["prompt"].as<std::string>());
   } else if (text) {
     for (const std::uint32_t id : tokenizer.encode(vm["prompt"].as<std::string>())) {
       prompt.push_back(static_cast<std::int32_t>(id));
     }
-  } else {
-    prompt = parse_token_ids(vm["prompt-ids"].as<std::string>());
   }
   const char* option = text ? "--prompt" : "--prompt-ids";
   if (prompt.empty()) throw_config(std::string(option) + " is empty: the model needs at least one token to continue");
@@ -107,13 +114,14 @@ int run(const po::variables_map& vm) {
   const int max_new = vm["max-new-tokens"].as<int>();
   if (max_new < 0) throw_config("--max-new-tokens must be >= 0, got " + std::to_string(max_new));
   TokenSampler sampler(vm["temperature"].as<double>(), vm["top-k"].as<int>(), vm["seed"].as<std::uint64_t>());
+  std::vector<std::int32_t> ids = prompt_ids(vm);
 
   const std::string path = checkpoint_file(vm["checkpoint"].as<std::string>());
   const model::GptConfig config = ckpt::checkpoint_model_config(path);
   const ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(path);
   const data::Tokenizer tokenizer =
       data::Tokenizer::of_run(vm["tokenizer"].as<std::string>(), full.state.tokenizer, full.state.deck_text);
-  const std::vector<std::int32_t> prompt = read_prompt(vm, config, tokenizer);
+  const std::vector<std::int32_t> prompt = read_prompt(vm, std::move(ids), config, tokenizer);
   if (output == "text" && tokenizer.is_bytes() && config.vocab_size > data::kByteVocab &&
       !vm["print-logits"].as<bool>()) {
     throw_config("--output text writes byte tokens (hsdp-data encode's, ids < 256), but the model's vocabulary has " +
