@@ -167,7 +167,7 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
         << (q.bits == 32 ? std::string("fp32") : q.bits == 16 ? std::string("bf16") : "int" + std::to_string(q.bits))
         << (q.fragments > 1 ? ", in " + std::to_string(q.fragments) + " fragments" : std::string())
         << ";\nper step amortised: step = the island's + exchange / H; state with the outer state, 12 B per element "
-           "of the shard)\n";
+           "of the shard\n(16 with outer.overlap), and the exchange's scratch for the largest fragment)\n";
     out << pad("islands", 9, true) << pad("inside", 20, true) << pad("state", 11) << pad("exchange", 11)
         << pad("inter job", 11) << pad("step", 10) << pad("tokens/s", 11) << pad("vs pick", 9) << "\n";
     const double pick_s = plan.strategies[static_cast<std::size_t>(plan.recommended)].step_s;
