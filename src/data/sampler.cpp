@@ -23,13 +23,15 @@ void check_shape(const char* who, int batch, int seq_len, int dp_rank, int dp_si
   }
 }
 
-void require_windows(const TokenShards& data, std::uint64_t windows, std::size_t seq_len, std::uint64_t global_batch,
-                     int batch, int dp_size) {
-  if (windows >= global_batch) return;
+void require_windows(const TokenShards& data, std::uint64_t windows, std::size_t seq_len, std::uint64_t batch,
+                     std::uint64_t dp_size, std::uint64_t micro_batches) {
+  const std::uint64_t step = batch * dp_size * micro_batches;
+  if (windows >= step) return;
   throw_data(data.what() + ": " + data.describe() + " has " + std::to_string(data.tokens()) +
              " tokens = " + std::to_string(windows) + " windows of seq_len+1 = " + std::to_string(seq_len + 1) +
-             " tokens, fewer than one global batch of dp_size x batch = " + std::to_string(dp_size) + " x " +
-             std::to_string(batch) + " = " + std::to_string(global_batch) + " windows");
+             " tokens, fewer than one step's global batch of dp_size x batch x grad_accum = " +
+             std::to_string(dp_size) + " x " + std::to_string(batch) + " x " + std::to_string(micro_batches) + " = " +
+             std::to_string(step) + " windows");
 }
 
 void check_spans(std::span<std::int32_t> inputs, std::span<std::int32_t> targets, std::size_t expected) {
@@ -60,7 +62,8 @@ std::vector<std::uint32_t> epoch_permutation(std::uint64_t count, std::uint64_t 
   return order;
 }
 
-Sampler::Sampler(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed)
+Sampler::Sampler(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed,
+                 int micro_batches)
     : data_(data), seed_(seed) {
   check_shape("sampler", batch, seq_len, dp_rank, dp_size);
   batch_ = static_cast<std::size_t>(batch);
@@ -69,10 +72,23 @@ Sampler::Sampler(const TokenShards& data, int batch, int seq_len, int dp_rank, i
   global_batch_ = static_cast<std::uint64_t>(batch) * static_cast<std::uint64_t>(dp_size);
   starts_ = data_.window_starts(seq_len_);
   window_count_ = starts_.back();
-  require_windows(data_, window_count_, seq_len_, global_batch_, batch, dp_size);
   if (window_count_ > std::numeric_limits<std::uint32_t>::max()) {
     throw_data(data_.what() + ": " + data_.describe() + " has more than 2^32 windows; raise seq_len");
   }
+  set_micro_batches(micro_batches);
+}
+
+void Sampler::set_micro_batches(int micro_batches) {
+  if (micro_batches < 1) throw_config("sampler: grad_accum must be >= 1, got " + std::to_string(micro_batches));
+  require_windows(data_, window_count_, seq_len_, batch_, global_batch_ / batch_,
+                  static_cast<std::uint64_t>(micro_batches));
+  micro_batches_ = static_cast<std::uint64_t>(micro_batches);
+  micro_ = 0;
+}
+
+SamplerState Sampler::next_read() const {
+  if (micro_ == 0 && state_.position + step_windows() > window_count_) return {state_.epoch + 1, 0};
+  return state_;
 }
 
 void Sampler::start_epoch(std::uint64_t epoch) {
@@ -82,8 +98,7 @@ void Sampler::start_epoch(std::uint64_t epoch) {
 }
 
 std::vector<std::uint64_t> Sampler::peek_windows() const {
-  SamplerState at = state_;
-  if (at.position + global_batch_ > window_count_) at = SamplerState{at.epoch + 1, 0};
+  const SamplerState at = next_read();
   std::vector<std::uint32_t> fresh;
   const std::vector<std::uint32_t>* order = &permutation_;
   if (at.epoch != permutation_epoch_) {
@@ -97,7 +112,7 @@ std::vector<std::uint64_t> Sampler::peek_windows() const {
 
 void Sampler::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets) {
   check_spans(inputs, targets, batch_ * seq_len_);
-  if (state_.position + global_batch_ > window_count_) state_ = SamplerState{state_.epoch + 1, 0};
+  state_ = next_read();
   start_epoch(state_.epoch);
   for (std::size_t b = 0; b < batch_; ++b) {
     const std::uint64_t window = permutation_[state_.position + dp_rank_ * batch_ + b];
@@ -108,6 +123,7 @@ void Sampler::next(std::span<std::int32_t> inputs, std::span<std::int32_t> targe
     for (int byte = 0; byte < 8; ++byte, w >>= 8) fingerprint_ = (fingerprint_ ^ (w & 0xFF)) * 0x100000001b3ull;
   }
   state_.position += global_batch_;
+  micro_ = (micro_ + 1) % micro_batches_;
 }
 
 std::uint64_t Sampler::take_fingerprint() {
@@ -121,6 +137,7 @@ void Sampler::restore(const SamplerState& state) {
                " at this seq_len: was the checkpoint written for other data files or another seq_len?");
   }
   state_ = state;
+  micro_ = 0;
 }
 
 EvalLoader::EvalLoader(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size,

@@ -113,6 +113,50 @@ TEST(Sampler, SameGlobalBatchOnAnotherDpSize_ReadsTheSameGlobalOrder) {
   EXPECT_EQ(global_order(4, 3), global_order(2, 6));
 }
 
+// A step's windows as a set: what the step's summed gradient depends on.
+using StepWindows = std::multiset<std::uint64_t>;
+
+// `steps` steps of a job of `ranks` ranks with micro-batches of `batch` and `accum` micro-batches per step.
+std::vector<StepWindows> job_steps(std::vector<Sampler>& samplers, int batch, int accum, int steps) {
+  std::vector<StepWindows> out;
+  for (int step = 0; step < steps; ++step) {
+    StepWindows windows;
+    for (int micro = 0; micro < accum; ++micro) {
+      for (auto& sampler : samplers) {
+        for (const auto w : next_windows(sampler, batch)) windows.insert(w);
+      }
+    }
+    out.push_back(windows);
+  }
+  return out;
+}
+
+// The same global batch split as 2 ranks x 1 micro-batch and 1 rank x 2 micro-batches: the same windows in every
+// step across epoch ends (5 windows, 2 a step: an epoch of 2 steps, one window skipped), and a resume from the
+// 2-rank job's state on 1 rank with 2 micro-batches continues the 2-rank job's steps. An epoch ends between steps.
+TEST(Sampler, ASplitIntoRanksOrMicroBatches_ReadsTheSameWindowsEveryStep_AcrossEpochEnds_AndAResumeOnAnother) {
+  testing::TempDir dir;
+  const TokenFile file = positional_file(dir, 5);
+  std::vector<Sampler> two;
+  for (int r = 0; r < 2; ++r) two.emplace_back(file, 1, kSeqLen, r, 2, 3);
+  std::vector<Sampler> one;
+  one.emplace_back(file, 1, kSeqLen, 0, 1, 3, 2);
+  ASSERT_EQ(one.front().steps_per_epoch(), 2u);
+  const std::vector<StepWindows> by_ranks = job_steps(two, 1, 1, 9);
+  EXPECT_EQ(job_steps(one, 1, 2, 9), by_ranks);
+  EXPECT_EQ(one.front().state(), two.front().state());
+
+  std::vector<Sampler> first;
+  for (int r = 0; r < 2; ++r) first.emplace_back(file, 1, kSeqLen, r, 2, 3);
+  job_steps(first, 1, 1, 3);
+  std::vector<Sampler> resumed;
+  resumed.emplace_back(file, 1, kSeqLen, 0, 1, 3);  // built with the deck's grad_accum, then the resume's
+  resumed.front().restore(first.front().state());
+  resumed.front().set_micro_batches(2);
+  const std::vector<StepWindows> rest = job_steps(resumed, 1, 2, 6);
+  EXPECT_EQ(rest, std::vector<StepWindows>(by_ranks.begin() + 3, by_ranks.end()));
+}
+
 TEST(Sampler, SameSeedGivesSameOrder_OtherSeedOrEpochGivesAnother) {
   EXPECT_EQ(epoch_permutation(1000, 1, 0), epoch_permutation(1000, 1, 0));
   EXPECT_NE(epoch_permutation(1000, 1, 0), epoch_permutation(1000, 2, 0));
@@ -140,8 +184,22 @@ TEST(Sampler, FileTooSmallForOneGlobalBatch_IsDataErrorNamingFileAndSizes) {
     EXPECT_NE(message.find("small.bin"), std::string::npos) << message;
     EXPECT_NE(message.find("89 tokens"), std::string::npos) << message;
     EXPECT_NE(message.find("11 windows"), std::string::npos) << message;
-    EXPECT_NE(message.find("4 x 3 = 12"), std::string::npos) << message;
+    EXPECT_NE(message.find("4 x 3 x 1 = 12"), std::string::npos) << message;
   }
+}
+
+TEST(Sampler, FewerWindowsThanOneStep_IsADataErrorNamingTheStepsBatch) {
+  testing::TempDir dir;
+  const TokenFile file = positional_file(dir, 11, "small.bin");
+  try {
+    Sampler(file, 3, kSeqLen, 0, 2, 1, 2);  // 2 x 3 = 6 windows a micro-batch fit; 12 a step do not
+    FAIL() << "no Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::data);
+    EXPECT_NE(std::string(e.what()).find("2 x 3 x 2 = 12 windows"), std::string::npos) << e.what();
+  }
+  Sampler fits(file, 3, kSeqLen, 0, 2, 1);
+  EXPECT_THROW(fits.set_micro_batches(2), Error);
 }
 
 TEST(Sampler, BadShapeIsConfigError_AndForeignStateIsDataError) {

@@ -3,14 +3,16 @@
 //
 // A window is seq_len + 1 consecutive tokens of one file starting at a multiple of seq_len (window w starts at token
 // w*seq_len; they overlap by the one token that is the last target of w and the first input of w+1), so a
-// file of T tokens holds (T-1)/seq_len windows, and several files hold theirs in order (shards.hpp). Each epoch visits the windows in a seeded permutation that
-// depends only on (seed, epoch), so every rank computes the same one. A step consumes dp_size*batch
-// windows of the permutation; rank r takes the slice [r*batch, (r+1)*batch) of it. When fewer than
-// dp_size*batch windows are left, the epoch ends (those last windows of this epoch's order are skipped;
-// the next permutation puts different ones last) and the next epoch begins.
+// file of T tokens holds (T-1)/seq_len windows, and several files hold theirs in order (shards.hpp). Each epoch visits
+// the windows in a seeded permutation that depends only on (seed, epoch), so every rank computes the same one. A
+// micro-batch consumes G = dp_size*batch windows of the permutation; rank r takes the slice [r*batch, (r+1)*batch) of
+// it; an optimizer step of micro_batches micro-batches (grad_accum) consumes S = micro_batches*G. When fewer than S
+// windows are left at the start of a step, the epoch ends (those last windows of this epoch's order are skipped; the
+// next permutation puts different ones last) and the next epoch begins: an epoch ends between steps, never inside one,
+// so every split of the same global batch S into ranks and micro-batches reads the same windows in every step.
 //
-// The state is (epoch, position = windows of the permutation consumed), independent of dp_rank and, for the
-// same global batch, of dp_size: a restored sampler continues bit for bit.
+// The state is (epoch, position = windows of the permutation consumed), saved between steps, independent of dp_rank
+// and, for the same global batch S, of dp_size and micro_batches: a restored sampler continues bit for bit.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -28,19 +30,23 @@ struct SamplerState {
 
 class Sampler {
  public:
-  // The files must outlive the sampler. Throws a config Error for a non-positive batch/seq_len or a rank out
-  // of range, and a data Error naming the files and sizes when they hold fewer windows than one global batch.
-  Sampler(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed);
+  // The files must outlive the sampler. Throws a config Error for a non-positive batch/seq_len/micro_batches or a
+  // rank out of range, and a data Error naming the files and sizes when they hold fewer windows than one step.
+  Sampler(const TokenShards& data, int batch, int seq_len, int dp_rank, int dp_size, std::uint64_t seed,
+          int micro_batches = 1);
 
-  // Fills this rank's batch*seq_len inputs and targets (targets = inputs shifted by one token).
+  // Fills this rank's batch*seq_len inputs and targets (targets = inputs shifted by one token) of the next
+  // micro-batch; the first of a step may start the next epoch.
   void next(std::span<std::int32_t> inputs, std::span<std::int32_t> targets);
 
+  // Between steps: the state, and a restored one (a data Error when its position is beyond the window count).
   SamplerState state() const { return state_; }
-  // Throws a data Error when `state` does not fit this file (position beyond its window count).
   void restore(const SamplerState& state);
+  // Between steps: another split of the step (a resume on another world size keeps S, with another grad_accum).
+  void set_micro_batches(int micro_batches);
 
   std::uint64_t window_count() const { return window_count_; }
-  std::uint64_t steps_per_epoch() const { return window_count_ / global_batch_; }
+  std::uint64_t steps_per_epoch() const { return window_count_ / step_windows(); }
   // The window indices (start token / seq_len) this rank's next call to next() will read, in order.
   std::vector<std::uint64_t> peek_windows() const;
   // FNV-1a over the indices of every window the job read (all ranks', in the permutation's order) since the last
@@ -50,6 +56,9 @@ class Sampler {
 
  private:
   void start_epoch(std::uint64_t epoch);
+  std::uint64_t step_windows() const { return global_batch_ * micro_batches_; }
+  // The state the next micro-batch reads from: the next epoch's start where a step begins with fewer than S left.
+  SamplerState next_read() const;
 
   TokenShards data_;
   std::size_t batch_;
@@ -57,6 +66,8 @@ class Sampler {
   std::vector<std::uint64_t> starts_;  // data_.window_starts(seq_len_)
   std::size_t dp_rank_;
   std::uint64_t global_batch_;
+  std::uint64_t micro_batches_ = 1;
+  std::uint64_t micro_ = 0;  // micro-batches of the current step read
   std::uint64_t seed_;
   std::uint64_t window_count_;
   SamplerState state_;
