@@ -222,7 +222,8 @@ const std::vector<OptionSpec>& option_table() {
           .into([](V v, O o) { o.checkpoint_overwrite = v.boolean(); }),
       boolean("checkpoint.accept_changes", "false",
               "a resume whose deck differs from the checkpoint's says each difference in one line; a difference in "
-              "what is trained (data.train, the global batch in tokens per step) is an error unless this is true; a "
+              "what is trained (the data and its order: data.train, train.seq_len, train.seed, data.part, the "
+              "files' window count; the global batch in tokens per step) is an error unless this is true; a "
               "checkpoint of another model shape never loads")
           .into([](V v, O o) { o.checkpoint_accept_changes = v.boolean(); }),
       boolean("checkpoint.fallback", "true",

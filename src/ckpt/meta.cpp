@@ -75,6 +75,8 @@ std::vector<char> pack(const TrainState& s, bool with_tokenizer = true) {
   }
   // The tokenizer came later still: a file of bytes packs as before (the broadcast sends it on its own).
   if (with_tokenizer && s.tokenizer != "bytes") append(packed, s.tokenizer);
+  // The data's window count later again: checksummed when recorded (the broadcast sends it on its own too).
+  if (with_tokenizer && s.data_windows > 0) append(packed, &s.data_windows, sizeof s.data_windows);
   return packed;
 }
 
@@ -169,6 +171,7 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::Handle d = create_group(file, "/data");
   h5::write_attribute(d.get(), "epoch", static_cast<std::uint64_t>(s.sampler.epoch));
   h5::write_attribute(d.get(), "position", static_cast<std::uint64_t>(s.sampler.position));
+  if (s.data_windows > 0) h5::write_attribute(d.get(), "windows", s.data_windows);
 
   h5::Handle sc = create_group(file, "/scaler");
   h5::write_attribute(sc.get(), "scale", static_cast<double>(s.scaler.scale));
@@ -219,6 +222,7 @@ TrainState read_values(hid_t file, const std::string& path) {
     const std::string where = "checkpoint '" + path + "' /data";
     s.sampler.epoch = h5::read_uint_attribute(d.get(), "epoch", where);
     s.sampler.position = h5::read_uint_attribute(d.get(), "position", where);
+    if (h5::has_attribute(d.get(), "windows")) s.data_windows = h5::read_uint_attribute(d.get(), "windows", where);
   }
   {
     h5::Handle sc = open_group(file, "/scaler", path);
@@ -288,9 +292,12 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   std::string tokenizer(tokenizer_bytes, '\0');
   if (rank == 0) tokenizer = state.tokenizer;
   MPI_Bcast(tokenizer.data(), static_cast<int>(tokenizer_bytes), MPI_CHAR, 0, comm);
+  std::uint64_t data_windows = state.data_windows;
+  MPI_Bcast(&data_windows, 1, MPI_UINT64_T, 0, comm);
   if (rank == 0) return state;
   TrainState s;
   s.tokenizer = tokenizer;
+  s.data_windows = data_windows;
   std::size_t at = 0;
   take(packed, at, &s.step, sizeof s.step);
   take(packed, at, &s.tokens, sizeof s.tokens);

@@ -131,11 +131,14 @@ int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, in
 }
 
 // A resume with a deck other than the checkpoint's says each difference in one line (rank 0). Those that change what
-// is trained (the training data, the global batch) are a config error naming them unless
+// is trained (the training data and its order, the global batch) are a config error naming them unless
 // checkpoint.accept_changes=true; another model shape never loads. The keys that say how this segment runs (resume,
 // stop_at_step, ...) are not said.
 void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std::int64_t tokens_per_step,
-                          const Logger& log) {
+                          std::uint64_t data_windows, const Logger& log) {
+  // What orders the windows (data/sampler.hpp) and which of them this job reads: under another value the saved
+  // position would continue another stream.
+  static const std::vector<std::string> kDataOrderKeys = {"data.train", "train.seq_len", "train.seed", "data.part"};
   if (s.deck_text.empty() || s.step <= 0) return;  // an imported model (step 0) has no run to continue
   std::vector<std::string> trained;                // differences in what is trained
   for (const DeckChange& c : deck_changes(s.deck_text, o.deck_text)) {
@@ -150,11 +153,15 @@ void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std:
                    "at least outer.overlap after a fragment's exchange started)");
     }
     // A model of another shape does not load (the ckpt layer says so); the seed and the vocabulary's padding are said.
-    if (c.key == "data.train") {
+    if (std::find(kDataOrderKeys.begin(), kDataOrderKeys.end(), c.key) != kDataOrderKeys.end()) {
       trained.push_back(line);
     } else {
       log.info("resume: ", line);
     }
+  }
+  if (s.data_windows > 0 && s.data_windows != data_windows) {  // the files changed under the same data.train
+    trained.push_back("the training data holds " + std::to_string(data_windows) + " windows of train.seq_len + 1 " +
+                      "tokens (the checkpoint's run: " + std::to_string(s.data_windows) + ")");
   }
   const std::int64_t saved_tokens = s.tokens / s.step;
   if (saved_tokens != tokens_per_step) {
@@ -417,8 +424,9 @@ class Run {
                        "(another checkpoint.dir, or checkpoint.resume=none)");
         }
         grad_accum_ = accumulation_for_resume(*state, o_, world_.size(), log_);
+        sampler_->set_micro_batches(grad_accum_);  // the same global batch, split another way
         check_resume_changes(*state, o_, static_cast<std::int64_t>(tokens_per_micro()) * grad_accum_ * world_.size(),
-                             log_);
+                             sampler_->window_count(), log_);
       }
       if (log_.is_root()) guard_log_dir(resumed ? record_continued(*resumed, o_) : "it resumed from no checkpoint");
       // eval_only leaves a training run's metrics.jsonl as it is.
@@ -658,8 +666,8 @@ class Run {
       layout_ = std::make_unique<model::ModelLayout>(o_.model);
       train_file_ = std::make_unique<data::TokenShards>(data::TokenShards::open(o_.train_path, "data.train"));
       train_file_->validate_vocab(o_.model.vocab_size);
-      sampler_ =
-          std::make_unique<data::Sampler>(*train_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size, o_.data_seed);
+      sampler_ = std::make_unique<data::Sampler>(*train_file_, o_.micro_batch, o_.seq_len, dp_rank, dp_size,
+                                                 o_.data_seed, grad_accum_);
       if (o_.eval_every > 0 || o_.eval_only) {
         val_file_ = std::make_unique<data::TokenShards>(data::TokenShards::open(o_.val_path, "data.val"));
         val_file_->validate_vocab(o_.model.vocab_size);
@@ -898,6 +906,7 @@ class Run {
       saved = checkpoints_->save({.step = step,
                                   .tokens = tokens_seen_,
                                   .sampler = sampler_->state(),
+                                  .data_windows = sampler_->window_count(),
                                   .scaler = scaler_.state(),
                                   .deck_text = {},
                                   .strategy = {},

@@ -7,8 +7,9 @@
 #           deleted); an explicit checkpoint.resume=none + checkpoint.overwrite=true deletes them and says whose
 #           (the newest's step, ranks, strategy, and that its deck is this run's).
 # changes   resuming with another lr says it in one line and trains on; with another micro_batch (global batch
-#           128 -> 64 tokens per step) or other training data it exits 2 naming the difference, and the checkpoint
-#           directory is as it was; checkpoint.accept_changes=true continues with the change, saying so.
+#           128 -> 64 tokens per step), other training data, another train.seed, or other files under the same
+#           data.train it exits 2 naming the difference, and the checkpoint directory is as it was;
+#           checkpoint.accept_changes=true continues with the change, saying so.
 # stop      SIGUSR1 to a run with no checkpoint.dir: exit 6 (not 3: nothing to resume, do not requeue), saying why;
 #           with a checkpoint.dir: exit 3 as before; SIGTERM during start-up (the libraries initialising): exit 3.
 # record    (item 7) summary.json says why the run ended, the version, the hosts, the batch job id and the step of
@@ -58,12 +59,22 @@ case $case in
     expect 2 data.log --data.train=data/quickstart/val.bin
     grep -q "data.train = data/quickstart/val.bin (the checkpoint's run: data/quickstart/train.bin)" data.log ||
       fail "the data change: $(cat data.log)"
+    # What orders the windows: the seed, or the files under the same data.train (another window count).
+    expect 2 seed.log --train.seed=7
+    grep -q "train.seed = 7 (the checkpoint's run: 1337)" seed.log || fail "the seed change: $(cat seed.log)"
     [[ $(ls -l --time-style=full-iso runs/quickstart/checkpoints | md5sum) == "$before" ]] ||
       fail "a refused resume changed the checkpoint directory"
+    mkdir mine && cp data/quickstart/train.bin mine/train.bin
+    mine=(--data.train=mine/train.bin --checkpoint.dir=runs/mine/checkpoints --log.dir=runs/mine)
+    expect 0 mine.log "${mine[@]}" --train.stop_at_step=2
+    cp data/quickstart/val.bin mine/train.bin  # the same key, other files
+    expect 2 files.log "${mine[@]}"
+    grep -q "this deck changes what the checkpoint's run trained: the training data holds [0-9]* windows of train.seq_len + 1 tokens (the checkpoint's run: [0-9]*)" files.log ||
+      fail "the files' change: $(cat files.log)"
     expect 0 accept.log --train.micro_batch=1 --checkpoint.accept_changes=true
     grep -q "warning: resume: continuing with what is trained changed (checkpoint.accept_changes=true): global batch 64" accept.log ||
       fail "the accepted change was not said: $(cat accept.log)"
-    grep -h "^resume\|error\|warning" lr.log batch.log data.log accept.log
+    grep -h "^resume\|error\|warning" lr.log batch.log data.log seed.log files.log accept.log
     ;;
   stop)
     for dir in "" runs/quickstart/checkpoints; do

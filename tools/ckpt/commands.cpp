@@ -108,8 +108,10 @@ int run_inspect(const std::vector<std::string>& args) {
   std::cout << "checkpoint " << info.path << " (" << human_bytes(info.file_bytes) << ", format " << info.format_version
             << ", written by hsdp " << info.hsdp_version << ")\n"
             << "  step " << s.step << ", tokens " << s.tokens << ", sampler epoch " << s.sampler.epoch << " position "
-            << s.sampler.position << ", loss scale " << s.scaler.scale << " (good steps " << s.scaler.good_steps
-            << ", skipped " << s.scaler.skipped_steps << ")\n"
+            << s.sampler.position
+            << (s.data_windows > 0 ? " of " + std::to_string(s.data_windows) + " windows" : std::string())
+            << ", loss scale " << s.scaler.scale << " (good steps " << s.scaler.good_steps << ", skipped "
+            << s.scaler.skipped_steps << ")\n"
             << "  saved by " << s.world_size << " rank(s) on " << s.nodes << " node(s), mesh " << s.mesh
             << ", strategy " << s.strategy << "\n"
             << "  model " << describe_model(info.config) << ", tokenizer " << s.tokenizer << "\n";

@@ -48,6 +48,9 @@ struct TrainState {
   std::int64_t step = 0;
   std::int64_t tokens = 0;
   data::SamplerState sampler;
+  // The training data's window count at the run's seq_len (data::Sampler::window_count): a resume over files that
+  // hold another count reads another order. 0: not recorded (files written before it).
+  std::uint64_t data_windows = 0;
   optim::LossScalerState scaler;
   std::string deck_text;  // the resolved config deck (INI)
   std::string strategy;
