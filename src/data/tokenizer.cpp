@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -17,11 +18,16 @@
 
 namespace hsdp::data {
 
+namespace {
+constexpr std::size_t kMaxSentenceBytes = 16384;  // SentencePiece's max_sentence_length: longer lines are skipped
+}  // namespace
+
 Tokenizer Tokenizer::bytes() {
   return {};
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& model) {
+  require_regular_input(model.string(), "data.tokenizer");  // a FIFO would block the read
   std::ifstream in(model, std::ios::binary);
   if (!in) throw_data("data.tokenizer: cannot read '" + model.string() + "' (a SentencePiece .model file)");
   std::ostringstream text;
@@ -129,9 +135,30 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
   }
   if (spec.inputs.empty()) throw_config("--input: give at least one text file");
   std::string inputs;
+  std::uint64_t lines = 0, long_lines = 0;
   for (const auto& p : spec.inputs) {
     if (!std::filesystem::is_regular_file(p)) throw_data("--input: '" + p.string() + "' is not a readable file");
     inputs += (inputs.empty() ? "" : ",") + p.string();
+    // SentencePiece trains on lines and skips those longer than max_sentence_length bytes: counted here, so that a
+    // text of nothing but long lines is said plainly and a few skipped ones are said at all.
+    std::ifstream in(p, std::ios::binary);
+    std::string line;
+    while (std::getline(in, line)) {
+      ++lines;
+      if (line.size() > kMaxSentenceBytes) ++long_lines;
+    }
+  }
+  if (long_lines == lines) {
+    throw_data("--input: every one of the " + std::to_string(lines) + " lines is longer than " +
+               std::to_string(kMaxSentenceBytes) +
+               " bytes, which SentencePiece skips: break the text into lines (sentences or paragraphs)");
+  }
+  if (long_lines > 0) {
+    std::fprintf(stderr,
+                 "hsdp-data: tokenizer train: %llu of %llu lines are longer than %zu bytes; SentencePiece "
+                 "trains without them\n",
+                 static_cast<unsigned long long>(long_lines), static_cast<unsigned long long>(lines),
+                 kMaxSentenceBytes);
   }
   // The output's folder before the training, so that one it cannot make is said at once.
   if (const auto dir = spec.prefix.parent_path(); !dir.empty()) {
@@ -143,16 +170,28 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
   // It returns the model instead of writing <prefix>.model and .vocab as it goes; they are written below through
   // temporary files, so a failed or killed training leaves an earlier tokenizer at that prefix as it was. (No
   // model_prefix then: the model does not record where it was written.)
-  const std::unordered_map<std::string, std::string> options = {{"input", inputs},
-                                                                {"vocab_size", std::to_string(spec.vocab_size)},
-                                                                {"model_type", spec.type},
-                                                                {"byte_fallback", "true"},
-                                                                {"character_coverage", "1.0"},
-                                                                {"num_threads", "1"},
-                                                                {"minloglevel", "2"},
-                                                                {"input_sentence_size", "2000000"},
-                                                                {"shuffle_input_sentence", "true"},
-                                                                {"max_sentence_length", "16384"}};
+  const std::unordered_map<std::string, std::string> options = {
+      {"input", inputs},
+      {"vocab_size", std::to_string(spec.vocab_size)},
+      {"model_type", spec.type},
+      {"byte_fallback", "true"},
+      {"character_coverage", "1.0"},
+      {"num_threads", "1"},
+      {"minloglevel", "2"},
+      {"input_sentence_size", "2000000"},
+      {"shuffle_input_sentence", "true"},
+      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+      // The text as it is, so that it decodes back to
+      // itself: no NFKC, spaces kept, newlines and tabs
+      // as byte pieces (SentencePiece's defaults fold
+      // them all into single spaces).
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"allow_whitespace_only_pieces", "true"}};
+  if (spec.seed > std::numeric_limits<unsigned>::max()) {
+    throw_config("--seed must be below 2^32 (SentencePiece's generator takes 32 bits), got " +
+                 std::to_string(spec.seed));
+  }
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned>(spec.seed));
   // Quiet while SentencePiece trains: what it may log goes to stderr (its errors come back in the status, and are
   // reported below).
@@ -175,8 +214,10 @@ void train_sentencepiece(const SentencePieceSpec& spec) {
   for (int id = 0; id < processor.GetPieceSize(); ++id) {
     vocab << processor.IdToPiece(id) << '\t' << processor.GetScore(id) << '\n';
   }
-  write_file_atomically(spec.prefix.string() + ".vocab", vocab.str());
+  // The model first: a failure between the two leaves the new model with the old .vocab listing (which nothing
+  // reads), never the old model beside a new listing.
   write_file_atomically(spec.prefix.string() + ".model", model);
+  write_file_atomically(spec.prefix.string() + ".vocab", vocab.str());
 }
 
 }  // namespace hsdp::data

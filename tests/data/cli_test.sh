@@ -89,6 +89,12 @@ expect 2 "synth: --train-tokens 3000000000 does not fit the int32 token count" t
 # Options that would do nothing are refused, not ignored.
 expect 2 "--seed draws the documents of --val-split documents" "$bin" encode --input "$dir/in.txt" \
   --output "$dir/x.bin" --seed 3
+# --val-split documents keeps each paragraph's blank lines: the two files hold every byte of the text between them.
+printf 'para one\nline two\n\npara two\n\n\npara three\n\npara four\nend\n' >"$dir/paras.txt"
+expect 0 'documents: 4, 1 held out' "$bin" encode --input "$dir/paras.txt" --output "$dir/paras.bin" \
+  --val-output "$dir/paras_val.bin" --val-split documents --val-fraction 0.25 --seed 2
+held=$(( ($(stat -c %s "$dir/paras.bin") + $(stat -c %s "$dir/paras_val.bin") - 2048) / 2 ))
+[[ $held == $(stat -c %s "$dir/paras.txt") ]] || fail "the documents hold $held tokens, the text $(stat -c %s "$dir/paras.txt") bytes"
 expect 2 "--vocab must be >= 1, got 0" "$bin" info --input "$dir/out.bin" --vocab 0
 expect 2 "--seed must be >= 0, got -5" "$bin" synth --out-dir "$dir/neg_seed" --seed -5  # not 2^64 - 5
 expect 0 '1 tokens' "$bin" info --input "$dir/val.bin"

@@ -2,6 +2,7 @@
 #include "hsdp/data/tokenizer.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -80,9 +81,12 @@ TEST(Tokenizer, SentencePieceBpeAndUnigram_RoundTripTextTheyNeverSaw_AndTrainThe
     EXPECT_EQ(t.identity(), Tokenizer::load(dir / (type + "_a.model")).identity());
     // Words it learnt become fewer pieces than bytes; characters it never saw (é, an emoji) come back through byte
     // fallback.
-    const std::string seen = "the gradient of the shard", unseen = "caf\xC3\xA9 \xF0\x9F\x99\x82 shard";
+    // Not normalised: newlines, a tab, runs of spaces and a full-width letter (NFKC would fold it to "A") come back
+    // as they were.
+    const std::string seen = "the gradient of the shard", unseen = "caf\xC3\xA9 \xF0\x9F\x99\x82 shard",
+                      layout = "the rank\n\n  node\tstep   of a\n\xEF\xBC\xA1\n";
     EXPECT_LT(t.encode(seen).size(), seen.size()) << type;
-    for (const std::string& text : {seen, unseen}) {
+    for (const std::string& text : {seen, unseen, layout}) {
       const std::vector<std::uint32_t> ids = t.encode(text);
       for (const std::uint32_t id : ids) EXPECT_LT(id, static_cast<std::uint32_t>(vocab));
       EXPECT_EQ(t.decode(std::vector<std::int32_t>(ids.begin(), ids.end())), text) << type;
@@ -101,6 +105,16 @@ TEST(Tokenizer, BadInput_IsOneErrorNamingWhat) {
   EXPECT_NE(m.find("--type must be bpe or unigram"), std::string::npos) << m;
   m = config_error_of([&] { train_sentencepiece({{write_corpus(dir)}, dir / "x", 100, "bpe", 1}); });
   EXPECT_NE(m.find("--vocab-size must be in [260"), std::string::npos) << m;
+  m = config_error_of([&] { train_sentencepiece({{write_corpus(dir)}, dir / "x", 400, "bpe", 1ull << 32}); });
+  EXPECT_NE(m.find("--seed must be below 2^32"), std::string::npos) << m;
+  // A text of lines SentencePiece skips (over 16 KiB each) is said as such, not as its internal check.
+  std::ofstream(dir / "one_line.txt") << std::string(20000, 'a') << '\n' << std::string(17000, 'b');
+  m = config_error_of([&] { train_sentencepiece({{dir / "one_line.txt"}, dir / "x", 400, "bpe", 1}); });
+  EXPECT_NE(m.find("every one of the 2 lines is longer than 16384 bytes"), std::string::npos) << m;
+  // A FIFO as the model is refused without opening it (the open would block until a writer came).
+  ASSERT_EQ(::mkfifo((dir / "fifo.model").c_str(), 0600), 0);
+  m = config_error_of([&] { Tokenizer::load(dir / "fifo.model"); });
+  EXPECT_NE(m.find("is a FIFO, not a regular file"), std::string::npos) << m;
 }
 
 // Paths with spaces (SentencePiece's command line splits at them); a training that fails leaves the tokenizer at

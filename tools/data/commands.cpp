@@ -42,16 +42,18 @@ std::size_t positive_count(const po::variables_map& vm, const char* key) {
 
 namespace {
 
-// Documents: the text's paragraphs, separated by one or more blank lines (each keeps its text up to the blank line).
+// Documents: the text's paragraphs, separated by one or more blank lines, each with the newlines that follow it, so
+// that the documents put together are the text (but for newlines before the first) and a paragraph break stays one.
 std::vector<std::string_view> documents_of(std::string_view text) {
   std::vector<std::string_view> docs;
   std::size_t begin = 0;
+  while (begin < text.size() && text[begin] == '\n') ++begin;
   while (begin < text.size()) {
-    std::size_t end = text.find("\n\n", begin);
-    if (end == std::string_view::npos) end = text.size();
-    if (end > begin) docs.push_back(text.substr(begin, end - begin + (end < text.size() ? 1 : 0)));
-    begin = end;
-    while (begin < text.size() && text[begin] == '\n') ++begin;
+    std::size_t next = text.find("\n\n", begin);
+    if (next == std::string_view::npos) next = text.size();
+    while (next < text.size() && text[next] == '\n') ++next;
+    docs.push_back(text.substr(begin, next - begin));
+    begin = next;
   }
   return docs;
 }

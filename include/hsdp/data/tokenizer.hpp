@@ -45,16 +45,18 @@ class Tokenizer {
 };
 
 struct SentencePieceSpec {
-  std::vector<std::filesystem::path> inputs;  // text files, one sentence a line (long lines are cut by SentencePiece)
+  std::vector<std::filesystem::path> inputs;  // text files, one sentence a line (SentencePiece skips lines > 16 KiB)
   std::filesystem::path prefix;               // writes <prefix>.model and <prefix>.vocab
   int vocab_size = 8000;
   std::string type = "bpe";  // bpe | unigram
-  std::uint64_t seed = 1;    // SentencePiece's sampling of sentences when an input is larger than it reads
+  std::uint64_t seed = 1;    // SentencePiece's sampling of sentences when an input is larger than it reads (< 2^32)
 };
 
 // Trains a model with byte fallback (so vocab_size must leave room for the 256 byte pieces and the text's characters:
-// SentencePiece says how many it needs) on one thread, so that the same inputs give the same model. A config Error for
-// a bad type or size, a data Error (SentencePiece's own message) when training fails.
+// SentencePiece says how many it needs) on one thread, so that the same inputs give the same model; the text is not
+// normalised (identity rule, spaces kept: any text decodes back to itself, newlines as byte pieces). A config Error
+// for a bad type, size or seed, a data Error (SentencePiece's own message) when training fails, or when every line is
+// longer than SentencePiece reads (a count of the skipped ones goes to stderr).
 void train_sentencepiece(const SentencePieceSpec& spec);
 
 }  // namespace hsdp::data
