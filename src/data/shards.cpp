@@ -34,7 +34,8 @@ std::vector<std::filesystem::path> TokenShards::expand(const std::string& spec, 
     if (item.empty()) {
       throw_data(what + " = '" + spec + "': an empty item in the list (write paths or globs separated by commas)");
     }
-    if (!has_wildcard(item)) {
+    std::error_code ec;
+    if (!has_wildcard(item) || std::filesystem::exists(item, ec)) {  // a file named "run[1].bin" is that file
       paths.emplace_back(item);
     } else {
       glob_t found{};

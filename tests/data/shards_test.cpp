@@ -66,6 +66,12 @@ TEST(TokenShards, AGlobIsSortedByName_AListKeepsItsOrder_AndBadItemsAreNamed) {
   m = data_error_of([&] { TokenShards::open((dir / "train_000.bin").string() + "," + (dir / "gone.bin").string(), "data.train"); });
   EXPECT_NE(m.find("data.train: cannot open '"), std::string::npos) << m;
   EXPECT_NE(m.find("gone.bin"), std::string::npos) << m;
+  // A file whose name holds a glob's characters is that file, not the names its pattern matches.
+  write_shard(dir / "run[1].bin", 0, 9, false);
+  write_shard(dir / "run1.bin", 0, 9, false);
+  const auto literal = TokenShards::expand((dir / "run[1].bin").string(), "data.train");
+  ASSERT_EQ(literal.size(), 1u);
+  EXPECT_EQ(literal[0].filename(), "run[1].bin");
 }
 
 // Three files (uint16, uint32, uint16; the last one's tail shorter than a window): every window of an epoch is read

@@ -2,6 +2,7 @@
 // TokenShards: the token files one data key names (data.train, data.val), in a fixed order:
 //   one path                         data/train.bin
 //   a glob                           fineweb10B/fineweb_train_*.bin (llm.c's shards): its matches, sorted by name
+//                                    (a file named as the pattern, "run[1].bin", is that file)
 //   a comma-separated list of these  a.bin,b.bin,more_*.bin: in the order given, each glob sorted
 // Every shard is a TokenFile validated on opening (version 1 and 2 may mix: ids are read as uint32). A window of
 // seq_len + 1 tokens never crosses a shard's end: shard i holds (T_i - 1) / seq_len windows (as one file would) and
