@@ -103,11 +103,18 @@ MetricsLog::MetricsLog(const std::string& dir) : dir_(dir) {
 void MetricsLog::keep_through_step(std::int64_t step) {
   const std::string path = dir_ + "/metrics.jsonl";
   std::vector<std::string> kept;
-  if (step > 0) {
+  std::error_code ec;
+  if (step > 0 && std::filesystem::exists(path, ec)) {
+    // A record that exists but cannot be read whole is not cut (that would write the unread part away).
+    require_regular_input(path, "log.dir", ErrorKind::config);
     std::ifstream old(path);
     const std::string key = "{\"step\":";
-    for (std::string line; std::getline(old, line);) {
+    for (std::string line; old && std::getline(old, line);) {
       if (line.rfind(key, 0) == 0 && std::strtoll(line.c_str() + key.size(), nullptr, 10) <= step) kept.push_back(line);
+    }
+    if (!old.is_open() || old.bad()) {
+      throw_config("log.dir: cannot read '" + path + "' to cut it back to step " + std::to_string(step) +
+                   ": it is left as it was");
     }
   }
   // The kept lines go to a new file renamed over the old one: a job killed or a disk full in between leaves the

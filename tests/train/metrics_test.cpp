@@ -1,6 +1,7 @@
 #include "hsdp/train/metrics.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -69,6 +70,21 @@ TEST(MetricsLog, ACutThatCannotBeWrittenLeavesTheRecordAsItWas) {
         << e.what();
   }
   EXPECT_EQ(read(dir / "metrics.jsonl"), kFourSteps);
+}
+
+// A record that cannot be read is not cut: a FIFO (whose open would wait for a writer forever) is refused, still there.
+TEST(MetricsLog, ARecordThatCannotBeReadIsRefused_AndLeftAsItWas) {
+  hsdp::testing::TempDir dir;
+  ASSERT_EQ(::mkfifo((dir / "metrics.jsonl").c_str(), 0600), 0);
+  MetricsLog log(dir.path().string());
+  try {
+    log.keep_through_step(2);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    EXPECT_NE(std::string(e.what()).find("is a FIFO, not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(dir / "metrics.jsonl"));
 }
 
 }  // namespace
