@@ -246,6 +246,9 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   SaveResult result;
   result.path = path;
 
+  // The plan, the checksums and the space check: collectives and rank 0's file system calls, watched as one
+  // operation (inside a caller's phase, e.g. hsdp-train's checkpoint save) until the file is created.
+  std::optional<StallGuard> prepare(std::in_place, "preparing " + path + " (shard plan, checksums, free space)");
   comm::agree(world, [&] {
     for (const StateSet& set : sets) plan::validate_shards(layout, set);
   });
@@ -282,6 +285,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
   });
 
   phase.restart();
+  prepare.reset();
   std::optional<StallGuard> op(std::in_place, "creating " + tmp);
   h5::Handle fapl = h5::mpio_file_access(world, dir);
   h5::Handle file;

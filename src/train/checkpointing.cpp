@@ -242,6 +242,8 @@ std::optional<ckpt::TrainState> Checkpointer::resume() {
       ::unlink(probe.c_str());
     });
   }
+  // Reading `latest`, listing the directory, loading: each rank waits in MPI while rank 0 reads the file system.
+  const StallGuard op("finding and loading the checkpoint to resume");
   std::optional<std::string> from;
   std::optional<ckpt::TrainState> state;
   if (options_.resume == "auto" && options_.checkpoint_fallback && enabled()) {
@@ -312,9 +314,18 @@ void Checkpointer::keep_runs_apart(const std::optional<std::string>& from) {
   const std::string& dir = options_.checkpoint_dir;
   namespace fs = std::filesystem;
   if (from) {
-    std::error_code ec;
-    const fs::path source = fs::absolute(fs::path(*from), ec).parent_path();
-    if (fs::equivalent(source, fs::path(dir), ec)) return;  // continuing the directory's own run
+    // Rank 0 decides, for every rank: a file system that answers one node otherwise (a stale handle) must not send
+    // some ranks into checkpoint_steps' collective and the others on.
+    int rank = 0;
+    MPI_Comm_rank(world, &rank);
+    int own = 0;
+    if (rank == 0) {
+      std::error_code ec;
+      const fs::path source = fs::absolute(fs::path(*from), ec).parent_path();
+      own = fs::equivalent(source, fs::path(dir), ec) ? 1 : 0;
+    }
+    MPI_Bcast(&own, 1, MPI_INT, 0, world);
+    if (own) return;  // continuing the directory's own run
   }
   const std::vector<std::int64_t> steps = checkpoint_steps(world, dir);
   if (steps.empty()) return;
@@ -370,7 +381,10 @@ bool Checkpointer::save(ckpt::TrainState state) {
   Stopwatch watch;
   ckpt::SaveResult result;
   try {
-    check_free_space(state.step);
+    {
+      const StallGuard op("checking the free space of " + options_.checkpoint_dir);
+      check_free_space(state.step);
+    }
     const bool in_flight = state.outer_in_flight >= 0;
     const Views v = views(in_flight);  // the sets hold spans of it
     const std::vector<ckpt::StateSet> sets = save_sets(v, in_flight);

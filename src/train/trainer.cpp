@@ -406,7 +406,12 @@ class Run {
     checkpoints_ = std::make_unique<Checkpointer>(o_, mesh_, *backend_, *layout_, outer_.get(), log_);
     // Not inside agree(): its collectives are the ckpt layer's, which agrees on its own failures (AgreedError).
     const std::optional<ckpt::TrainState> resumed = checkpoints_->resume();
+    // Rank 0 reads and may cut back the run's record while the others wait in agree's all-reduce: watched, so that a
+    // file system that stops answering ends the job instead of holding every rank.
+    const StallPhase phase("resume", o_.checkpoint_timeout_s, "checkpoint.timeout_s");
+    const StallGuard op("checking the resume against the deck and the run's record in " + o_.log_dir);
     comm::agree(world_.raw(), [&] {
+      fault_point("record", rank_);
       if (const auto& state = resumed) {
         first_step_ = state->step;
         tokens_seen_ = state->tokens;
@@ -577,6 +582,10 @@ class Run {
   // summary.json (eval_step_<N>.json for eval_only) and the last line, on rank 0.
   void write_summary() const {
     if (!log_.is_root()) return;
+    // The other ranks wait in MPI_Finalize meanwhile: a write that stalls ends the job.
+    const StallPhase phase("shutdown", o_.comm.timeout_s, "comm.timeout_s");
+    const StallGuard op("writing " + o_.log_dir + "/summary.json");
+    fault_point("summary", rank_);
     JsonLine j;
     j.add("steps", summary_.steps).add("ended", summary_.ended);
     j.add("resumed_from_step", summary_.resumed_from_step).add("segment_steps", summary_.steps - first_step_);

@@ -7,9 +7,10 @@
 #                                                    seconds (well before any watchdog), the error said exactly once
 #   faults.sh good ...                               the fixture: a checkpoint at step 2 (4 ranks) in RUN/good
 #   faults.sh stall ...                              rank 1 stopped (SIGSTOP) at start-up (rank 0 says it waits,
-#                                                    every comm.startup_timeout_s / 4), in a resume read, in a
-#                                                    checkpoint write and at shutdown (a step's collectives: the
-#                                                    comm_watchdog tests): exit 4 within
+#                                                    every comm.startup_timeout_s / 4), in a resume read, while
+#                                                    rank 0 checks the run's record, in a checkpoint write and at
+#                                                    shutdown (a step's collectives: the comm_watchdog tests), and
+#                                                    rank 0 slow writing summary.json: exit 4 within
 #                                                    timeout + 10 s, with one diagnosis naming the phase
 #   faults.sh signal ...                             SIGUSR1 to every rank during start-up: exit 3 before the first
 #                                                    step, no checkpoint written (fresh and resumed runs)
@@ -97,7 +98,7 @@ case $check in
     ;;
   stall)
     timeout_s=5
-    for point in startup resume checkpoint shutdown; do
+    for point in startup resume record checkpoint shutdown; do
       launch "$point" 60 "HSDP_FAULT=stop:$point@1" -- --train.steps=4 --train.eval_every=0 \
         --checkpoint.dir="$good" --checkpoint.resume=auto --comm.timeout_s=$timeout_s --checkpoint.timeout_s=$timeout_s \
         --comm.startup_timeout_s=$timeout_s
@@ -106,7 +107,7 @@ case $check in
       diagnosis=$(own_lines "$point" | head -1)
       case $point in
         startup) phase="start-up" ;;
-        resume) phase="resume" ;;
+        resume | record) phase="resume" ;;
         checkpoint) phase="checkpoint save of step 4" ;;
         shutdown) phase="during shutdown" ;;
       esac
@@ -119,6 +120,14 @@ case $check in
       kept "$point"
       echo "rank 1 stopped at $point: exit 4 in $seconds s: $diagnosis"
     done
+    # Rank 0 slow in writing summary.json while the others wait in MPI_Finalize: its own stall watch ends the job.
+    launch summary 60 "HSDP_FAULT=sleep=30:summary@0" -- --train.steps=4 --train.eval_every=0 \
+      --checkpoint.dir="$good" --checkpoint.resume=auto --comm.timeout_s=$timeout_s
+    [[ $code -eq 4 ]] || { cat "$run/summary.err"; fail "summary: exit $code, expected 4"; }
+    ((seconds <= timeout_s + 10)) || fail "summary: took $seconds s, more than timeout + 10 s"
+    grep -qF "shutdown: writing" "$run/summary.err" || { cat "$run/summary.err"; fail "summary: no diagnosis"; }
+    kept shutdown
+    echo "rank 0 slow writing summary.json: exit 4 in $seconds s: $(own_lines summary | head -1)"
     # Start-up has its own limit: a comm.timeout_s shorter than a (slow, here 3 s) start-up trips nothing.
     launch slow_startup 60 "HSDP_FAULT=sleep=3:startup@all" -- --train.steps=2 --train.eval_every=0 \
       --checkpoint.dir="$run/slow_ckpt" --checkpoint.resume=none --comm.timeout_s=1
