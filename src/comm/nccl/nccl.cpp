@@ -2,6 +2,7 @@
 
 #include <nccl.h>
 
+#include <cstdio>
 #include <string>
 
 #include "hsdp/comm/sequence_board.hpp"
@@ -108,10 +109,23 @@ NcclCommunicator::NcclCommunicator(const MpiCommunicator& group, std::string nam
       options_(options),
       logger_(logger) {
   cuda::check(cudaGetDevice(&impl_->device), "cudaGetDevice");
-  ncclUniqueId id{};
-  if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId for group '" + name_ + "'");
-  const int code = MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, group.raw());
+  // The id with rank 0's outcome, so that a failure there (no usable network interface) is thrown by every member
+  // alike instead of leaving the others in the broadcast.
+  struct {
+    ncclUniqueId id;
+    char error[512];
+  } unique{};
+  if (rank_ == 0) {
+    try {
+      check_nccl(ncclGetUniqueId(&unique.id), "ncclGetUniqueId for group '" + name_ + "'");
+    } catch (const Error& e) {
+      std::snprintf(unique.error, sizeof unique.error, "%s", e.what());
+    }
+  }
+  const int code = MPI_Bcast(&unique, static_cast<int>(sizeof unique), MPI_BYTE, 0, group.raw());
   if (code != MPI_SUCCESS) throw Error(ErrorKind::comm, "MPI_Bcast of the NCCL id of group '" + name_ + "' failed");
+  if (unique.error[0] != '\0') throw Error(ErrorKind::comm, std::string(unique.error) + " (on the group's rank 0)");
+  const ncclUniqueId& id = unique.id;
   check_nccl(ncclCommInitRank(&impl_->comm, size_, id, rank_),
              "ncclCommInitRank for group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
                  std::to_string(size_) + ", CUDA device " + std::to_string(impl_->device) + ")");
