@@ -82,7 +82,8 @@ Engine::Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const 
                                                    queues_->track(Impl::name_of("gradients", u))};
     }
   }
-  refresh_derived_state();
+  m.derived_pending = true;
+  if (!options.defer_first_gather) refresh_derived_state();  // zero1's gather: a collective
 }
 
 void Engine::configure_zeropp(const ZeroPPOptions& z) {
@@ -136,8 +137,13 @@ Engine::~Engine() {
   impl_.reset();
 }
 
+void Engine::derive_if_pending() {
+  if (impl_->derived_pending) refresh_derived_state();
+}
+
 void Engine::refresh_derived_state() {
   Impl& m = *impl_;
+  m.derived_pending = false;
   if (m.st.gather_after_step) {
     for (int u = 0; u < m.n_units; ++u) m.gather_into(u, m.persistent_params[static_cast<std::size_t>(u)]);
     m.q.wait(m.compute, m.q.record(m.gather));
@@ -161,6 +167,7 @@ void Engine::refresh_derived_state() {
 
 void Engine::begin_step() {
   Impl& m = *impl_;
+  derive_if_pending();
   m.compute_after_reductions();
   if (m.trace) {
     m.trace->start();  // written from the first step on: a run refused before it writes no trace
@@ -232,6 +239,7 @@ void Engine::forward_blocks(model::UnitModel& model, std::shared_ptr<const std::
 void Engine::forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
                               std::span<const std::int32_t> targets, float dloss, bool last) {
   Impl& m = *impl_;
+  derive_if_pending();
   require_compute_dtype(model, m.o.compute_dtype);
   const int L = m.n_layer;
   const int final_unit = m.final_unit();
@@ -297,6 +305,7 @@ void Engine::forward_backward(model::UnitModel& model, std::span<const std::int3
 float Engine::evaluate(model::UnitModel& model, std::span<const std::int32_t> tokens,
                        std::span<const std::int32_t> targets) {
   Impl& m = *impl_;
+  derive_if_pending();
   require_compute_dtype(model, m.o.compute_dtype);
   const int final_unit = m.final_unit();
   constexpr int emb = Impl::kEmbedding;
@@ -428,6 +437,7 @@ std::vector<UnitShard> Engine::shard_views() {
 
 std::vector<Engine::ReplicatedParams> Engine::replicated_params() {
   Impl& m = *impl_;
+  derive_if_pending();
   m.compute_after_reductions();
   m.replica_staging.clear();
   m.replica_staging.reserve(static_cast<std::size_t>(m.n_units));  // the copies' addresses stay put

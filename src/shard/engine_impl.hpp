@@ -69,6 +69,9 @@ struct Engine::Impl {
 
   QueueId compute, gather, reduce, cross, regather;
   StreamEvent params_updated;  // compute: the last write of the masters (AdamW, a checkpoint load)
+  // The derived copies (persistent full or rounded parameters) not yet made from the masters: with
+  // EngineOptions::defer_first_gather, until Engine::derive_if_pending or the first use.
+  bool derived_pending = false;
   StreamFaults faults;         // tests of the checker only
 
   // The shard state's buffers, for the checker: master (and AdamW's moments), gradient shard, per unit.

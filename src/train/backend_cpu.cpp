@@ -10,6 +10,7 @@ namespace hsdp::train {
 
 shard::EngineOptions engine_options(const TrainOptions& o, const comm::ProcessMesh& mesh) {
   shard::EngineOptions e = o.engine;
+  e.defer_first_gather = true;  // built inside comm::agree: Backend::start gathers
   if (o.log_trace) e.trace_file = o.log_dir + "/trace_rank" + std::to_string(mesh.topology().world_rank) + ".json";
   return e;
 }

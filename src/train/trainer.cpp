@@ -756,9 +756,11 @@ class Run {
       }
     });
     comm::agree(world_.raw(), [&] {
+      fault_point("model", rank_);
       backend_ = o_.device_type == device::DeviceType::cuda ? make_cuda_backend(o_, *layout_, mesh_, memory_, log_)
                                                             : make_cpu_backend(o_, *layout_, mesh_, memory_, log_);
     });
+    backend_->start();  // its collectives: every rank built its backend
   }
 
   // The val loss over the evaluation set (the same windows on any number of ranks): per-position losses summed.

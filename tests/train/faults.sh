@@ -3,7 +3,8 @@
 # HSDP_FAULT (include/hsdp/core/fault.hpp). One check per call, each against a good checkpoint made first:
 #
 #   faults.sh fail  TRAIN DECK DATA RUN MPIEXEC...   an error on rank 2 at start-up, data, resume, step, eval,
-#                                                    checkpoint and shutdown ends all ranks with exit 2 within
+#                                                    checkpoint, shutdown and (zero1) building the model ends all
+#                                                    ranks with exit 2 within
 #                                                    seconds (well before any watchdog), the error said exactly once
 #   faults.sh good ...                               the fixture: a checkpoint at step 2 (4 ranks) in RUN/good
 #   faults.sh stall ...                              rank 1 stopped (SIGSTOP) at start-up (rank 0 says it waits,
@@ -95,6 +96,15 @@ case $check in
       kept "$point"
       echo "fail at $point: exit 2 in $seconds s: $(own_lines "$point")"
     done
+    # One rank failing to build its model under zero1, whose engine gathers the full parameters: the others build
+    # theirs without that collective and fail with it (before, they waited in the gather until comm.timeout_s).
+    launch model 60 "HSDP_FAULT=fail:model@2" -- --train.steps=4 --train.eval_every=0 --parallel.sharding=zero1 \
+      --checkpoint.dir="$run/model_ckpt" --checkpoint.resume=none --comm.timeout_s=40
+    [[ $code -eq 2 ]] || { cat "$run/model.err"; fail "model: exit $code, expected 2"; }
+    ((seconds <= 20)) || fail "model: took $seconds s (a watchdog ended it?)"
+    [[ $(own_lines model | wc -l) -eq 1 ]] || { cat "$run/model.err"; fail "model: not one line"; }
+    grep -q "injected fault at 'model' on rank 2" "$run/model.err" || { cat "$run/model.err"; fail "model: not said"; }
+    echo "fail at model (zero1): exit 2 in $seconds s: $(own_lines model)"
     ;;
   stall)
     timeout_s=5

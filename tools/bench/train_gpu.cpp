@@ -195,6 +195,7 @@ int run(const Options& o, const hsdp::Logger& log) {
     backend = gpu ? hsdp::train::make_cuda_backend(to, layout, *mesh, memory, log)
                   : hsdp::train::make_cpu_backend(to, layout, *mesh, memory, log);
   });
+  backend->start();
   const std::string device_name = gpu ? cuda::current_device_info().name : "cpu";
   const Peak peak = gpu ? peak_for(device_name, o.peak_tflops) : Peak{0.0, "the CPU: no bf16 peak"};
 

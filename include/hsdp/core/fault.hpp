@@ -4,7 +4,8 @@
 // makes fault_point(point, world_rank) act on that world rank (or on every rank with @all) when the run passes the
 // point. Actions: fail = throw a data Error (a rank-local failure: a file that cannot be read on one node),
 // stop = raise(SIGSTOP) (a frozen rank), sleep=<seconds> = pause (a slow rank, or a window for a signal).
-// Points in hsdp-train: startup (after MPI_Init, before the deck is agreed on), data, resume, record (after the
+// Points in hsdp-train: startup (after MPI_Init, before the deck is agreed on), data, model (before the backend
+// is built: the others build theirs, zero1's included, without a collective), resume, record (after the
 // resume, where rank 0 checks and cuts back the run's record), step, eval, checkpoint (in the middle of writing a
 // checkpoint's data), shutdown (after the last step), summary (rank 0 writing summary.json while the others are in
 // MPI_Finalize). Unset: nothing happens.

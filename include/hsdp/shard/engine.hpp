@@ -95,6 +95,8 @@ struct StepTiming {
 
 class Engine {
  public:
+  // Allocates and initialises this rank's state, then gathers what the strategy keeps whole (a collective) unless
+  // options.defer_first_gather leaves that to derive_if_pending or the first use.
   // `log` (optional) receives one-time notes, e.g. that qgZ falls back to an exact reduce-scatter on one node.
   // `device` does the element work on its memory (device_ops.hpp); null: the CPU (make_cpu_device_ops(memory)).
   Engine(const model::ModelLayout& layout, comm::ProcessMesh& mesh, const EngineOptions& options, std::uint64_t seed,
@@ -143,6 +145,9 @@ class Engine {
     bool in_place = false;  // the device memory itself (a write there is the parameters')
   };
   std::vector<ReplicatedParams> replicated_params();
+  // With EngineOptions::defer_first_gather: the gather the constructor left (collective; no-op once done). The
+  // first begin_step, forward_backward, evaluate or replicated_params does it too.
+  void derive_if_pending();
   // Exactly one replica of every shard writes checkpoints: the rank with replicate rank 0.
   bool is_checkpoint_writer() const;
   // Tests of the stream checker only.

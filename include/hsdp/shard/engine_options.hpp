@@ -32,6 +32,10 @@ struct EngineOptions {
   ZeroPPOptions zeropp;    // full_shard and hybrid_shard only
   StreamOptions streams;   // how the queues run: inline (default), checked, on worker threads (hsdp/stream/queues.hpp)
   std::string trace_file;  // non-empty: every queue operation, collective and host wait to this file (trace.hpp)
+  // true: the constructor issues no collective; the first gather of what the strategy keeps whole (zero1's full
+  // parameters) waits for Engine::derive_if_pending or the first use. For a caller that builds the engine inside
+  // comm::agree, where a rank whose construction failed would leave the others in that gather.
+  bool defer_first_gather = false;
 };
 
 }  // namespace hsdp::shard

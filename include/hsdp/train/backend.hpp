@@ -26,6 +26,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
+  // After construction, outside comm::agree (which builds it: a rank that failed there must not leave the others
+  // in a collective): the engine's first gathers. Collective over the mesh.
+  virtual void start() {}
   // Start of an optimizer step: zero gradients and this step's timings and counters.
   virtual void begin_step() = 0;
   // One micro-batch (tokens and targets on the host, free to refill on return): forward and backward with the loss
@@ -69,6 +72,7 @@ class Backend {
 // evaluation's per-position losses, which stay where the model keeps them, forwards to the engine.
 class EngineBackend : public Backend {
  public:
+  void start() override { engine().derive_if_pending(); }
   void begin_step() override { engine().begin_step(); }
   void forward_backward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, float dloss,
                         bool last) override {
@@ -97,10 +101,11 @@ class EngineBackend : public Backend {
 std::unique_ptr<comm::ProcessMesh> make_mesh(const TrainOptions& options, comm::MpiCommunicator& world,
                                              const comm::Topology& topology, const Logger& log);
 
-// The engine's options for this run: the deck's, with log.trace's file for this rank.
+// The engine's options for this run: the deck's, with log.trace's file for this rank, the first gather deferred
+// to Backend::start.
 shard::EngineOptions engine_options(const TrainOptions& options, const comm::ProcessMesh& mesh);
 
-// The sharding engine and the CPU model. Collective over the mesh.
+// The sharding engine and the CPU model. No collective: Backend::start follows.
 std::unique_ptr<Backend> make_cpu_backend(const TrainOptions& options, const model::ModelLayout& layout,
                                           comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log);
 

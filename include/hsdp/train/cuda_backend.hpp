@@ -39,7 +39,7 @@ struct GpuMemory {
 };
 GpuMemory cuda_memory_available(MPI_Comm world);
 
-// Collective over the mesh. Expects the mesh built with
+// No collective of the engine's (Backend::start follows). Expects the mesh built with
 // cuda_mesh_carrier's carrier.
 std::unique_ptr<Backend> make_cuda_backend(const TrainOptions& options, const model::ModelLayout& layout,
                                            comm::ProcessMesh& mesh, MemoryAccountant& memory, const Logger& log);
