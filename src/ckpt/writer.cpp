@@ -354,6 +354,7 @@ SaveResult write_checkpoint_file(MPI_Comm world, const std::string& path, const 
     fsync_file(tmp);
     durable_rename(tmp, path);
   });
+  if (options.committed != nullptr) *options.committed = true;
   op.reset();
   result.commit_s = commit.seconds();
 

@@ -378,6 +378,8 @@ bool Checkpointer::save(ckpt::TrainState state) {
   save_options.keep = options_.checkpoint_keep;
   save_options.keep_every = options_.checkpoint_keep_every;
   save_options.logger = &log_;
+  bool committed = false;
+  save_options.committed = &committed;
   Stopwatch watch;
   ckpt::SaveResult result;
   try {
@@ -393,7 +395,7 @@ bool Checkpointer::save(ckpt::TrainState state) {
   } catch (const AgreedError& e) {
     // Every rank has it (the ckpt layer agrees on its failures), so every rank takes the same path.
     if (e.kind() != ErrorKind::checkpoint) throw;
-    return save_failed(state.step, e.what());
+    return save_failed(state.step, e.what(), committed);
   }
   const double seconds = watch.seconds();
   latest_step_ = state.step;
@@ -433,16 +435,26 @@ void Checkpointer::check_free_space(std::int64_t step) const {
   });
 }
 
-bool Checkpointer::save_failed(std::int64_t step, const std::string& error) {
+bool Checkpointer::save_failed(std::int64_t step, const std::string& error, bool committed) {
   namespace fs = std::filesystem;
   const std::string& dir = options_.checkpoint_dir;
   const std::string name = ckpt::checkpoint_file_name(step);
+  int latest_is_this = 0;  // retention failed after `latest` named the new file
   if (mesh_.world().rank() == 0) {
-    // What this save left: the temporary file, or the renamed one if only `latest` could not be written.
+    // What this save left: its temporary file, or (committed) its renamed file when `latest` could not be pointed at
+    // it. A file of that name that this save did not write (an earlier run's, resumed from an older step) stays.
     std::error_code ec;
     fs::remove(fs::path(dir) / (name + ".tmp"), ec);
-    if (ckpt::read_latest(dir) != name) fs::remove(fs::path(dir) / name, ec);
+    std::optional<std::string> latest;
+    try {
+      latest = ckpt::read_latest(dir);
+    } catch (const Error&) {  // unreadable: it does not name this save's file
+    }
+    latest_is_this = committed && latest == name ? 1 : 0;
+    if (committed && !latest_is_this) fs::remove(fs::path(dir) / name, ec);
   }
+  MPI_Bcast(&latest_is_this, 1, MPI_INT, 0, mesh_.mpi_world().raw());
+  if (latest_is_this) latest_step_ = step;
   std::error_code ec;
   const fs::space_info space = fs::space(existing_part(dir), ec);
   std::ostringstream text;
@@ -450,9 +462,14 @@ bool Checkpointer::save_failed(std::int64_t step, const std::string& error) {
   text << "checkpoint.dir '" << dir << "': cannot write " << name << " (it needs at least "
        << static_cast<double>(bytes_needed()) / (1024.0 * 1024.0) << " MiB";
   if (!ec) text << "; " << static_cast<double>(space.available) / (1024.0 * 1024.0) << " MiB are free";
-  text << "): " << error << "; the previous checkpoint";
-  if (latest_step_ > 0) text << " (step " << latest_step_ << ")";
-  text << " and `latest` are unchanged";
+  text << "): " << error;
+  if (latest_is_this) {
+    text << "; " << name << " was written and `latest` names it (what failed came after: removing older checkpoints)";
+  } else {
+    text << "; the previous checkpoint";
+    if (latest_step_ > 0) text << " (step " << latest_step_ << ")";
+    text << " and `latest` are unchanged";
+  }
   if (!options_.checkpoint_continue_on_error) {
     throw AgreedError(ErrorKind::checkpoint,
                       text.str() + "; make room there, or set checkpoint.on_error=continue to train on without it");

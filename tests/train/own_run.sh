@@ -12,6 +12,8 @@
 #           checkpoint.accept_changes=true continues with the change, saying so.
 # stop      SIGUSR1 to a run with no checkpoint.dir: exit 6 (not 3: nothing to resume, do not requeue), saying why;
 #           with a checkpoint.dir: exit 3 as before; SIGTERM during start-up (the libraries initialising): exit 3.
+# branch    a resume from an older checkpoint of the directory whose save fails leaves the file of that step the
+#           first run wrote, and `latest`, as they were (checkpoint.on_error=continue)
 # record    (item 7) summary.json says why the run ended, the version, the hosts, the batch job id and the step of
 #           final_val_loss; every metrics line its segment's world size and strategy (2 ranks, then resumed on 1);
 #           the resumed run's last line says its own steps ("done: 2 steps in this run (4 -> 6 of 6)");
@@ -136,6 +138,19 @@ PY
     grep -q "config error: checkpoint 'runs/quickstart/checkpoints/step_6.h5' was written for another model shape: it holds n_layer 4, n_head 4, n_embd 128" shape.log ||
       fail "the shape error: $(cat shape.log)"
     cat shape.log
+    ;;
+  branch)
+    # A run resumed from an older checkpoint of its directory (a branch) whose save fails: the file of that step the
+    # first run wrote is not this save's, and stays; `latest` too.
+    expect 0 first.log --train.steps=8
+    before=$(cd runs/quickstart/checkpoints && sha256sum step_6.h5 latest)
+    mkdir runs/quickstart/checkpoints/step_6.h5.tmp  # the save of step 6 cannot create its file
+    expect 0 branch.log --checkpoint.resume=runs/quickstart/checkpoints/step_4.h5 --train.stop_at_step=6 \
+      --checkpoint.on_error=continue --checkpoint.keep=0
+    grep -q "cannot write step_6.h5" branch.log || fail "the failed save was not said: $(cat branch.log)"
+    [[ $(cd runs/quickstart/checkpoints && sha256sum step_6.h5 latest) == "$before" ]] ||
+      fail "the failed save removed or changed the step_6.h5 it did not write, or latest"
+    grep -h "cannot write" branch.log | cut -c1-200
     ;;
   *) fail "unknown case $case" ;;
 esac

@@ -120,6 +120,9 @@ struct SaveOptions {
   double pause_for_test_s = 0.0;
   // If given, rank 0 warns through it (once per save) when MPI-IO fell back to independent transfers.
   const Logger* logger = nullptr;
+  // If given, set on every rank once the file is renamed into place: a failure after it (`latest`, retention) left
+  // this save's complete file; one before it left any earlier file of that name as it was.
+  bool* committed = nullptr;
 };
 
 struct SaveResult {

@@ -60,7 +60,9 @@ class Checkpointer {
   void keep_runs_apart(const std::optional<std::string>& from);
   std::uint64_t bytes_needed() const;
   void check_free_space(std::int64_t step) const;
-  bool save_failed(std::int64_t step, const std::string& error);
+  // After a save failed (every rank): what it left removed (its .tmp; its renamed file where `latest` does not name
+  // it), said, and stop or go on (checkpoint.on_error). `committed`: it renamed its file into place.
+  bool save_failed(std::int64_t step, const std::string& error, bool committed);
 
   const TrainOptions& options_;
   comm::ProcessMesh& mesh_;
