@@ -53,18 +53,32 @@ void require_not_checkpoint(const std::string& path, std::string_view what, std:
   }
 }
 
-void require_distinct_files(std::span<const NamedPath> paths) {
+void require_distinct_files(std::span<const NamedPath> given) {
+  struct Entry {
+    const NamedPath* named;
+    std::filesystem::path path;
+    bool temporary;  // "<written path>.tmp"
+    std::string name() const { return named->option + (temporary ? "'s temporary file" : ""); }
+  };
+  std::vector<Entry> entries;
+  for (const NamedPath& p : given) entries.push_back({&p, p.path, false});
+  for (const NamedPath& p : given) {
+    if (!p.written) continue;
+    std::filesystem::path temporary = p.path;
+    temporary += ".tmp";
+    entries.push_back({&p, temporary, true});
+  }
   std::vector<std::filesystem::path> canonical;  // empty where it cannot be resolved: compared with none
-  for (const NamedPath& p : paths) {
+  for (const Entry& e : entries) {
     std::error_code ec;
-    const std::filesystem::path resolved = std::filesystem::weakly_canonical(p.path, ec);
+    const std::filesystem::path resolved = std::filesystem::weakly_canonical(e.path, ec);
     canonical.push_back(ec ? std::filesystem::path() : resolved);
   }
-  for (std::size_t i = 0; i < paths.size(); ++i) {
-    for (std::size_t j = i + 1; j < paths.size(); ++j) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    for (std::size_t j = i + 1; j < entries.size(); ++j) {
       if (!canonical[i].empty() && canonical[i] == canonical[j]) {
-        throw_config(paths[j].option + " '" + paths[j].path.string() + "' is the file " + paths[i].option +
-                     " names: give " + paths[j].option + " a path of its own");
+        throw_config(entries[j].name() + " '" + entries[j].path.string() + "' is the file " + entries[i].name() +
+                     " names: give " + entries[j].named->option + " a path of its own");
       }
     }
   }

@@ -84,6 +84,14 @@ expect 2 "is an HDF5 file" "$bin" import --format llmc "$dir/model.bin" --output
 # before anything is written.
 expect 2 "--output '.*model.bin' is the file --input names" "$bin" import --format llmc "$dir/model.bin" \
   --output "$dir/./model.bin"
+# Nor over its input through the temporary file it writes first ("<output>.tmp").
+cp "$dir/model.bin" "$dir/m.bin.tmp"
+expect 2 "--output's temporary file '.*m.bin.tmp' is the file --input names" "$bin" import --format llmc \
+  "$dir/m.bin.tmp" --output "$dir/m.bin"
+cp "$dir/one.h5" "$dir/two.tmp"
+expect 2 "--output's temporary file: '.*two.tmp' is an HDF5 file" "$bin" export "$dir/two.tmp" --format llmc \
+  --output "$dir/two"
+[[ -f $dir/m.bin.tmp && $(sha256sum <"$dir/two.tmp") == "$before" ]] || fail "a refused output's temporary file went"
 latest_before=$(cat "$dir/run/latest")
 expect 2 "--output: '.*latest' is a checkpoint directory's \`latest\`" "$bin" export "$ck" --format safetensors \
   --output "$dir/run/latest"

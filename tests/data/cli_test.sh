@@ -63,6 +63,10 @@ cmp -s "$dir/out.bin" "$dir/encoded/train.bin" || fail "a refused synth changed 
 # An output never replaces the text it is made from, nor the other output.
 text_before=$(sha256sum <"$dir/in.txt")
 expect 2 "--output '.*in.txt' is the file --input names" "$bin" encode --input "$dir/in.txt" --output "$dir/./in.txt"
+cp "$dir/in.txt" "$dir/enc.bin.tmp"
+expect 2 "--output's temporary file '.*enc.bin.tmp' is the file --input names" "$bin" encode --input "$dir/enc.bin.tmp" \
+  --output "$dir/enc.bin"
+[[ -f $dir/enc.bin.tmp ]] || fail "a refused encode removed its input"
 expect 2 "--val-output '.*v.bin' is the file --output names" "$bin" encode --input "$dir/in.txt" --output "$dir/v.bin" \
   --val-output "$dir/v.bin"
 echo "a tokenizer model" >"$dir/m.model"

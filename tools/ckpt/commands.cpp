@@ -36,10 +36,13 @@ po::positional_options_description one_positional(const char* name) {
 }
 
 // An output that is a regular file is replaced (a re-export after more training), but never one holding an HDF5 file
-// (core's require_not_checkpoint), nor a checkpoint directory's `latest` (it names the checkpoint a run resumes from).
+// (core's require_not_checkpoint), nor a checkpoint directory's `latest` (it names the checkpoint a run resumes from);
+// nor is the temporary file it is written to first.
 void require_output(const std::string& output) {
   require_regular_output(output, "--output");
   require_not_checkpoint(output, "--output", "hsdp-ckpt");
+  // Written first to "<output>.tmp", which must not be a checkpoint either (the input of `export x.tmp --output x`).
+  require_not_checkpoint(output + ".tmp", "--output's temporary file", "hsdp-ckpt");
   std::error_code ec;
   if (std::filesystem::path(output).filename() == "latest" && std::filesystem::exists(output, ec)) {
     throw Error(ErrorKind::config, "--output: '" + output +
@@ -350,7 +353,7 @@ int run_import(const std::vector<std::string>& args) {
       paths.push_back({"--input", input + "/" + name});
     }
   }
-  paths.push_back({"--output", output});
+  paths.push_back({"--output", output, true});
   require_distinct_files(paths);
   ckpt::FullCheckpoint full;
   std::string source;

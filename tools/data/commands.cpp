@@ -116,8 +116,8 @@ int run_encode(const std::vector<std::string>& args) {
   }
   // The outputs replace files: never the text or tokenizer they are made from, nor each other (the second would
   // replace the first).
-  std::vector<NamedPath> paths = {{"--input", input}, {"--output", output}};
-  if (val) paths.push_back({"--val-output", (*vm)["val-output"].as<std::string>()});
+  std::vector<NamedPath> paths = {{"--input", input}, {"--output", output, true}};
+  if (val) paths.push_back({"--val-output", (*vm)["val-output"].as<std::string>(), true});
   if (const std::string model = (*vm)["tokenizer"].as<std::string>(); !model.empty()) {
     paths.insert(paths.begin() + 1, {"--tokenizer", model});
   }
@@ -225,7 +225,7 @@ int run_tokenizer(const std::vector<std::string>& args) {
   }
   for (const auto& in :
        spec.inputs) {  // neither output replaces a text it learns from (a text given twice is read twice)
-    const NamedPath paths[] = {{"--input", in}, {"--out", model}, {"--out", vocab}};
+    const NamedPath paths[] = {{"--input", in}, {"--out", model, true}, {"--out", vocab, true}};
     require_distinct_files(paths);
   }
   spec.vocab_size = (*vm)["vocab-size"].as<int>();

@@ -24,10 +24,12 @@ void require_not_checkpoint(const std::string& path, std::string_view what, std:
 // Paths that options name, inputs and outputs in the order the message should name them: a config Error where two
 // name the same file (".." and symbolic links resolved; where a path cannot be resolved it is compared with none)
 // "<later> '<path>' is the file <earlier> names: give <later> a path of its own". An output must not replace an input,
-// nor another output.
+// nor another output; nor may the temporary file "<output>.tmp" a `written` path is first written to (the atomic
+// writes below, the checkpoint writer) be an input.
 struct NamedPath {
   std::string option;
   std::filesystem::path path;
+  bool written = false;  // an output: "<path>.tmp" is compared too
 };
 void require_distinct_files(std::span<const NamedPath> paths);
 
