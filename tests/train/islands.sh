@@ -10,7 +10,8 @@
 #  4. reshard: that checkpoint resumed by 4 islands of one rank, by one island, and by 2 islands of one rank each
 #     (the last within fp32 reassociation of the uninterrupted run: 1e-5 relative), each saying what it did;
 #  5. refusals, exit 2 with one line: island counts that do not divide the nodes, data.part with islands, fragments
-#     that do not divide H, an overlap beyond H/F; a damaged outer-state dataset fails `hsdp-ckpt verify`;
+#     that do not divide H, an overlap beyond H/F, `hsdp-ckpt consolidate` of an islands checkpoint; a damaged
+#     outer-state dataset fails `hsdp-ckpt verify`;
 #  6. overlap (outer.overlap=2, 2 fragments, H=4): the metrics say which fragment started and which was applied
 #     at every step, the run differs from the blocking one from the first step an application moved, and stopped
 #     with an exchange in flight and resumed, every loss and tensor equals the uninterrupted run's (the checkpoints
@@ -140,6 +141,13 @@ refuse "data.part reproduces one island" --topology.ranks_per_node=2 --parallel.
 refuse "outer.fragments=3 must divide outer.inner_steps=4" --topology.ranks_per_node=2 --parallel.islands=2 \
   --outer.inner_steps=4 --outer.fragments=3
 refuse "data.part='2/2'" --data.part=2/2
+# consolidate rewrites one model's state: a checkpoint of two islands is refused, and nothing is written.
+set +e
+out=$("$ckpt" consolidate "$run/stopped_ckpt/step_12.h5" --output "$run/one.h5" 2>&1)
+rc=$?
+set -e
+[[ $rc == 2 && $out == *"holds the state of 2 islands"* && ! -e $run/one.h5 ]] ||
+  fail "consolidate of an islands checkpoint: exit $rc, $out"
 cp "$run/stopped_ckpt/step_12.h5" "$run/damaged.h5"
 at=$("$ckpt" inspect "$run/damaged.h5" | awk '/^\/islands\/1\/outer\/momentum\//{g=1; next} g && /at byte/ && !done {print $NF; done = 1}')
 python3 - "$run/damaged.h5" "$at" <<'PY'

@@ -178,15 +178,26 @@ int run_consolidate(const std::vector<std::string>& args) {
       ("file", po::value<std::string>()->required(), "checkpoint to read; may be given bare")
       ("output", po::value<std::string>()->required(), "checkpoint to write (as OUTPUT.tmp, then renamed)");
   // clang-format on
-  const auto vm = tool::parse_options(args, options, one_positional("file"),
-                        "usage: hsdp-ckpt consolidate FILE --output OUT.h5\n\n"
-                        "Rewrites a checkpoint as if one rank had saved it (same format, world_size 1, nodes 1,\n"
-                        "mesh 1x1), verifying every checksum on the way. Any checkpoint already loads at any\n"
-                        "world size; this makes one that says so and is independent of the original run.\n");
+  const auto vm = tool::parse_options(
+      args, options, one_positional("file"),
+      "usage: hsdp-ckpt consolidate FILE --output OUT.h5\n\n"
+      "Rewrites a checkpoint as if one rank had saved it (same format, world_size 1, nodes 1,\n"
+      "mesh 1x1), verifying every checksum on the way. Any checkpoint already loads at any\n"
+      "world size; this makes one that says so and is independent of the original run.\n"
+      "A checkpoint of several islands (parallel.islands) is refused: it holds more than one model.\n");
   if (!vm) return kExitOk;
   const std::string output = (*vm)["output"].as<std::string>();
   require_output(output);
-  ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(ckpt::checkpoint_file((*vm)["file"].as<std::string>()));
+  const std::string input = ckpt::checkpoint_file((*vm)["file"].as<std::string>());
+  // Every island's model and the outer state are sets of their own, which the one-rank rewrite does not carry: a
+  // file that said islands = N and held one island would load nowhere.
+  if (const int islands = ckpt::inspect_checkpoint(input).state.islands; islands > 1) {
+    throw Error(ErrorKind::config, "consolidate: '" + input + "' holds the state of " + std::to_string(islands) +
+                                       " islands (parallel.islands) and the outer step's; consolidate rewrites one "
+                                       "model's. Resume it as it is (any world size loads it), or export island 0's "
+                                       "model (hsdp-ckpt export)");
+  }
+  ckpt::FullCheckpoint full = ckpt::read_full_checkpoint(input);
   full.state.world_size = 1;
   full.state.nodes = 1;
   full.state.mesh = "1x1";
