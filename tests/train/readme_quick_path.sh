@@ -8,7 +8,8 @@
 #   model predicts from context, not from letter frequencies alone (a unigram model reaches exactly that entropy);
 # - the SentencePiece run trained its 320 steps with the tokenizer recorded in its checkpoint (hsdp-ckpt inspect); a
 #   resume without it is refused with exit 2 in one line, the checkpoint untouched; the Hugging Face export writes the
-#   model file as tokenizer.model (the same bytes) and tokenizer_config.json;
+#   model file as tokenizer.model (the same bytes) and tokenizer_config.json, and its import records that tokenizer,
+#   from which a fine-tune with it resumes;
 # - both models' samples read as the corpus's language: at least 60% of their words (letter runs of 2 or more,
 #   lowercased) are words of the corpus (ids or mostly invented words fail). Four samples (seeds 1-4) pooled per
 #   model: one sample of ~45 words has a binomial spread of about +-6%, four pooled about +-3%.
@@ -73,6 +74,14 @@ set -e
 build/bin/hsdp-ckpt export runs/text_spm/checkpoints --format hf --output hf >export.log || fail "export"
 cmp hf/tokenizer.model data/text/spm.model || fail "tokenizer.model differs from the model file"
 grep -q '"tokenizer_class": "LlamaTokenizer"' hf/tokenizer_config.json || fail "tokenizer_config.json"
+# Imported back, the model records that tokenizer, and a fine-tune with it resumes from the import.
+build/bin/hsdp-ckpt import --format hf hf --output imported/step_0.h5 >import.log || fail "import"
+grep -q "tokenizer $identity (hf/tokenizer.model)" import.log || { cat import.log >&2; fail "the import lost the tokenizer"; }
+PATH=$work/shim:$PATH OMP_NUM_THREADS=1 mpirun -np 1 build/bin/hsdp-train --config input/own_text.ini \
+  --data.tokenizer=data/text/spm.model --data.train=data/text/spm_train.bin --data.val=data/text/spm_val.bin \
+  --model.vocab_size=2048 --model.padded_vocab_size=2048 --train.steps=2 --train.eval_every=0 \
+  --log.dir=runs/fine_tune --checkpoint.dir=runs/fine_tune/checkpoints --checkpoint.resume=imported/step_0.h5 \
+  >fine_tune.log 2>&1 || { cat fine_tune.log >&2; fail "a fine-tune from the imported model with its tokenizer"; }
 python3 - data/text/corpus.txt runs/text/summary.json runs/text_spm/summary.json <<'PY'
 import collections, json, math, re, sys
 text = open(sys.argv[1], "rb").read()

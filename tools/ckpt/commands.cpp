@@ -326,23 +326,26 @@ int run_import(const std::vector<std::string>& args) {
        "hf: rows of wte hsdp stores (>= vocab_size; the extra rows are zero); 0: the value hsdp-ckpt export wrote\n"
        "into model.safetensors, else vocab_size rounded up to a multiple of 128 (hsdp-train's default)");
   // clang-format on
-  const auto vm = tool::parse_options(args, options, one_positional("input"),
-                        "usage: hsdp-ckpt import --format llmc gpt2.bin --output step_0.h5\n"
-                        "       hsdp-ckpt import --format hf DIR --output step_0.h5\n\n"
-                        "Makes a step-0 checkpoint from another program's model: the weights, zero Adam state, and a\n"
-                        "deck ([model] section) with the model's shape, so hsdp-train can resume from it with a\n"
-                        "deck of the same model shape. `latest` is not written: name the file when resuming, or\n"
-                        "import into a run directory and write its name into <dir>/latest yourself.\n"
-                        "  llmc  llm.c's model file; its padded vocabulary rows are not kept (a warning says if they\n"
-                        "        were not zero).\n"
-                        "  hf    DIR/config.json and DIR/model.safetensors of a Llama (model_type llama: SiLU, no biases,\n"
-                        "        no rope_scaling; the deck gets its model.arch=llama keys) or of a GPT-2 (hsdp-ckpt\n"
-                        "        export --format hf, or\n"
-                        "        transformers' save_pretrained: names with or without 'transformer.', F32). The model\n"
-                        "        must be one hsdp runs: gelu_new, layer_norm_epsilon 1e-05, n_inner 4 * n_embd, a\n"
-                        "        tied head (lm_head.weight, if present, must equal wte); exit 2 naming the key if not.\n"
-                        "        Conv1D weights are transposed back and wte is padded with zero rows: an hsdp\n"
-                        "        checkpoint exported to hf and imported holds the same weights bit for bit.\n");
+  const auto vm = tool::parse_options(
+      args, options, one_positional("input"),
+      "usage: hsdp-ckpt import --format llmc gpt2.bin --output step_0.h5\n"
+      "       hsdp-ckpt import --format hf DIR --output step_0.h5\n\n"
+      "Makes a step-0 checkpoint from another program's model: the weights, zero Adam state, and a\n"
+      "deck ([model] section) with the model's shape, so hsdp-train can resume from it with a\n"
+      "deck of the same model shape. `latest` is not written: name the file when resuming, or\n"
+      "import into a run directory and write its name into <dir>/latest yourself.\n"
+      "  llmc  llm.c's model file; its padded vocabulary rows are not kept (a warning says if they\n"
+      "        were not zero).\n"
+      "  hf    DIR/config.json and DIR/model.safetensors of a Llama (model_type llama: SiLU, no biases,\n"
+      "        no rope_scaling; the deck gets its model.arch=llama keys) or of a GPT-2 (hsdp-ckpt\n"
+      "        export --format hf, or\n"
+      "        transformers' save_pretrained: names with or without 'transformer.', F32). The model\n"
+      "        must be one hsdp runs: gelu_new, layer_norm_epsilon 1e-05, n_inner 4 * n_embd, a\n"
+      "        tied head (lm_head.weight, if present, must equal wte); exit 2 naming the key if not.\n"
+      "        Conv1D weights are transposed back and wte is padded with zero rows: an hsdp\n"
+      "        checkpoint exported to hf and imported holds the same weights bit for bit.\n"
+      "        A SentencePiece DIR/tokenizer.model is recorded as the checkpoint's tokenizer (and\n"
+      "        named in its deck's data.tokenizer): fine-tune with data.tokenizer = that file.\n");
   if (!vm) return kExitOk;
   const std::string format = (*vm)["format"].as<std::string>();
   if (format != "llmc" && format != "hf") {
@@ -368,6 +371,7 @@ int run_import(const std::vector<std::string>& args) {
   require_distinct_files(paths);
   ckpt::FullCheckpoint full;
   std::string source;
+  std::string tokenizer;  // the SentencePiece model the import recorded, if any
   if (format == "llmc") {
     ckpt::LlmcModel imported = ckpt::read_llmc(input);
     if (imported.nonzero_padding > 0) {
@@ -384,6 +388,19 @@ int run_import(const std::vector<std::string>& args) {
     full = ckpt::empty_checkpoint(imported.config);
     full.params = std::move(imported.unit_params);
     source = std::string("Hugging Face ") + (imported.config.llama() ? "Llama" : "GPT-2") + " directory";
+    // Its SentencePiece tokenizer (what `export --format hf` writes, and a Llama 2's), recorded as the run's: a
+    // fine-tune with data.tokenizer = that file resumes, hsdp-sample finds it in the deck.
+    const std::string model_file = input + "/" + ckpt::kHfTokenizerFile;
+    std::error_code ec;
+    if (std::filesystem::exists(model_file, ec)) {
+      require_regular_input(model_file, "import");
+      try {
+        full.state.tokenizer = data::Tokenizer::load(model_file).identity();
+        tokenizer = model_file;
+      } catch (const Error& e) {  // another format (Llama 3's tiktoken file): the ids are the user's to match
+        std::cerr << "hsdp-ckpt import: warning: " << e.what() << "; the checkpoint records no tokenizer\n";
+      }
+    }
   }
   const model::GptConfig& c = full.config;
   std::ostringstream deck;
@@ -398,13 +415,16 @@ int run_import(const std::vector<std::string>& args) {
     deck << "n_kv_head = " << c.kv_heads() << "\nffn_dim = " << c.ffn() << "\nrope_theta = " << c.rope_theta
          << "\nnorm_eps = " << c.norm_eps << "\ntie_embeddings = " << (c.tie_embeddings ? "true" : "false") << "\n";
   }
+  if (!tokenizer.empty()) deck << "[data]\ntokenizer = " << tokenizer << "\n";
   full.state.deck_text = deck.str();
   full.state.strategy = "imported";
   full.state.world_size = 1;
   full.state.nodes = 1;
   full.state.mesh = "1x1";
   write_one_rank(output, full);
-  std::cout << "wrote " << output << ": step 0, " << describe_model(c) << ", zero Adam state\n";
+  std::cout << "wrote " << output << ": step 0, " << describe_model(c) << ", zero Adam state"
+            << (tokenizer.empty() ? std::string() : ", tokenizer " + full.state.tokenizer + " (" + tokenizer + ")")
+            << "\n";
   return kExitOk;
 }
 
