@@ -220,6 +220,27 @@ TEST(Recommendation, Llama70bOn8x80GiB_SlowInterNode_IsSharded_AndSaysWhatItNeed
   EXPECT_NE(plan.reason.find("full_shard fits on"), std::string::npos) << plan.reason;
 }
 
+// "full_shard fits on N nodes": the plan on N nodes has a full_shard row that fits, on N - 1 it does not; on the
+// CPU (fp32 compute copies) and on GPUs (bf16), whose transient memory differs.
+TEST(Recommendation, NothingFits_NamesTheSmallestNodeCountWhereFullShardFits_OnCpuAndGpu) {
+  for (const bool cuda : {false, true}) {
+    SCOPED_TRACE(cuda ? "cuda" : "cpu");
+    PlanInputs in = inputs(named_model("llama-70b"), 2, 4);
+    in.cuda = cuda;
+    in.cluster.inter = {3, 20, {}};
+    in.work = {1, 2048, 1};
+    const Plan plan = make_plan(in);
+    const std::string key = "full_shard fits on ";
+    const std::size_t at = plan.reason.find(key);
+    ASSERT_NE(at, std::string::npos) << plan.reason;
+    const int nodes = std::stoi(plan.reason.substr(at + key.size()));
+    in.cluster.nodes = nodes;
+    EXPECT_NE(row(make_plan(in), "full_shard").fit, Fit::no) << nodes << " nodes";
+    in.cluster.nodes = nodes - 1;
+    EXPECT_EQ(row(make_plan(in), "full_shard").fit, Fit::no) << nodes - 1 << " nodes";
+  }
+}
+
 // On GPUs (bf16 compute copies): on the CPU's fp32 copies the 3 gathers in flight stage 1.7 GB each in bf16 and
 // full_shard+qwZ+hpZ+qgZ needs 75.8 GiB of the 72 usable.
 TEST(Recommendation, Llama70bOn8GpuNodes_SlowInterNode_IsZeroPP) {
@@ -394,6 +415,49 @@ TEST(Islands, StepIsTheIslandsPlusTheExchangeOverH_AndSlowLinksOfferIt) {
   ASSERT_EQ(fast.islands.size(), 1u);
   EXPECT_FALSE(fast.islands.front().offered);
   EXPECT_TRUE(fast.islands_offer.empty());
+}
+
+// An island row fits by the island's peak with the outer state and scratch on top (the CPU's memory), with
+// checkpointing (and its recomputation in the island's time) where only that fits; a row that does not fit is never
+// offered. Over budgets from below the smallest island to above the largest, some island rows whose own strategy
+// fits do not fit with the outer state: the planner must not offer them. The offer's deck keys are the island row's
+// own (ZeRO++ keys and checkpointing with them).
+TEST(Islands, FitByTheIslandsPeakWithTheOuterState_AndTheOfferCarriesTheRowsKeys) {
+  PlanInputs in = inputs(named_model("gpt2-1.5b"), 4, 8);
+  in.cluster.inter = {0.5, 10, {}};  // slow links: islands are offered
+  int hidden = 0, offers = 0;
+  for (double gib = 4; gib <= 96; gib *= 1.15) {
+    in.cluster.memory_per_rank_gib = gib;
+    const Plan plan = make_plan(in);
+    for (const IslandPlan& r : plan.islands) {
+      SCOPED_TRACE(std::to_string(gib) + " GiB, " + std::to_string(r.islands) + " islands of " + r.inner.variant.name);
+      const double outer = static_cast<double>(r.model_state - r.inner.model_state);
+      const double peak = static_cast<double>(r.inner.peak()) + outer;
+      const double peak_ckpt = static_cast<double>(r.inner.peak_checkpointed()) + outer;
+      switch (r.fit) {
+        case Fit::yes:
+          EXPECT_LE(peak, plan.budget_bytes);
+          break;
+        case Fit::with_checkpointing:
+          EXPECT_LE(peak_ckpt, plan.budget_bytes);
+          EXPECT_GT(peak, plan.budget_bytes);
+          EXPECT_TRUE(r.inner.checkpointing) << "planned without the recomputation it needs";
+          break;
+        case Fit::no:
+          EXPECT_GT(peak_ckpt, plan.budget_bytes);
+          EXPECT_FALSE(r.offered);
+          if (r.inner.fit != Fit::no) ++hidden;
+          break;
+      }
+      if (!r.offered) continue;
+      ++offers;
+      for (const std::string& key : deck_keys(r.inner, in)) {
+        EXPECT_NE(plan.islands_offer.find(key), std::string::npos) << key << " not in: " << plan.islands_offer;
+      }
+    }
+  }
+  EXPECT_GT(hidden, 0) << "no budget where the outer state decides: the sweep does not test the rule";
+  EXPECT_GT(offers, 0);
 }
 
 // outer.overlap = tau: the exchange runs behind tau inner steps; the step carries what they do not cover,

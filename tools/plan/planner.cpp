@@ -170,10 +170,13 @@ int nodes_for_full_shard(const PlanInputs& in, double budget, std::int64_t activ
   const UnitSizes units{in.model.unit_numel, in.model.tied_head};
   shard::EngineOptions o = in.base;
   o.strategy = Sharding::full_shard;
+  o.grad_accum = in.work.grad_accum;
+  o.compute_dtype = shard::model_compute_dtype(in.cuda, o.param_dtype);  // as plan_one's rows
   for (int nodes = in.cluster.nodes + 1; nodes * in.cluster.ranks_per_node <= (1 << 16); ++nodes) {
     const int n = nodes * in.cluster.ranks_per_node;
-    const double need = static_cast<double>(model_state_bytes(units, Sharding::full_shard, n, o.param_dtype) +
-                                            transient_bytes(units, o, n) + activations);
+    const double need =
+        static_cast<double>(model_state_bytes(units, Sharding::full_shard, n, o.param_dtype, o.compute_dtype) +
+                            transient_bytes(units, o, n, nodes, in.cluster.ranks_per_node) + activations);
     if (need <= budget) return nodes;
   }
   return 0;
@@ -384,8 +387,9 @@ std::vector<int> island_counts(const PlanInputs& in) {
   return counts;
 }
 
-// The island row with `inner` inside each island.
-IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands, const StrategyPlan& inner_row) {
+// The island row with `inner` inside each island (`island`: the island's own inputs, on its nodes).
+IslandPlan island_row(const PlanInputs& in, const PlanInputs& island, const Plan& synchronous, int islands,
+                      const StrategyPlan& inner_row) {
   IslandPlan row;
   row.islands = islands;
   row.outer = in.outer;
@@ -398,6 +402,20 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
       row.inner.model_state +
       shard::outer_state_bytes({in.model.unit_numel, in.model.tied_head}, row.inner.shard_size, in.outer.overlap > 0) +
       static_cast<std::int64_t>(shard::outer_scratch_bytes(in.outer, count, islands));
+  // Whether it fits: the island's peak with the outer state and scratch on top (host memory: on a GPU they are not
+  // the GPU's). Where only activation checkpointing makes it fit, the island's row is planned again with it.
+  const double budget = synchronous.budget_bytes;
+  const std::int64_t outer_bytes = in.cuda ? 0 : row.model_state - inner_row.model_state;
+  if (!in.activation_checkpointing && static_cast<double>(inner_row.peak() + outer_bytes) <= budget) {
+    row.fit = Fit::yes;
+  } else if (static_cast<double>(inner_row.peak_checkpointed() + outer_bytes) <= budget) {
+    row.fit = Fit::with_checkpointing;
+    if (!row.inner.checkpointing) {
+      PlanInputs checkpointed = island;
+      checkpointed.activation_checkpointing = true;
+      row.inner = plan_one(checkpointed, inner_row.variant, budget);
+    }
+  }
   // The outer group: one rank per island, each on another node.
   shard::GroupView outer;
   outer.rank = 0;
@@ -431,7 +449,7 @@ IslandPlan island_row(const PlanInputs& in, const Plan& synchronous, int islands
   // Offered where the islands are at least as much faster than the synchronous pick as ZeRO++ must be to be chosen
   // (they change the algorithm more than quantization does: a small gain does not pay for it).
   const StrategyPlan& pick = synchronous.strategies[static_cast<std::size_t>(synchronous.recommended)];
-  row.offered = row.inner.fit != Fit::no && row.step_s * (1 + kZeroPPMinimumGain) <= pick.step_s;
+  row.offered = row.fit != Fit::no && row.step_s * (1 + kZeroPPMinimumGain) <= pick.step_s;
   return row;
 }
 
@@ -448,15 +466,16 @@ IslandPlan plan_island(const PlanInputs& in, const Plan& synchronous, int island
       if (deck.variant.sharding == in.deck_sharding && z.quantized_weights == in.deck_zeropp.quantized_weights &&
           z.quantized_gradients == in.deck_zeropp.quantized_gradients &&
           (z.hpz_partition_size > 0) == (in.deck_zeropp.hpz_partition_size > 0)) {
-        return island_row(in, synchronous, islands, deck);
+        return island_row(in, island, synchronous, islands, deck);
       }
     }
   }
-  IslandPlan best = island_row(in, synchronous, islands, inner.strategies[static_cast<std::size_t>(inner.recommended)]);
+  IslandPlan best =
+      island_row(in, island, synchronous, islands, inner.strategies[static_cast<std::size_t>(inner.recommended)]);
   for (const StrategyPlan& candidate : inner.strategies) {
-    if (candidate.fit == Fit::no) continue;
-    IslandPlan row = island_row(in, synchronous, islands, candidate);
-    if (row.step_s < best.step_s) best = std::move(row);
+    IslandPlan row = island_row(in, island, synchronous, islands, candidate);
+    if (row.fit == Fit::no) continue;  // with the outer state on top
+    if (best.fit == Fit::no || row.step_s < best.step_s) best = std::move(row);
   }
   return best;
 }
@@ -479,13 +498,15 @@ Plan make_plan(const PlanInputs& in) {
     const StrategyPlan& pick = plan.strategies[static_cast<std::size_t>(plan.recommended)];
     std::ostringstream offer;
     offer << "the synchronous pick, " << pick.variant.name << ", steps in " << ms(pick.step_s) << ", "
-          << ms(pick.time.comm_inter_s) << " of it on the links between nodes: " << best->islands << " islands of " << in.cluster.nodes / best->islands << " node(s), each "
-          << best->inner.variant.name << ", with an outer step every " << best->outer.inner_steps
-          << " steps, are predicted at " << ms(best->step_s) << " per step (" << ratio(pick.step_s / best->step_s)
+          << ms(pick.time.comm_inter_s) << " of it on the links between nodes: " << best->islands << " islands of "
+          << in.cluster.nodes / best->islands << " node(s), each " << best->inner.variant.name
+          << ", with an outer step every " << best->outer.inner_steps << " steps, are predicted at " << ms(best->step_s)
+          << " per step (" << ratio(pick.step_s / best->step_s)
           << " the tokens/s). The price: DiLoCo's outer step instead of synchronous training, so the loss at equal "
              "tokens is not the synchronous run's (docs/islands.md measures it). Deck keys: --parallel.islands="
-          << best->islands << " --parallel.sharding=" << shard::to_string(best->inner.variant.sharding)
-          << " --outer.inner_steps=" << best->outer.inner_steps << " --outer.bits=" << best->outer.bits;
+          << best->islands;
+    for (const std::string& key : deck_keys(best->inner, in)) offer << " " << key;  // ZeRO++, checkpointing
+    offer << " --outer.inner_steps=" << best->outer.inner_steps << " --outer.bits=" << best->outer.bits;
     if (best->outer.fragments > 1) offer << " --outer.fragments=" << best->outer.fragments;
     if (best->outer.overlap > 0) offer << " --outer.overlap=" << best->outer.overlap;
     plan.islands_offer = offer.str();

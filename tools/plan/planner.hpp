@@ -95,6 +95,8 @@ struct IslandPlan {
   shard::OuterOptions outer;
   StrategyPlan inner;               // the island's recommended row, planned on its nodes
   std::int64_t model_state = 0;     // inner's + the outer state + the exchange's scratch
+  Fit fit = Fit::no;                // the island's peak (inner's + the outer state and scratch; on a GPU those are
+                                    // host memory: inner's alone) against the budget; checkpointing: inner replanned
   std::uint64_t exchange_bytes_rank = 0;  // one rank's, for all F fragments (once per H steps)
   double exchange_s = 0;            // the F exchanges, once per H steps
   double step_s = 0;                // amortised

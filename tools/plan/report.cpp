@@ -61,8 +61,8 @@ std::string joined(const std::vector<std::string>& words) {
   return text;
 }
 
-std::string fit_cell(const StrategyPlan& p) {
-  switch (p.fit) {
+std::string fit_cell(Fit fit) {
+  switch (fit) {
     case Fit::yes:
       return "yes";
     case Fit::with_checkpointing:
@@ -123,7 +123,7 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
         << pad(human_bytes(static_cast<double>(p.activations)), 13)
         << pad(human_bytes(static_cast<double>(p.activations_checkpointed)), 12)
         << pad(human_bytes(static_cast<double>(p.peak())), 11)
-        << pad(human_bytes(static_cast<double>(p.peak_checkpointed())), 13) << pad(fit_cell(p), in.cuda ? 12 : 6)
+        << pad(human_bytes(static_cast<double>(p.peak_checkpointed())), 13) << pad(fit_cell(p.fit), in.cuda ? 12 : 6)
         << "\n";
   }
   out << "\nbytes sent per step: job-wide (summed over all ranks: hsdp-train's metrics.jsonl "
@@ -168,19 +168,21 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
         << (q.fragments > 1 ? ", in " + std::to_string(q.fragments) + " fragments" : std::string())
         << ";\nper step amortised: step = the island's + exchange / H; state with the outer state, 12 B per element "
            "of the shard\n(16 with outer.overlap), and the exchange's scratch for the largest fragment)\n";
-    out << pad("islands", 9, true) << pad("inside", 20, true) << pad("state", 11) << pad("exchange", 11)
-        << pad("inter job", 11) << pad("step", 10) << pad("tokens/s", 11) << pad("vs pick", 9) << "\n";
+    out << pad("islands", 9, true) << pad("inside", 20, true) << pad("state", 11) << pad("fits", 6)
+        << pad("exchange", 11) << pad("inter job", 11) << pad("step", 10) << pad("tokens/s", 11) << pad("vs pick", 9)
+        << "\n";
     const double pick_s = plan.strategies[static_cast<std::size_t>(plan.recommended)].step_s;
     for (const IslandPlan& r : plan.islands) {
       out << pad((r.offered ? "+ " : "  ") + std::to_string(r.islands), 9, true)
           << pad(r.inner.variant.name + " x" + std::to_string(c.nodes / r.islands), 20, true)
-          << pad(human_bytes(static_cast<double>(r.model_state)), 11) << pad(duration(r.exchange_s), 11)
-          << pad(human_bytes(static_cast<double>(r.all_ranks.inter)), 11) << pad(millis(r.step_s), 10)
-          << pad(count(static_cast<double>(plan.global_tokens) / r.step_s), 11)
+          << pad(human_bytes(static_cast<double>(r.model_state)), 11) << pad(fit_cell(r.fit), 6)
+          << pad(duration(r.exchange_s), 11) << pad(human_bytes(static_cast<double>(r.all_ranks.inter)), 11)
+          << pad(millis(r.step_s), 10) << pad(count(static_cast<double>(plan.global_tokens) / r.step_s), 11)
           << pad(fixed(pick_s / r.step_s, 2) + "x", 9) << "\n";
     }
-    out << "(exchange: the F fragments' exchanges, once per H steps; inter job: bytes per step across nodes, all "
-           "ranks; vs pick: tokens/s against the recommendation's; + offered below)\n";
+    out << "(fits: the island's peak with this state, ckpt: with activation checkpointing, its time too; exchange: "
+           "the F\nfragments' exchanges, once per H steps; inter job: bytes per step across nodes, all ranks; vs pick: "
+           "tokens/s against the\nrecommendation's; + offered below)\n";
   }
   out << "\nrecommendation: " << plan.strategies[static_cast<std::size_t>(plan.recommended)].variant.name << " -- "
       << plan.reason << "\ndeck keys: " << joined(plan.deck_keys) << "\n";
@@ -234,7 +236,7 @@ std::string json_report(const PlanInputs& in, const Plan& plan) {
     j.add("inner_steps", r.outer.inner_steps).add("outer_bits", r.outer.bits);
     j.add("outer_fragments", r.outer.fragments);
     j.add("nodes", c.nodes).add("ranks_per_node", c.ranks_per_node).add("shard_size", r.inner.shard_size);
-    j.add("model_state_bytes", r.model_state).add("fits", to_string(r.inner.fit));
+    j.add("model_state_bytes", r.model_state).add("fits", to_string(r.fit));
     j.add("device", in.cuda ? "cuda" : "cpu");
     j.add("bytes_intra", r.all_ranks.intra).add("bytes_inter", r.all_ranks.inter);
     j.add("exchange_bytes_rank", r.exchange_bytes_rank).add("exchange_ms", r.exchange_s * 1e3);
