@@ -12,6 +12,7 @@ using comm::Collective;
 UnitSizes UnitSizes::of(const model::ModelLayout& layout) {
   UnitSizes sizes;
   for (const auto& unit : layout.units()) sizes.numel.push_back(unit.numel);
+  sizes.tied_head = layout.config().tied_head();  // an untied Llama gathers its head with the final unit only
   return sizes;
 }
 

@@ -40,6 +40,7 @@
 #include "hsdp/train/backend.hpp"
 #include "hsdp/train/checkpointing.hpp"
 #include "hsdp/train/cuda_backend.hpp"
+#include "hsdp/train/memory_check.hpp"
 #include "hsdp/train/metrics.hpp"
 #include "hsdp/train/replicas.hpp"
 #include "hsdp/train/signals.hpp"
@@ -263,82 +264,6 @@ bool stop_agreed(comm::Communicator& world, const StopSignals& signals) {
   double stop = signals.requested() ? 1.0 : 0.0;
   world.all_reduce(std::span<double>(&stop, 1), comm::ReduceOp::sum);
   return stop > 0;
-}
-
-std::string gib(double bytes) {
-  std::ostringstream text;
-  text.precision(3);
-  text << bytes / double(1 << 30) << " GiB";
-  return text.str();
-}
-
-// Before the model is allocated: the model state (shard::model_state_bytes) and activations this rank will hold,
-// both exact for the engine (the CPU's Gpt<float>: model::activation_bytes; a GPU's GptCuda in the compute dtype:
-// model::gpu_activation_bytes, with bf16 compute copies in the state), against the memory it has: the host's
-// (host_memory_available()) or its GPU's free memory (cudaMemGetInfo), shared by the ranks on it. What does not fit
-// is a config error that names the keys that would make it fit, instead of std::bad_alloc or cudaErrorMemoryAllocation
-// half-way through building the model.
-void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, const comm::ProcessMesh& mesh,
-                       const HostMemory& memory, int sharing, const std::string& where) {
-  if (memory.available == 0) return;  // nothing to compare with
-  const double available = static_cast<double>(memory.available) / sharing;
-  const int world = mesh.topology().world_size;
-  const bool gpu = o.device_type == device::DeviceType::cuda;
-  const DType compute = shard::model_compute_dtype(gpu, o.engine.param_dtype);
-  // With islands, each rank also keeps the outer state of its shard (no_shard: of the whole model) and the
-  // exchange's scratch.
-  const shard::UnitSizes units = shard::UnitSizes::of(layout);
-  const auto state = [&](shard::Sharding s, int shard_size) {
-    double bytes = static_cast<double>(shard::model_state_bytes(layout, s, shard_size, o.engine.param_dtype, compute));
-    if (o.islands > 1) {
-      bytes += static_cast<double>(shard::outer_state_bytes(units, shard_size, o.outer.overlap > 0)) +
-               static_cast<double>(shard::outer_scratch_bytes(
-                   o.outer, shard::fragment_counts(units.numel, shard_size, o.outer.fragments), o.islands));
-    }
-    return bytes;
-  };
-  const auto activations = [&](std::int64_t micro_batch, bool checkpointing) {
-    const model::ActivationShape shape = model::activation_shape(o.model);
-    return static_cast<double>(
-        gpu ? model::gpu_activation_bytes(shape, micro_batch, o.seq_len, checkpointing, size_of(compute))
-            : model::activation_bytes(shape, micro_batch, o.seq_len, checkpointing));
-  };
-  const double mine_state = state(o.engine.strategy, mesh.shard().size());
-  const double mine_act = activations(o.micro_batch, o.activation_checkpointing);
-  if (mine_state + mine_act <= available) return;
-
-  std::vector<std::string> fixes;
-  if (!o.activation_checkpointing && mine_state + activations(o.micro_batch, true) <= available) {
-    fixes.push_back("train.activation_checkpointing=true");
-  }
-  for (const shard::Sharding s :
-       {shard::Sharding::zero1, shard::Sharding::shard_grad_op, shard::Sharding::full_shard}) {
-    if (s != o.engine.strategy && state(s, world) + mine_act <= available) {
-      fixes.push_back("parallel.sharding=" + std::string(shard::to_string(s)));
-      break;
-    }
-  }
-  // Activations are linear in the micro-batch: the largest that fits.
-  const double per_sequence = activations(1, o.activation_checkpointing);
-  const auto fitting_batch = static_cast<std::int64_t>(
-      std::min(static_cast<double>(o.micro_batch - 1), std::floor((available - mine_state) / per_sequence)));
-  if (fitting_batch > 0) {
-    fixes.push_back("train.micro_batch=" + std::to_string(fitting_batch) +
-                    " (with train.grad_accum to keep the batch)");
-  }
-  std::string advice;
-  for (const std::string& f : fixes) advice += (advice.empty() ? "set " : ", or ") + f;
-  if (state(shard::Sharding::full_shard, world) > available) {
-    advice += std::string(advice.empty() ? "" : "; ") + "run on more ranks (full_shard over " + std::to_string(world) +
-              " rank(s) still holds " + gib(state(shard::Sharding::full_shard, world)) + " of model state per rank)";
-  }
-  throw_config("memory: this rank needs at least " + gib(mine_state + mine_act) + " (model state " + gib(mine_state) +
-               " with " + std::string(shard::to_string(o.engine.strategy)) + " over " +
-               std::to_string(mesh.shard().size()) + " rank(s), activations " + gib(mine_act) + " for micro_batch " +
-               std::to_string(o.micro_batch) + " x seq_len " + std::to_string(o.seq_len) + ") but has " +
-               gib(available) + " (" + memory.source + " of " + where + " / " + std::to_string(sharing) +
-               " rank(s) on it): " + (advice.empty() ? "" : advice + "; ") +
-               "`hsdp-plan --config <deck>` shows what fits");
 }
 
 // The last step whose loss was finite (step 0: none in this segment).
@@ -749,10 +674,11 @@ class Run {
     const int sharing = comm::ranks_on_host(world_.raw());
     comm::agree(world_.raw(), [&] {
       if (o_.device_type == device::DeviceType::cpu) {
-        check_memory_fits(o_, *layout_, mesh_, host_memory_available(), sharing, "host " + host_name());
+        check_memory_fits(o_, *layout_, mesh_.topology(), mesh_.shard().size(), host_memory_available(), sharing,
+                          "host " + host_name());
       } else {
         const GpuMemory gpu = cuda_memory_available(world_.raw());
-        check_memory_fits(o_, *layout_, mesh_, gpu.memory, gpu.sharing, gpu.where);
+        check_memory_fits(o_, *layout_, mesh_.topology(), mesh_.shard().size(), gpu.memory, gpu.sharing, gpu.where);
       }
     });
     comm::agree(world_.raw(), [&] {
