@@ -3,19 +3,18 @@
 #
 #   matches_hsdp_train.sh HSDP_PLAN HSDP_TRAIN HSDP_DATA DECK WORK MPIEXEC...   (MPIEXEC: the 4-rank launcher)
 #
-# For every strategy (fp32), the ZeRO++ rows (bf16: full_shard+qwZ+hpZ+qgZ with hpZ groups of 2, hybrid_shard+qgZ)
-# and full_shard and hybrid_shard with train.grad_accum=2, hsdp-train runs 2 steps of DECK on 4 ranks as 2 emulated
-# nodes x 2; the last line of its metrics.jsonl must carry the job-wide bytes_intra and bytes_inter (all ranks) that
-# `hsdp-plan --json` gives under the same names for the same deck on --nodes 2
-# --ranks-per-node 2, the busiest rank's bytes_intra_max_rank and bytes_inter_max_rank under the same names, and the
-# same params + grads + optimizer memory and activation memory (rank 0's), exactly. What the run held beyond
-# them (peak_total - model state - activations) depends on when the nonblocking collectives complete, so it is
-# checked against hsdp-plan's transient estimate as a bound: at most the estimate, also where the host runs ahead of
-# the queues as on a GPU (three cases again on device.streams=threads, whose queues run on worker threads after
-# random delays; without the engine's bound on units alive, one rank of bf16 full_shard with checkpointing peaked at
-# 33.2 MB against 17.9 MB inline and 23.9 MB planned). Last, on a slow inter-node link (--inter-gbyte-s 0.5) hsdp-plan
-# recommends full_shard+qwZ+hpZ+qgZ: hsdp-train runs with nothing but the "deck_keys" of that recommendation and must
-# equal that row.
+# For every strategy (fp32), the ZeRO++ rows (bf16: full_shard+qwZ+hpZ+qgZ with hpZ groups of 2, hybrid_shard+qgZ) and
+# full_shard and hybrid_shard with train.grad_accum=2, hsdp-train runs 2 steps of DECK on 4 ranks as 2 emulated nodes x
+# 2; the last line of its metrics.jsonl must carry the job-wide bytes_intra and bytes_inter (all ranks) that `hsdp-plan
+# --json` gives under the same names for the same deck on --nodes 2 --ranks-per-node 2, the busiest rank's
+# bytes_intra_max_rank and bytes_inter_max_rank under the same names, and the same params + grads + optimizer memory and
+# activation memory (rank 0's), exactly. What the run held beyond them (peak_total - model state - activations) depends
+# on when the nonblocking collectives complete, so it is checked against hsdp-plan's transient estimate as a bound: at
+# most the estimate, also where the host runs ahead of the queues as on a GPU (four cases on device.streams=threads,
+# zero1 in bf16 among them, whose queues run on worker threads after random delays; without the engine's bound on units
+# alive, one rank of bf16 full_shard with checkpointing peaked at 33.2 MB against 17.9 MB inline and 23.9 MB planned).
+# Last, on a slow inter-node link (--inter-gbyte-s 0.5) hsdp-plan recommends full_shard+qwZ+hpZ+qgZ: hsdp-train runs
+# with nothing but the "deck_keys" of that recommendation and must equal that row.
 set -euo pipefail
 plan=$1 train=$2 data=$3 deck=$4 work=$5
 shift 5
@@ -103,6 +102,8 @@ check full_shard_threads full_shard "$work/plan_fp32.jsonl" --parallel.sharding=
 check hybrid_shard_qgz_threads "hybrid_shard+qgZ" "$work/plan_bf16.jsonl" "${bf16[@]}" "${zeropp_hybrid[@]}" "${threads[@]}"
 check full_shard_accum2_threads full_shard "$work/plan_accum2.jsonl" --parallel.sharding=full_shard \
   --train.grad_accum=2 "${threads[@]}"
+# zero1 with bf16 parameters: its gather of every unit after AdamW is enqueued at once, each staging a bf16 shard.
+check zero1_bf16_threads zero1 "$work/plan_bf16.jsonl" "${bf16[@]}" --parallel.sharding=zero1 "${threads[@]}"
 # The recommendation, run with the deck keys hsdp-plan prints for it (and nothing else about the strategy).
 recommended=$(grep -F '"recommended":true' "$work/plan_slow_inter.jsonl") || fail "no recommended row"
 row=$(grep -o '"strategy":"[^"]*"' <<<"$recommended" | cut -d'"' -f4)
@@ -111,5 +112,5 @@ keys=$(grep -o '"deck_keys":"[^"]*"' <<<"$recommended" | cut -d'"' -f4)
 read -ra deck_keys <<<"$keys"
 echo "recommended $row, deck keys: ${deck_keys[*]}"
 check recommended "$row" "$work/plan_slow_inter.jsonl" "${deck_keys[@]}"
-[[ $checked == 14 ]] || fail "checked $checked cases, expected 14"
+[[ $checked == 15 ]] || fail "checked $checked cases, expected 15"
 echo "all 14 cases: hsdp-plan equals hsdp-train's counters, and bounds its transient memory"
