@@ -109,8 +109,8 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
       << (in.activation_checkpointing ? "; activation checkpointing on (train.activation_checkpointing)" : "")
       << "\n\n";
 
-  out << "memory per rank (state: hsdp's accounting, fp32 master + grads + Adam m, v, and fp32 compute copies;\n"
-         "ZeRO paper: mixed-precision Adam with 2-byte params and grads)\n";
+  out << "memory per rank (state: hsdp's accounting, fp32 master + grads + Adam m, v, and "
+      << (in.cuda ? "bf16" : "fp32") << " compute copies;\nZeRO paper: mixed-precision Adam with 2-byte params and grads)\n";
   const std::size_t name_w = 24;
   out << pad("strategy", name_w, true) << pad("state", 11) << pad("ZeRO paper", 12) << pad("transient", 11)
       << pad("activations", 13) << pad("act (ckpt)", 12) << pad("peak", 11) << pad("peak (ckpt)", 13)
@@ -157,8 +157,9 @@ std::string table_report(const PlanInputs& in, const Plan& plan, const ReportCon
                 "prefetch, each gradient reduction from the end of its unit's backward, one collective at a time per\n"
                 "link; `exposed` = step - compute, the time compute waits for communication"
               : "step = compute + comm: prefetch is off, nothing overlaps")
-      << "\nstate: hsdp no_shard 16P (20P with a non-fp32 param dtype), zero1 8P + 16P/n, sharded 16P/n;\n"
-         "ZeRO paper 16P, 4P + 12P/n, 2P + 14P/n, 16P/n (n = shard group: world, or ranks per node for hybrid)\n";
+      << (in.cuda ? "\nstate: hsdp no_shard 18P, zero1 6P + 16P/n (bf16 compute copies), sharded 16P/n;\n"
+                  : "\nstate: hsdp no_shard 16P (20P with a non-fp32 param dtype), zero1 8P + 16P/n, sharded 16P/n;\n")
+      << "ZeRO paper 16P, 4P + 12P/n, 2P + 14P/n, 16P/n (n = shard group: world, or ranks per node for hybrid)\n";
   if (!plan.islands.empty()) {
     const shard::OuterOptions& q = in.outer;
     out << "\nislands (parallel.islands: each island trains apart, the strategy hsdp-plan picks for its nodes, and "

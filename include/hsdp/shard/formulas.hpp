@@ -29,7 +29,8 @@
 //                  all_reduce(S, b_r) on replicate;  hybrid_shard_zero2 likewise with shard_grad_op's gathers.
 // ZeRO++ (M(c) = message_bytes of c elements, zeropp.hpp; moved as uint8):
 //   qwZ   forward gathers (embedding twice, blocks, final norm): all_gather(M_int8(S)) on shard
-//   hpZ   backward block gathers and the embedding's gather for the head: all_gather(Pp/k, b_p) on the hpZ group
+//   hpZ   backward block gathers and the embedding's gather for the head: all_gather(Pp/h, b_p) on the hpZ group
+//         (Pp the unit's padded elements, h = zeropp.hpz_partition_size)
 //   qgZ   full_shard, nodes > 1: per unit all_to_all(nodes M(S)) on node (if p > 1) + all_to_all(M(S)) on cross_node
 //         full_shard, one node: the exact reduce_scatter;  hybrid_shard: all_to_all(M(S)) on shard (= node)
 #include <cstdint>
@@ -120,7 +121,7 @@ std::int64_t outer_state_bytes(const UnitSizes& units, int shard_size, bool over
 //                      the reduce-scatter receive buffers of every unit (reduce bytes x sum of shards: hsdp completes
 //                      them at the latest before AdamW); with qgZ instead an fp32 sum per unit's shard and the
 //                      int4 messages of 3 units' hops (send and receive of each hop);
-//   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / k;
+//   hpZ                the secondary slices kept from forward to backward: param bytes x (blocks + tied embedding) / h;
 //   step scalars       the micro-batch's loss, the step's loss sum, the squared norm and the overflow flag, four
 //                      doubles (kStepScalarBytes).
 // An upper bound where the host runs ahead of the device (a GPU): the engine waits before it allocates a fourth
