@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "hsdp/ckpt/commit.hpp"
@@ -258,8 +260,8 @@ std::optional<ckpt::TrainState> Checkpointer::resume() {
 }
 
 // `latest` first; when it is damaged (names a missing file, or its checkpoint does not load: a failed checksum, a
-// truncated file), the other checkpoints of the directory, newest first. Every rank sees the same errors (the ckpt
-// layer agrees on them before throwing), so every rank takes the same path.
+// truncated file), the other checkpoints of the directory up to its step, newest first. Every rank sees the same errors
+// (the ckpt layer agrees on them before throwing), so every rank takes the same path.
 std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::optional<std::string>& from) {
   const MPI_Comm world = mesh_.mpi_world().raw();
   const std::string& dir = options_.checkpoint_dir;
@@ -275,7 +277,19 @@ std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::option
   if (candidates.empty() && skipped.empty()) return std::nullopt;  // no `latest`: nothing of this run to resume
   std::vector<std::int64_t> steps = checkpoint_steps(world, dir);
   std::sort(steps.rbegin(), steps.rend());
+  // Where `latest` names a step, none after it: those are an earlier branch of the run (it resumed from an older
+  // checkpoint since), which a fallback must not switch to.
+  std::optional<std::int64_t> latest_step;
+  if (!candidates.empty()) {
+    const std::string name = std::filesystem::path(candidates.front()).filename().string();
+    if (name.rfind("step_", 0) == 0) {
+      char* end = nullptr;
+      const long long step = std::strtoll(name.c_str() + 5, &end, 10);
+      if (end != nullptr && std::string(end) == ".h5") latest_step = step;
+    }
+  }
   for (const std::int64_t step : steps) {
+    if (latest_step && step > *latest_step) continue;
     const std::string path = (std::filesystem::path(dir) / ("step_" + std::to_string(step) + ".h5")).string();
     if (candidates.empty() || path != candidates.front()) candidates.push_back(path);
   }

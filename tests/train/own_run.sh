@@ -13,7 +13,8 @@
 # stop      SIGUSR1 to a run with no checkpoint.dir: exit 6 (not 3: nothing to resume, do not requeue), saying why;
 #           with a checkpoint.dir: exit 3 as before; SIGTERM during start-up (the libraries initialising): exit 3.
 # branch    a resume from an older checkpoint of the directory whose save fails leaves the file of that step the
-#           first run wrote, and `latest`, as they were (checkpoint.on_error=continue)
+#           first run wrote, and `latest`, as they were (checkpoint.on_error=continue); once the branch saved, a
+#           damaged `latest` checkpoint falls back to the branch's older step, never to the first run's newer one
 # record    (item 7) summary.json says why the run ended, the version, the hosts, the batch job id and the step of
 #           final_val_loss; every metrics line its segment's world size and strategy (2 ranks, then resumed on 1);
 #           the resumed run's last line says its own steps ("done: 2 steps in this run (4 -> 6 of 6)");
@@ -151,6 +152,17 @@ PY
     [[ $(cd runs/quickstart/checkpoints && sha256sum step_6.h5 latest) == "$before" ]] ||
       fail "the failed save removed or changed the step_6.h5 it did not write, or latest"
     grep -h "cannot write" branch.log | cut -c1-200
+    # The branch saved: `latest` names its step 6, the first run's step 8 stays. With step 6 damaged, the fallback
+    # takes the branch's step 4, never the first run's step 8.
+    rm -rf runs/quickstart/checkpoints/step_6.h5.tmp  # (the failed save removed its empty stand-in)
+    expect 0 saved.log --checkpoint.resume=runs/quickstart/checkpoints/step_4.h5 --train.stop_at_step=6 \
+      --checkpoint.keep=0
+    [[ $(cat runs/quickstart/checkpoints/latest) == step_6.h5 && -f runs/quickstart/checkpoints/step_8.h5 ]] ||
+      fail "the branch did not save step 6 beside the first run's step 8"
+    truncate -s 4096 runs/quickstart/checkpoints/step_6.h5
+    expect 0 fallback.log --checkpoint.keep=0
+    grep -q "resumed from runs/quickstart/checkpoints/step_4.h5" fallback.log ||
+      fail "the fallback did not take the branch's step 4: $(grep -i resum fallback.log)"
     ;;
   *) fail "unknown case $case" ;;
 esac
