@@ -23,8 +23,11 @@
 #   jobscripts_test.sh requeue_exit BIN_DIR WORK  train_requeue.sbatch requeues on hsdp-train's exit 3 (scontrol
 #                                              requeue, script exit 0) and never on its exit 6 (stopped with no
 #                                              checkpoint.dir: a requeue would start again from step 0): exit 6;
-#                                              a step ended by the SIGTERM it forwarded (143: hsdp-train still
-#                                              loading) is requeued as exit 3
+#                                              a SIGTERM to the batch shell reaches srun as SIGUSR1 (srun turns a
+#                                              SIGTERM into SIGKILL for the tasks), and a step ended by it (138:
+#                                              hsdp-train still loading) is requeued as exit 3; a SIGUSR1 during the
+#                                              module loads requeues without starting the step; a failed
+#                                              `scontrol requeue` is exit 3
 #   jobscripts_test.sh site_env BIN_DIR WORK   every sbatch script: HDF5_USE_FILE_LOCKING=FALSE in the ranks'
 #                                              environment (a value given is kept); srun --mpi from HSDP_SRUN_MPI
 #                                              (default pmix, "" = none); without --cpus-per-task the node's CPUs
@@ -213,22 +216,48 @@ requeue_exit)
     fi
     echo "hsdp-train exit $code: train_requeue.sbatch exit $status, $(cat "$work/scontrol.log" 2>/dev/null || echo 'no requeue')"
   done
-  # SIGTERM forwarded to a step that dies of it (hsdp-train still loading: status 143): requeued as exit 3.
-  printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" >"%s"\nexec sleep 30\n' "$work/srun.args" >"$work/fake/srun"
+  # SIGTERM to the batch shell: passed to srun as SIGUSR1 (srun would SIGKILL the tasks on a SIGTERM); the fake srun
+  # records what it got and ends as a step whose hsdp-train died of it while loading (128 + 10): requeued as exit 3.
+  printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" >"%s"\ntrap "echo USR1 >%s; exit 138" USR1\ntrap "echo TERM >%s; exit 143" TERM\nsleep 30 &\nwait\n' \
+    "$work/srun.args" "$work/srun.signal" "$work/srun.signal" >"$work/fake/srun"
   chmod +x "$work/fake/srun"
-  rm -f "$work/scontrol.log" "$work/srun.args"
+  rm -f "$work/scontrol.log" "$work/srun.args" "$work/srun.signal"
   run_sbatch train_requeue.sbatch SLURM_JOB_ID=43 >"$work/out" 2>&1 &
   job=$!
   for _ in $(seq 100); do [[ -s $work/srun.args ]] && break; sleep 0.1; done
-  sleep 0.5 # the script's traps are set just after it starts srun
-  # The batch shell itself (run_sbatch's background subshell runs it as a child), as Slurm signals it.
-  kill -TERM "$(pgrep -f -n "bash jobscripts/train_requeue.sbatch")"
+  # The batch shell itself, as Slurm signals it: the child of run_sbatch's background subshell (env execs bash).
+  kill -TERM "$(pgrep -P "$job")"
   status=0
   wait "$job" || status=$?
+  [[ $(cat "$work/srun.signal" 2>/dev/null) == USR1 ]] || fail "srun got '$(cat "$work/srun.signal" 2>/dev/null)', not USR1"
   [[ $status == 0 && $(cat "$work/scontrol.log" 2>/dev/null) == "scontrol requeue 43" ]] ||
     fail "SIGTERM while loading: script exit $status, scontrol calls: $(cat "$work/scontrol.log" 2>/dev/null); $(cat "$work/out")"
-  grep -q "ended by SIGTERM before it could take it" "$work/out" || fail "not said: $(cat "$work/out")"
-  echo "SIGTERM forwarded to a step that dies of it (143): requeued, $(grep -o 'ended by SIGTERM.*' "$work/out" | cut -c1-80)"
+  grep -q "ended by the SIGUSR1 passed on for SIGTERM before it could take it" "$work/out" || fail "not said: $(cat "$work/out")"
+  echo "SIGTERM: srun got SIGUSR1, the step ended by it (138) requeued: $(grep -o 'ended by the SIGUSR1.*' "$work/out" | cut -c1-80)"
+  # SIGUSR1 while the modules load (before srun): requeued, the step never started.
+  # shellcheck disable=SC2317  # the job script calls it (exported)
+  module() { sleep 2; }
+  export -f module
+  rm -f "$work/scontrol.log" "$work/srun.args" "$work/srun.signal"
+  run_sbatch train_requeue.sbatch SLURM_JOB_ID=44 HSDP_MODULES=slow/1 >"$work/out" 2>&1 &
+  job=$!
+  sleep 0.5
+  kill -USR1 "$(pgrep -P "$job")"
+  status=0
+  wait "$job" || status=$?
+  unset -f module
+  [[ $status == 0 && ! -e $work/srun.args && $(cat "$work/scontrol.log" 2>/dev/null) == "scontrol requeue 44" ]] ||
+    fail "SIGUSR1 during module loads: script exit $status, srun $( [[ -e $work/srun.args ]] && echo started || echo 'not started'), scontrol: $(cat "$work/scontrol.log" 2>/dev/null); $(cat "$work/out")"
+  echo "SIGUSR1 during the module loads: requeued without starting the step"
+  # A requeue that fails (the job submitted with --no-requeue): exit 3, said.
+  printf '#!/usr/bin/env bash\nexit 3\n' >"$work/fake/srun"
+  printf '#!/usr/bin/env bash\necho "scontrol: error: Requeue of job is not allowed" >&2\nexit 1\n' >"$work/fake/scontrol"
+  status=0
+  run_sbatch train_requeue.sbatch SLURM_JOB_ID=45 >"$work/out" 2>&1 || status=$?
+  if [[ $status != 3 ]] || ! grep -q "scontrol requeue 45 failed" "$work/out"; then
+    fail "failed requeue: exit $status; $(cat "$work/out")"
+  fi
+  echo "a failed scontrol requeue: exit 3"
   ;;
 
 modules)
