@@ -111,12 +111,12 @@ cmd_down() {
       ip netns del "$h" 2>/dev/null || true
     done <"$state/hosts.list"
   fi
-  # Leftovers of a cluster whose list was lost: namespaces and links by name.
-  for h in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-n[0-9]+$" || true); do
+  # Leftovers of a cluster whose list was lost, and of an interrupted `check`: namespaces and links by name.
+  for h in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-(n[0-9]+|probe)$" || true); do
     ip netns pids "$h" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
     ip netns del "$h" 2>/dev/null || true
   done
-  for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^${cluster}-(br|v[0-9]+)$" || true); do
+  for l in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 | grep -E "^${cluster}-(br|pbr|v[0-9]+)$" || true); do
     ip link del "$l" 2>/dev/null || true
   done
   rm -rf "$state"
@@ -130,6 +130,9 @@ cmd_up() {
   ((${#cluster} <= 10)) || die "HSDP_CLUSTER '$cluster' is longer than 10 characters (interface names are short)"
   (cmd_check) >/dev/null || { cmd_check; }
   cmd_down
+  # A failure or a signal half-way (a host that does not come up, Ctrl-C) takes down what was made.
+  trap 'cmd_down' EXIT
+  trap 'exit 130' INT TERM
   mkdir -p "$state"
   cp /etc/hosts "$state/etc-hosts"
   : >"$state/hosts.list"
@@ -139,12 +142,16 @@ cmd_up() {
     echo "$h $addr" >>"$state/hosts.list"
     echo "$addr $h" >>"$state/etc-hosts"
   done
+  # IPv4 in 192.0.2.0/24 only: no IPv6 link-local address on the links either (addrgenmode none, set before up).
   ip link add "$bridge" type bridge
+  ip link set "$bridge" addrgenmode none
   ip link set "$bridge" up
   while read -r h addr; do
     i=$(host_index "$h")
     ip netns add "$h"
     ip link add "${cluster}-v$i" type veth peer name eth0 netns "$h"
+    ip link set "${cluster}-v$i" addrgenmode none
+    ip -n "$h" link set eth0 addrgenmode none
     ip link set "${cluster}-v$i" master "$bridge" up
     ip -n "$h" link set lo up
     ip -n "$h" addr add "$addr/24" dev eth0
@@ -159,6 +166,7 @@ cmd_up() {
     [[ -s $state/$h.pid ]] || die "up: the namespaces of $h could not be made"
   done <"$state/hosts.list"
   wait_reachable
+  trap - EXIT INT TERM
   echo "cluster.sh: $cluster up: $(tr '\n' ' ' <"$state/hosts.list")(bridge $bridge)"
 }
 
@@ -225,13 +233,15 @@ cmd_hostfile() {
 # communication failure. A daemon that never calls back fails the launch after 60 s (orte_startup_timeout) instead
 # of hanging it.
 cmd_mpirun() {
-  local first hostfile lost_s=${HSDP_LOST_HOST_S:-30} status=0 log lost
+  local first hostfile lost_s=${HSDP_LOST_HOST_S:-30} status=0 lost
   [[ -f $state/hosts.list ]] || die "no cluster '$cluster' is up (tools/cluster.sh up)"
   [[ $lost_s =~ ^[0-9]+$ && $lost_s -ge 3 ]] || die "HSDP_LOST_HOST_S must be a whole number of seconds >= 3"
   first=$(head -n 1 "$state/hosts.list" | cut -d' ' -f1)
   hostfile=$state/hostfile
   [[ -f $hostfile ]] || cmd_hostfile >"$hostfile"
-  log=$(mktemp "${TMPDIR:-/tmp}/hsdp-cluster-mpirun.XXXXXX")
+  log=$(mktemp "${TMPDIR:-/tmp}/hsdp-cluster-mpirun.XXXXXX") # global: the EXIT trap removes it
+  trap 'rm -f "$log"' EXIT                                      # also when a timeout's SIGTERM ends this script
+  trap 'exit 143' TERM
   # The rsh agent is this script; orted is found on the PATH this shell has (shared file system).
   HSDP_CLUSTER=$cluster HSDP_CLUSTER_NET=$first_octet OMPI_MCA_plm_rsh_agent="$script rsh" \
     OMPI_MCA_plm_rsh_no_tree_spawn=1 OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0 \
