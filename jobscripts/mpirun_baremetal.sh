@@ -114,8 +114,9 @@ launch+=(--bind-to "$bind_to")
 lost_host_s=${HSDP_LOST_HOST_S:-30}
 [[ $lost_host_s =~ ^[0-9]+$ && $lost_host_s -ge 3 ]] ||
   { echo "mpirun_baremetal.sh: HSDP_LOST_HOST_S must be a whole number of seconds >= 3, not '$lost_host_s'" >&2; exit 2; }
-launch+=(--mca oob_tcp_keepalive_time $((lost_host_s / 3)) --mca oob_tcp_keepalive_intvl $((lost_host_s / 6))
-  --mca oob_tcp_keepalive_probes 4)
+# (an interval of at least 1 s: TCP takes no 0; 3 to 5 s lose a host after a little more than they say)
+launch+=(--mca oob_tcp_keepalive_time $((lost_host_s / 3))
+  --mca oob_tcp_keepalive_intvl $((lost_host_s / 6 > 0 ? lost_host_s / 6 : 1)) --mca oob_tcp_keepalive_probes 4)
 for var in OMPI_MCA_pml UCX_TLS UCX_NET_DEVICES NCCL_IB_HCA NCCL_SOCKET_IFNAME NCCL_DEBUG HDF5_USE_FILE_LOCKING \
   OMP_NUM_THREADS OMP_PLACES OMP_PROC_BIND; do
   [[ -n ${!var:-} ]] && launch+=(-x "$var")
