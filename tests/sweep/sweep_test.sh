@@ -356,6 +356,28 @@ EOF
   [[ $(wc -l <"$work/fail/point_1/metrics.jsonl") == 2 && -f $work/fail/point_1/summary.json ]] ||
     fail "the resumed point's record: $(wc -l <"$work/fail/point_1/metrics.jsonl") metrics lines"
   echo "an interrupted point with a checkpoint: resumed, its metrics kept"
+  # SIGTERM to the sweep (a batch time limit, `timeout`): the point running is stopped with it, exit 143.
+  cat >"$work/long.ini" <<EOF
+[study]
+base = $work/study/point_0/deck.ini
+[fixed]
+train.steps = 1000000
+train.eval_every = 0
+[axes]
+train.lr = 1e-3
+EOF
+  "$sweep" run --local "$work/long.ini" --out "$work/long" --np 1 >"$work/long.out" 2>&1 &
+  sweep_pid=$!
+  for _ in $(seq 200); do grep -q "^step " "$work/long/point_0/train.log" 2>/dev/null && break; sleep 0.1; done
+  kill -TERM "$sweep_pid"
+  status=0
+  wait "$sweep_pid" || status=$?
+  if [[ $status != 143 ]] || ! grep -q "terminated (SIGTERM)" "$work/long.out"; then
+    fail "SIGTERM: exit $status: $(cat "$work/long.out")"
+  fi
+  sleep 1
+  ! pgrep -f "$work/long/point_0/deck.ini" >/dev/null || fail "the point's hsdp-train outlived the sweep"
+  echo "SIGTERM to a sweep: exit 143, the running point stopped"
   # Studies never mix: expanding into a directory with results is refused (exit 2, results untouched), --clean
   # deletes them first; and collect piped into head ends quietly.
   status=0
