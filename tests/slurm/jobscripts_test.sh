@@ -152,19 +152,25 @@ signal)
       --train.steps=5000 --train.eval_every=0 --log.every=10 --log.dir="$log" --checkpoint.dir="$ckpt" \
       --checkpoint.every=0 >"$out" 2>&1 &
     pid=$!
+    # On a failure: the script's process group and mpirun's (setsid: a group of its own), found by parent PID.
+    stop_job() {
+      local child
+      for child in $(pgrep -P "$pid"); do kill -KILL -- -"$child" 2>/dev/null || kill -KILL "$child" 2>/dev/null; done
+      kill -KILL -- -"$pid" 2>/dev/null
+    }
     for _ in $(seq 600); do
       [[ -f $log/metrics.jsonl && $(wc -l <"$log/metrics.jsonl") -ge 3 ]] && break
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done
-    [[ -f $log/metrics.jsonl ]] || { kill -TERM -- -"$pid" 2>/dev/null; fail "no step logged: $(cat "$out")"; }
+    [[ -f $log/metrics.jsonl ]] || { stop_job; fail "no step logged: $(cat "$out")"; }
     if [[ $how == TERM ]]; then
       kill -TERM "$pid" # to the script alone, as `kill PID` or a scheduler does
     else
       kill -INT -- -"$pid" # to its whole process group, as Ctrl-C in a terminal does
     fi
     status=0
-    timeout 120 tail --pid="$pid" -f /dev/null || { kill -KILL -- -"$pid" 2>/dev/null; fail "SIG$how: still running after 120 s"; }
+    timeout 120 tail --pid="$pid" -f /dev/null || { stop_job; fail "SIG$how: still running after 120 s"; }
     wait "$pid" || status=$?
     tail -n 4 "$out"
     ((status == 3)) || fail "SIG$how: exit $status, expected 3 (checkpointed): $(cat "$out")"
