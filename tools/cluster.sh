@@ -20,7 +20,9 @@
 #
 # Environment: HSDP_CLUSTER (default hsdp) names the cluster: namespaces, bridge and veths start with it, so two
 # differently named clusters can coexist (they then need HSDP_CLUSTER_NET, the first address's last octet, default
-# 11, apart). State lives in /run/hsdp-cluster/<name>.
+# 11, apart). State lives in /run/hsdp-cluster/<name>. HSDP_CLUSTER_OWNER=PID at `up`: a watchdog takes the cluster
+# down once that process has gone, also when it was killed without running its own teardown (SIGKILL, a test's
+# timeout).
 #
 # What it is: each host has its own network stack (its own loopback, address, routes: MPI's TCP transports and
 # Slurm's daemons really go over the veth and the bridge), its own hostname (what the mesh groups ranks by, what
@@ -90,7 +92,10 @@ cmd_check() {
 }
 
 cmd_down() {
-  local h pid pids
+  local h pid pids watchdog
+  # The owner's watchdog (not when it is the one running this: it execs `down`, keeping its PID).
+  watchdog=$(cat "$state/watchdog.pid" 2>/dev/null || true)
+  if [[ -n $watchdog && $watchdog != "$$" ]]; then kill "$watchdog" 2>/dev/null || true; fi
   if [[ -f $state/hosts.list ]]; then
     # Every process still inside a host's network namespace: TERM, then KILL after 2 s.
     for sig in TERM KILL; do
@@ -120,6 +125,7 @@ cmd_down() {
     ip link del "$l" 2>/dev/null || true
   done
   rm -rf "$state"
+  rmdir /run/hsdp-cluster 2>/dev/null || true # the last cluster's (a sweep's lock file keeps it)
   return 0
 }
 
@@ -128,6 +134,10 @@ cmd_up() {
   [[ $n =~ ^[1-9][0-9]?$ ]] || die "up: the number of hosts must be 1 to 99, not '$n'"
   ((first_octet + n - 1 <= 254)) || die "up: HSDP_CLUSTER_NET=$first_octet leaves no room for $n hosts"
   ((${#cluster} <= 10)) || die "HSDP_CLUSTER '$cluster' is longer than 10 characters (interface names are short)"
+  if [[ -n ${HSDP_CLUSTER_OWNER:-} ]] &&
+    ! { [[ $HSDP_CLUSTER_OWNER =~ ^[0-9]+$ ]] && kill -0 "$HSDP_CLUSTER_OWNER" 2>/dev/null; }; then
+    die "HSDP_CLUSTER_OWNER='$HSDP_CLUSTER_OWNER' is not a running process"
+  fi
   (cmd_check) >/dev/null || { cmd_check; }
   cmd_down
   # A failure or a signal half-way (a host that does not come up, Ctrl-C) takes down what was made.
@@ -166,6 +176,12 @@ cmd_up() {
     [[ -s $state/$h.pid ]] || die "up: the namespaces of $h could not be made"
   done <"$state/hosts.list"
   wait_reachable
+  if [[ -n ${HSDP_CLUSTER_OWNER:-} ]]; then
+    # shellcheck disable=SC2016 # the watchdog's own script: $1 and $2 are its arguments
+    setsid bash -c 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; exec "$2" down' watchdog \
+      "$HSDP_CLUSTER_OWNER" "$script" </dev/null >/dev/null 2>&1 &
+    echo $! >"$state/watchdog.pid"
+  fi
   trap - EXIT INT TERM
   echo "cluster.sh: $cluster up: $(tr '\n' ' ' <"$state/hosts.list")(bridge $bridge)"
 }

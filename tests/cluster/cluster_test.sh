@@ -34,7 +34,7 @@ rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
 trap '"$cluster" down' EXIT
-"$cluster" up 2
+HSDP_CLUSTER_OWNER=$$ "$cluster" up 2 # taken down by a watchdog too if this test is killed (a timeout)
 mapfile -t hosts < <("$cluster" hosts)
 
 as_root=()

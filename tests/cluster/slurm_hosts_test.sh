@@ -47,7 +47,7 @@ stop_all() {
   wait 2>/dev/null || true
 }
 trap stop_all EXIT
-"$cluster" up 2
+HSDP_CLUSTER_OWNER=$$ "$cluster" up 2 # taken down by a watchdog too if this test is killed (a timeout)
 mapfile -t hosts < <("$cluster" hosts)
 
 # The Slurm clients talk to slurmctld on the first host: run them there (this namespace has no cluster address).

@@ -111,7 +111,7 @@ source "$root/tools/bench/own_dir.sh"
 own_dir "$work" --work bandwidth.sh
 cd "$work"
 trap '"$cluster" down' EXIT
-"$cluster" up 2 >/dev/null
+HSDP_CLUSTER_OWNER=$$ "$cluster" up 2 >/dev/null # down by a watchdog too if this is killed
 mapfile -t hosts < <("$cluster" hosts)
 "$build/bin/hsdp-data" synth --out-dir data >/dev/null
 [[ -n $json ]] && : >"$json"

@@ -221,6 +221,8 @@ def run_cluster(points, train, np, cluster_sh, mpirun_args, timeout=None, out=pr
     removed at the end. Returns the indices of the points that failed."""
     env_name = os.environ.setdefault("HSDP_CLUSTER", "hsdpsweep")
     os.environ.setdefault("HSDP_CLUSTER_NET", "91")
+    # A sweep killed outright (SIGKILL) runs no `finally`: cluster.sh's watchdog takes the cluster down after it.
+    os.environ["HSDP_CLUSTER_OWNER"] = str(os.getpid())
     # The lock first: even `cluster.sh check` makes and removes namespaces named after the cluster.
     lock, why_not = _hold_cluster(env_name)
     try:
