@@ -162,7 +162,8 @@ cluster_stop() {
   fi
 }
 
-# If this shell dies without running its EXIT trap (SIGKILL, e.g. a test timeout), a watchdog stops the daemons.
+# If this shell dies without running its EXIT trap (SIGKILL, e.g. a test timeout), a watchdog cancels the jobs (their
+# slurmstepd and tasks are not this shell's children) and stops the daemons.
 cluster_start_watchdog() {
   local shell_pid=$$
   (
@@ -171,6 +172,13 @@ cluster_start_watchdog() {
       sleep 1 &
       wait $!
     done
+    if [[ -n ${SLURM_CONF:-} ]]; then
+      scancel --quiet --user=root >/dev/null 2>&1
+      for _ in $(seq 50); do
+        [[ -z $(squeue --noheader --format=%i 2>/dev/null | head -n 1) ]] && break
+        sleep 0.1
+      done
+    fi
     kill -TERM "${CLUSTER_PIDS[@]}" 2>/dev/null
     sleep 5
     kill -KILL "${CLUSTER_PIDS[@]}" 2>/dev/null
