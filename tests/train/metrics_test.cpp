@@ -25,6 +25,18 @@ void write(const std::filesystem::path& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
+// keep_through_step(step)'s config error, or "" (a failure) when it cut the record.
+std::string cut_error(MetricsLog& log, std::int64_t step) {
+  try {
+    log.keep_through_step(step);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::config);
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return {};
+}
+
 // The record of steps 1..4 and an evaluation line a resume from step 2 must not keep (no "step" key first).
 const std::string kFourSteps =
     "{\"step\":1,\"loss\":4}\n{\"step\":2,\"loss\":3}\n{\"val\":1}\n{\"step\":3,\"loss\":2}\n"
@@ -59,16 +71,9 @@ TEST(MetricsLog, ACutThatCannotBeWrittenLeavesTheRecordAsItWas) {
   write(dir / "metrics.jsonl", kFourSteps);
   std::filesystem::create_directory(dir / "metrics.jsonl.tmp");  // EISDIR
   MetricsLog log(dir.path().string());
-  try {
-    log.keep_through_step(2);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::config);
-    EXPECT_NE(
-        std::string(e.what()).find("log.dir: cannot cut '" + (dir / "metrics.jsonl").string() + "' back to step 2"),
-        std::string::npos)
-        << e.what();
-  }
+  const std::string m = cut_error(log, 2);
+  EXPECT_NE(m.find("log.dir: cannot cut '" + (dir / "metrics.jsonl").string() + "' back to step 2"), std::string::npos)
+      << m;
   EXPECT_EQ(read(dir / "metrics.jsonl"), kFourSteps);
 }
 
@@ -77,13 +82,8 @@ TEST(MetricsLog, ARecordThatCannotBeReadIsRefused_AndLeftAsItWas) {
   hsdp::testing::TempDir dir;
   ASSERT_EQ(::mkfifo((dir / "metrics.jsonl").c_str(), 0600), 0);
   MetricsLog log(dir.path().string());
-  try {
-    log.keep_through_step(2);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::config);
-    EXPECT_NE(std::string(e.what()).find("is a FIFO, not a regular file"), std::string::npos) << e.what();
-  }
+  const std::string m = cut_error(log, 2);
+  EXPECT_NE(m.find("is a FIFO, not a regular file"), std::string::npos) << m;
   EXPECT_TRUE(std::filesystem::is_fifo(dir / "metrics.jsonl"));
 }
 
