@@ -147,6 +147,17 @@ TEST(Calibrate, TrainCpuLine_GivesHsdpPlansFlopsOfTheStepOverItsMeanStepTime) {
   EXPECT_NE(c.compute->how.find("40.2"), std::string::npos) << c.compute->how;  // the bench's own count, quoted
 }
 
+// A GPU bench line says checkpointing as "activation_checkpointing" (a CPU line as "checkpointing"): its step's FLOPs
+// count the recomputation, (8 P + 16 L C T) per token, as the CPU line's do.
+TEST(Calibrate, TrainGpuLineWithActivationCheckpointing_CountsTheRecomputation) {
+  const std::string line = R"({"bench":"train_gpu","n_layer":2,"n_embd":64,"params":110000,"batch":4,"seq_len":32,)"
+                           R"("activation_checkpointing":true,"step_ms":2.5})";
+  const Calibration c = parse_calibration({{line, "gpu.json"}});
+  ASSERT_TRUE(c.compute.has_value());
+  const double flops = (8.0 * 110000 + 16.0 * 2 * 64 * 32) * 4 * 32;
+  EXPECT_NEAR(c.compute->tflops, flops / 2.5e-3 / 1e12, 1e-12 * flops / 2.5e-3 / 1e12);
+}
+
 // The point of the definition: planning the benchmarked model on one rank with the calibrated rate predicts the
 // measured step's time as its compute (1e-12 relative: two divisions).
 TEST(Calibrate, PlanOfTheBenchmarkedModelOnOneRank_ComputesInTheMeasuredStepTime) {

@@ -164,7 +164,9 @@ double train_line_tflops(const FlatObject& o, const std::string& where, std::str
     throw_config(where + ": a bench=" + *o.get("bench") +
                  " line needs params, n_layer, n_embd, batch, seq_len and a positive step_ms");
   }
-  const std::string* ckpt = o.get("checkpointing");
+  // train_cpu writes "checkpointing", train_gpu "activation_checkpointing".
+  const std::string* ckpt =
+      o.get("checkpointing") != nullptr ? o.get("checkpointing") : o.get("activation_checkpointing");
   const bool checkpointing = ckpt != nullptr && *ckpt == "true";
   const double flops = flops_per_token(*params, *layers, *width, *seq, checkpointing) * *batch * *seq;
   const double tflops = flops / (*step_ms * 1e-3) / 1e12;

@@ -1,9 +1,11 @@
 #pragma once
-// The FLOPs of a training step, as hsdp counts them (hsdp-bench-train-gpu --help, hsdp-train's MFU, hsdp-plan's
-// compute rate): per token 6 P_matmul + 6 L T C, P_matmul = the parameters the GEMMs read per token (GPT-2:
-// 12 L C^2 + V C with the tied head; a Llama: L (2 C^2 + 2 C K + 3 C F) + V C, K its key/value width and F its MLP
-// width), and 6 L T C for attention's two T-long products forward and backward (causal masking not subtracted, as
-// PaLM's and nanoGPT's MFU count them); recomputation under activation checkpointing is not counted.
+// The FLOPs of a training step, as hsdp counts them for MFU (hsdp-bench-train-gpu --help, hsdp-train): per token
+// 6 P_matmul + 6 L T C, P_matmul = the parameters the GEMMs read per token (GPT-2: 12 L C^2 + V C with the tied head;
+// a Llama: L (2 C^2 + 2 C K + 3 C F) + V C, K its key/value width and F its MLP width), and 6 L T C for attention's
+// two T-long products forward and backward: PaLM's (and nanoGPT's) 12 L T C halved, the half of the scores causal
+// masking leaves out (so an MFU here reads about 7% below theirs for GPT-2 124M at T = 1024); recomputation under
+// activation checkpointing is not counted. hsdp-plan's compute rate keeps PaLM's 12 L T C, in its calibration and its
+// predictions alike (tools/plan/cost.cpp).
 #include <cstdint>
 #include <string_view>
 
