@@ -170,7 +170,21 @@ hsdp::train::TrainOptions train_options(const Options& o) {
   for (const std::string& kv : o.keys) {
     const std::size_t eq = kv.find('=');
     if (eq == std::string::npos) hsdp::throw_config("--set " + kv + ": need KEY=VALUE");
-    deck.set(kv.substr(0, eq), kv.substr(eq + 1));
+    // The shape and the batch are this bench's own options: its FLOP count, its JSON and its ids follow them
+    // (model.attention, model.gemm_epilogue and the like change no FLOP and are taken).
+    static const std::vector<std::string> kShape = {
+        "model.arch",       "model.n_layer",        "model.n_head",      "model.n_embd",
+        "model.block_size", "model.vocab_size",     "model.n_kv_head",   "model.padded_vocab_size",
+        "model.ffn_dim",    "model.tie_embeddings", "train.micro_batch", "train.seq_len",
+        "train.grad_accum"};
+    const std::string key = kv.substr(0, eq);
+    if (std::find(kShape.begin(), kShape.end(), key) != kShape.end()) {
+      hsdp::throw_config("--set " + kv +
+                         ": the model's shape and the batch are given by this bench's own options "
+                         "(--n_layer, --n_head, --n_embd, --batch, --seq_len, ...), which its FLOP count and JSON "
+                         "follow; --set takes the other hsdp-train keys");
+    }
+    deck.set(key, kv.substr(eq + 1));
   }
   return hsdp::app::train_options(deck);
 }
