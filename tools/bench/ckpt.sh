@@ -52,8 +52,7 @@ trap 'rm -f "$source_file"; find "$dir" -mindepth 1 -delete; ((existed)) || rmdi
 C=768 L=12 V=50257 T=1024
 params=$((V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C))
 bytes=$((3 * 4 * params))
-blocks=$(((bytes + 4194303) / 4194304))
-head -c $((blocks * 4194304)) /dev/urandom >"$source_file"  # random: no zero-detection shortcut anywhere
+head -c "$bytes" /dev/urandom >"$source_file"  # random: no zero-detection shortcut anywhere; dd copies these bytes
 
 settle() { sync; sleep "$pause"; }
 # dd_seconds ARGS...: runs dd, prints the seconds it reports.

@@ -23,6 +23,7 @@
 
 #include "hsdp/core/buffer.hpp"
 #include "hsdp/core/json.hpp"
+#include "hsdp/core/memory.hpp"
 #include "hsdp/core/timer.hpp"
 #include "hsdp/quant/blockwise.hpp"
 #include "hsdp/quant/fused.hpp"
@@ -36,7 +37,7 @@ using hsdp::quant::QuantSpec;
 namespace {
 
 struct Options {
-  std::size_t mib = 64;
+  long long mib = 64;  // signed: a negative value is refused, not wrapped
   int threads = 1;
   int reps = 5;
   std::size_t block = hsdp::quant::kDefaultBlock;
@@ -93,13 +94,21 @@ int main(int argc, char** argv) {
     std::cout << desc;
     return 0;
   }
-  if (opt.mib == 0 || opt.threads < 1 || opt.reps < 1 || opt.block == 0 || opt.block % 2 != 0) {
-    std::cerr << "hsdp-bench-quant: --mib, --threads, --reps must be positive and --block positive and even\n";
+  // Three fp32 buffers and four quantized ones of --mib MiB: about 5 x --mib of memory; at most 1 TiB of input.
+  if (opt.mib < 1 || opt.mib > (1LL << 20) || opt.threads < 1 || opt.reps < 1 || opt.block == 0 || opt.block % 2 != 0) {
+    std::cerr << "hsdp-bench-quant: --mib must be 1 to 1048576, --threads and --reps positive, --block positive and "
+                 "even\n";
     return 2;
   }
   omp_set_num_threads(opt.threads);
 
-  const std::size_t n = opt.mib * (std::size_t{1} << 20) / sizeof(float);
+  const std::size_t n = static_cast<std::size_t>(opt.mib) * (std::size_t{1} << 20) / sizeof(float);
+  const auto host = hsdp::host_memory_available();
+  if (host.available > 0 && static_cast<double>(opt.mib) * 5 * (1 << 20) > static_cast<double>(host.available)) {
+    std::cerr << "hsdp-bench-quant: --mib " << opt.mib << " needs about " << 5 * opt.mib << " MiB, more than the "
+              << (host.available >> 20) << " MiB available here (" << host.source << "): lower --mib\n";
+    return 2;
+  }
   const double bytes = static_cast<double>(n) * sizeof(float);
   hsdp::Buffer<float> x(n), x2(n), out(n);
   fill_normal(x, 1);
@@ -127,9 +136,9 @@ int main(int argc, char** argv) {
 
   const double memcpy_gbps = results.front().gbps();
   if (!opt.json_only) {
-    std::printf("# hsdp-bench-quant: %zu MiB fp32 (%zu elements), block %zu, %d OpenMP thread(s), best of %d\n",
+    std::printf("# hsdp-bench-quant: %lld MiB fp32 (%zu elements), block %zu, %d OpenMP thread(s), best of %d\n",
                 opt.mib, n, opt.block, opt.threads, opt.reps);
-    std::printf("# GB/s = fp32-equivalent input bytes / time (fused: both inputs, 2 x %zu MiB)\n", opt.mib);
+    std::printf("# GB/s = fp32-equivalent input bytes / time (fused: both inputs, 2 x %lld MiB)\n", opt.mib);
     std::printf("%-20s %-6s %6s %10s %10s %12s %8s\n", "op", "bits", "inputs", "ms", "GB/s", "memcpy GB/s", "ratio");
     for (const auto& m : results) {
       std::printf("%-20s %-6s %6d %10.2f %10.2f %12.2f %8.2f\n", m.op.c_str(), m.bits.c_str(), m.inputs,

@@ -9,8 +9,8 @@
 # The model: the quickstart deck widened to C=256 (8 heads, 3.4M parameters, micro-batch 4 per rank), so that a
 # step's compute is large next to the per-collective synchronisation of 4 ranks sharing 2 cores.
 # No checkpoints (each run trains from scratch, none resumes another's). Step times are the median over the steps
-# after the first 5. Bytes and memory are rank 0's (every rank of a
-# 2x2 mesh sends the same amount; which link carries it depends on the rank's place in the ring).
+# after the first 5. Memory is rank 0's; bytes per step are every rank's together (metrics.jsonl's bytes_intra and
+# bytes_inter: job-wide, hsdp-plan's figure). The run's logs stay in the folder it names at the end.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -20,12 +20,20 @@ baseline=
 extra=(--model.n_embd=256 --model.n_head=8 --train.micro_batch=4)
 while (($#)); do
   case $1 in
-    --steps) steps=$2; shift 2 ;;
-    --deck) deck=$2; shift 2 ;;
-    --baseline) baseline=$2; shift 2 ;;
+    --steps | --deck | --baseline)
+      (($# >= 2)) || { echo "strategies.sh: $1 needs a value" >&2; exit 2; }
+      case $1 in --steps) steps=$2 ;; --deck) deck=$2 ;; --baseline) baseline=$2 ;; esac
+      shift 2
+      ;;
     *) extra+=("$1"); shift ;;
   esac
 done
+# The medians leave out the first 5 steps.
+if ! [[ $steps =~ ^[0-9]+$ ]] || ((steps <= 5)); then
+  echo "strategies.sh: --steps must be a whole number above 5, not '$steps'" >&2
+  exit 2
+fi
+[[ -r $deck ]] || { echo "strategies.sh: cannot read --deck '$deck'" >&2; exit 2; }
 build=${HSDP_BUILD_DIR:-build}
 [[ -x $build/bin/hsdp-train ]] || { tools/setup.sh && cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build "$build" -j "$(nproc)"; }
 [[ -f data/quickstart/train.bin ]] || "$build/bin/hsdp-data" synth --out-dir data/quickstart >/dev/null
@@ -69,7 +77,7 @@ for s in strategies:
                      model_state_bytes=mem["params"] + mem["grads"] + mem["optimizer"],
                      peak_bytes=mem["peak_total"], bytes_intra=m[-1]["bytes_intra"], bytes_inter=m[-1]["bytes_inter"]))
 base = rows[0]["step_ms"]
-print("| strategy | step ms | vs no_shard | exposed comm ms | comm ms | model state / rank | peak / rank | intra B/step | inter B/step |")
+print("| strategy | step ms | vs no_shard | exposed comm ms | comm ms | model state / rank | peak / rank | intra B/step, all ranks | inter B/step, all ranks |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     r["ratio_vs_no_shard"] = r["step_ms"] / base
@@ -83,3 +91,4 @@ if with_baseline:
 fs = next(r for r in rows if r["strategy"] == "full_shard")
 print(f"target: full_shard / no_shard step time = {fs['ratio_vs_no_shard']:.3f} (<= 1.15)")
 PY
+echo "strategies.sh: every run's log and metrics.jsonl are in $out"
