@@ -49,6 +49,10 @@ json=
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
+    -h | --help) ;;
+    --*) (($# >= 2)) || { echo "bandwidth.sh: $1 needs a value (--help lists the options)" >&2; exit 2; } ;;
+  esac
+  case $1 in
     --rates) rates=$2; shift 2 ;;
     --strategies) strategies=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
@@ -64,6 +68,7 @@ while (($#)); do
   esac
 done
 if ! [[ $steps =~ ^[0-9]+$ ]] || ((steps < 3)); then echo "bandwidth.sh: --steps $steps: need >= 3" >&2; exit 2; fi
+if ! [[ $micro_batch =~ ^[1-9][0-9]*$ ]]; then echo "bandwidth.sh: --micro-batch $micro_batch: need >= 1" >&2; exit 2; fi
 if ! [[ $calibration_iters =~ ^[1-9][0-9]*,[1-9][0-9]*$ ]]; then
   echo "bandwidth.sh: --calibration-iters $calibration_iters: need SMALL,LARGE (two positive integers)" >&2
   exit 2
@@ -99,6 +104,12 @@ done
 for tool in hsdp-train hsdp-data hsdp-plan hsdp-commbench hsdp-bench-train-cpu; do
   [[ -x $build/bin/$tool ]] || { echo "bandwidth.sh: $build/bin/$tool not built" >&2; exit 2; }
 done
+# The deck's shape, for the compute benchmark (the same model and micro-batch as the training runs): read before
+# anything is made, so that a deck hsdp-train refuses is said (its line) and nothing is touched.
+if ! shape=$("$build/bin/hsdp-train" --config "$deck" --print-config 2>&1); then
+  echo "bandwidth.sh: --deck '$deck': $(tail -n 1 <<<"$shape")" >&2
+  exit 2
+fi
 
 cluster=$root/tools/cluster.sh
 export HSDP_CLUSTER=${HSDP_CLUSTER:-hsdpbw} HSDP_CLUSTER_NET=${HSDP_CLUSTER_NET:-61}
@@ -116,8 +127,6 @@ mapfile -t hosts < <("$cluster" hosts)
 "$build/bin/hsdp-data" synth --out-dir data >/dev/null
 [[ -n $json ]] && : >"$json"
 
-# The deck's shape, for the compute benchmark (the same model and micro-batch as the training runs).
-shape=$("$build/bin/hsdp-train" --config "$deck" --print-config 2>/dev/null)
 value() { awk -v k="$1" '$1 == k && $2 == "=" { print $3; exit }' <<<"$shape"; }
 seq_len=$(value seq_len)
 padded=$(value padded_vocab_size)

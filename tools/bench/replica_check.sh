@@ -21,6 +21,10 @@ out=$root/runs/replica_check_$(date +%Y%m%d_%H%M%S)_$$
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case $1 in
+    -h | --help) ;;
+    --*) (($# >= 2)) || { echo "replica_check.sh: $1 needs a value (--help lists the options)" >&2; exit 2; } ;;
+  esac
+  case $1 in
     --steps) steps=$2; shift 2 ;;
     --models) models=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
