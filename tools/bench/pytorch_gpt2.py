@@ -10,7 +10,8 @@ One JSON line on stdout: {"bench":"pytorch_gpt2", "batch", "seq_len", "ms_per_st
 torch.nn.functional.scaled_dot_product_attention with is_causal=True (PyTorch picks its flash kernel), weights in
 fp32 under torch.autocast(bfloat16), AdamW fused, torch.compile unless --no-compile: the configuration PyTorch users
 run. The FLOPs are hsdp's count (hsdp-bench-train-gpu --help): tokens * (6 P_matmul + 6 L T C), P_matmul =
-12 L C^2 + V C, over the card's dense bf16 peak (H100 SXM 989, H200 989 TFLOP/s; --peak-tflops otherwise).
+12 L C^2 + V C, over the card's dense bf16 peak as hsdp takes it (H100 SXM 989, PCIe 756, H200 989 TFLOP/s;
+--peak-tflops otherwise).
 Exit 77 when torch or a CUDA device is missing.
 """
 import argparse
@@ -19,7 +20,18 @@ import math
 import sys
 import time
 
-PEAKS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+def dense_bf16_peak_tflops(name):
+    """hsdp's table (src/model/flops.cpp, dense_bf16_peak_tflops), so that the two MFUs side by side divide by the
+    same peak: H200 and H100 SXM 989, H100 PCIe 756, H100 NVL none, A100 312 TFLOP/s; 0 when not known."""
+    if "H200" in name:
+        return 989.0
+    if "H100" in name and "PCIe" in name:
+        return 756.0
+    if "H100" in name and "NVL" not in name:
+        return 989.0
+    if "A100" in name:
+        return 312.0
+    return 0.0
 
 
 def main():
@@ -106,7 +118,7 @@ def main():
     torch.cuda.synchronize()
     ms = (time.perf_counter() - start) * 1e3 / a.steps
     name = torch.cuda.get_device_name()
-    peak = a.peak_tflops or next((v for k, v in PEAKS.items() if k in name), 0.0)
+    peak = a.peak_tflops or dense_bf16_peak_tflops(name)
     c, layers, t, tokens = a.n_embd, a.n_layer, a.seq_len, a.batch * a.seq_len
     flops = tokens * (6 * (12 * layers * c * c + a.vocab * c) + 6 * layers * t * c)
     print(json.dumps({
