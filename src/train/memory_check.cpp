@@ -67,8 +67,7 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
     e.reduce_dtype = o.engine.reduce_dtype;
     e.compute_dtype = compute;
     e.grad_accum = o.grad_accum;
-    return static_cast<double>(
-        shard::transient_bytes(units, e, world, topo.num_nodes(), topo.node_size(topo.node())));
+    return static_cast<double>(shard::transient_bytes(units, e, world, topo.num_nodes(), topo.node_size(topo.node())));
   };
   for (const shard::Sharding s :
        {shard::Sharding::zero1, shard::Sharding::shard_grad_op, shard::Sharding::full_shard}) {
@@ -92,12 +91,11 @@ void check_memory_fits(const TrainOptions& o, const model::ModelLayout& layout, 
               " rank(s) still holds " + gib(state(shard::Sharding::full_shard, world)) + " of model state per rank)";
   }
   throw_config("memory: this rank needs at least " + gib(mine_state + mine_act) + " (model state " + gib(mine_state) +
-               " with " + std::string(shard::to_string(o.engine.strategy)) + " over " +
-               std::to_string(shard_size) + " rank(s), activations " + gib(mine_act) + " for micro_batch " +
-               std::to_string(o.micro_batch) + " x seq_len " + std::to_string(o.seq_len) + ") but has " +
-               gib(available) + " (" + memory.source + " of " + where + " / " + std::to_string(sharing) +
-               " rank(s) on it): " + (advice.empty() ? "" : advice + "; ") +
-               "`hsdp-plan --config <deck>` shows what fits");
+               " with " + std::string(shard::to_string(o.engine.strategy)) + " over " + std::to_string(shard_size) +
+               " rank(s), activations " + gib(mine_act) + " for micro_batch " + std::to_string(o.micro_batch) +
+               " x seq_len " + std::to_string(o.seq_len) + ") but has " + gib(available) + " (" + memory.source +
+               " of " + where + " / " + std::to_string(sharing) + " rank(s) on it): " +
+               (advice.empty() ? "" : advice + "; ") + "`hsdp-plan --config <deck>` shows what fits");
 }
 
 }  // namespace hsdp::train

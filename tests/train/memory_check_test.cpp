@@ -17,8 +17,14 @@ constexpr double kGiB = 1073741824.0;
 // Llama 2 7B's shape, micro-batch 1 x 1024 tokens, on 2 nodes of 8 CPU ranks.
 TrainOptions llama7b(shard::Sharding strategy) {
   TrainOptions o;
-  o.model = model::GptConfig{.n_layer = 32, .n_head = 32, .n_embd = 4096, .block_size = 1024, .vocab_size = 32000,
-                             .padded_vocab_size = 32000, .arch = model::Arch::llama, .ffn_dim = 11008};
+  o.model = model::GptConfig{.n_layer = 32,
+                             .n_head = 32,
+                             .n_embd = 4096,
+                             .block_size = 1024,
+                             .vocab_size = 32000,
+                             .padded_vocab_size = 32000,
+                             .arch = model::Arch::llama,
+                             .ffn_dim = 11008};
   o.engine.strategy = strategy;
   o.micro_batch = 1;
   o.seq_len = 1024;
@@ -57,7 +63,8 @@ TEST(MemoryCheck, SuggestsOnlyAStrategyThatFitsWithItsTransientMemory) {
   const model::ModelLayout layout(o.model);
   const shard::UnitSizes units = shard::UnitSizes::of(layout);
   const double act = static_cast<double>(model::activation_bytes(model::activation_shape(o.model), 1, 1024, false));
-  for (const auto& [s, fits] : {std::pair{shard::Sharding::shard_grad_op, false}, {shard::Sharding::full_shard, true}}) {
+  using Case = std::pair<shard::Sharding, bool>;  // a strategy and whether it fits in 40 GiB
+  for (const auto& [s, fits] : {Case{shard::Sharding::shard_grad_op, false}, Case{shard::Sharding::full_shard, true}}) {
     shard::EngineOptions e;
     e.strategy = s;
     const double peak = static_cast<double>(shard::model_state_bytes(units, s, 16, DType::f32) +
