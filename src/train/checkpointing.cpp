@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -279,18 +278,12 @@ std::optional<ckpt::TrainState> Checkpointer::resume_newest_loadable(std::option
   std::sort(steps.rbegin(), steps.rend());
   // Where `latest` names a step, none after it: those are an earlier branch of the run (it resumed from an older
   // checkpoint since), which a fallback must not switch to.
-  std::optional<std::int64_t> latest_step;
-  if (!candidates.empty()) {
-    const std::string name = std::filesystem::path(candidates.front()).filename().string();
-    if (name.rfind("step_", 0) == 0) {
-      char* end = nullptr;
-      const long long step = std::strtoll(name.c_str() + 5, &end, 10);
-      if (end != nullptr && std::string(end) == ".h5") latest_step = step;
-    }
-  }
+  const std::optional<std::int64_t> latest_step =
+      candidates.empty() ? std::nullopt
+                         : ckpt::step_of_file_name(std::filesystem::path(candidates.front()).filename().string());
   for (const std::int64_t step : steps) {
     if (latest_step && step > *latest_step) continue;
-    const std::string path = (std::filesystem::path(dir) / ("step_" + std::to_string(step) + ".h5")).string();
+    const std::string path = (std::filesystem::path(dir) / ckpt::checkpoint_file_name(step)).string();
     if (candidates.empty() || path != candidates.front()) candidates.push_back(path);
   }
   for (const std::string& path : candidates) {
