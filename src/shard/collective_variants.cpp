@@ -183,13 +183,12 @@ class QuantizedReduceScatter final : public ShardReduction {
     DeviceOps& dev = c.dev;
     StreamQueues& q = c.q;
     const QueueId reduce = c.queue;
-    if (c.options.param_dtype == DType::f16) {
-      // fp16 overflow: quantizing would throw on this rank only. The rank sends zeros and sets the flag, and the
-      // scaler skips the step.
-      double* flag = c.nonfinite_flag;
-      q.enqueue(reduce, c.name("overflow check"), {writes(full_id), writes(c.flag_id)},
-                [&dev, full, padded, flag] { dev.zero_if_nonfinite(full, padded, flag); });
-    }
+    // A non-finite gradient (an fp16 overflow, or a diverging bf16/fp32 run): quantizing would throw on this rank
+    // only, and the others would wait in the all-to-all. The rank sends zeros and sets the flag, which
+    // step_scalars(true) sums over the world: fp16's scaler skips the step, bf16 and fp32 end as a divergence.
+    double* flag = c.nonfinite_flag;
+    q.enqueue(reduce, c.name("qgZ non-finite check"), {writes(full_id), writes(c.flag_id)},
+              [&dev, full, padded, flag] { dev.zero_if_nonfinite(full, padded, flag); });
     Staging sum = c.staging(s, DType::f32, "qgZ sum");
     Staging hop2_send = c.staging(nodes * msg, DType::u8, "qgZ hop-2 send");
     Staging hop2_recv = c.staging(nodes * msg, DType::u8, "qgZ hop-2 receive");

@@ -82,7 +82,7 @@ struct ReductionContext : CollectiveContext {
   // qgZ: the ranks' places ([node][local] -> rank of the hop's group) and the group of the last hop.
   const std::vector<std::vector<int>>* qgz_at;
   comm::Communicator* qgz_last_hop;
-  double* nonfinite_flag;  // fp16: set where the gradient holds inf or nan
+  double* nonfinite_flag;  // set where the gradient holds inf or nan (qgZ, before quantizing)
   BufferId flag_id;
 };
 

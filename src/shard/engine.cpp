@@ -196,7 +196,9 @@ void Engine::begin_step() {
     zero.emplace_back(g.data(), g.mem.size() * sizeof(float));
   }
   m.q.enqueue(m.compute, "zero gradients", zeroed, [this, zero] {
-    for (const auto& [data, bytes] : zero) device_->fill_zero(data, bytes);
+    for (const auto& [data, bytes] : zero) {
+      if (bytes > 0) device_->fill_zero(data, bytes);  // an empty buffer's data() may be null: memset's UB
+    }
   });
   m.reduced_grads_zero = false;
 }

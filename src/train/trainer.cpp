@@ -276,8 +276,8 @@ std::string divergence_text(std::int64_t step, double loss, const FiniteLoss& la
                             const TrainOptions& o) {
   std::ostringstream text;
   text.precision(6);
-  text << "training diverged at step " << step << ": " << (std::isfinite(loss) ? "the gradient norm" : "the loss")
-       << " is not finite (loss " << loss << "; ";
+  text << "training diverged at step " << step << ": " << (std::isfinite(loss) ? "the gradients are" : "the loss is")
+       << " not finite (loss " << loss << "; ";
   if (last.step > 0) {
     text << "last finite loss " << last.loss << " at step " << last.step;
   } else {
@@ -726,8 +726,10 @@ class Run {
       backend.forward_backward(inputs_, targets_, loss_scale / static_cast<float>(grad_accum_),
                                micro + 1 == grad_accum_);
     }
-    // The step's one wait for the device: loss, norm and (fp16) overflow flag in one read.
-    const shard::StepScalars scalars = backend.step_scalars(fp16);
+    // The step's one wait for the device: loss, norm and (fp16, qgZ) non-finite flag in one read. qgZ zeroes a
+    // non-finite gradient before quantizing it (the norm stays finite): its flag is what says a bf16/fp32 run diverged.
+    const bool qgz = o_.engine.zeropp.quantized_gradients;
+    const shard::StepScalars scalars = backend.step_scalars(fp16 || qgz);
     double loss = global_mean(island_, scalars.loss_sum / grad_accum_);
     std::vector<double> island_losses;
     if (mesh_.islands() > 1) {  // the islands' losses, and their mean
@@ -748,7 +750,7 @@ class Run {
       clip = optim::clip_coefficient(scalars.norm_squared / scale_squared, o_.grad_clip);
       // The loss and the norm are all-reduced (the norm over the island, then agreed across islands), so every rank
       // sees the same: every rank throws, rank 0 says it.
-      if (any_island(!clip.finite) || !std::isfinite(loss)) {
+      if (any_island(!clip.finite || scalars.nonfinite) || !std::isfinite(loss)) {
         throw comm::AgreedError(ErrorKind::diverged, divergence_text(step + 1, loss, last_finite_, *checkpoints_, o_));
       }
       optimizer_steps_ += 1;

@@ -468,28 +468,32 @@ TEST(ZeroPP, OneNode_QgzFallsBackToTheExactReduceScatter) {
   EXPECT_EQ(a.mine, b.mine) << "the fallback must issue exactly the reduce-scatters of full_shard";
 }
 
-// fp16 with qgZ: a rank whose gradients overflow must not throw while quantizing (the others would hang); every
-// rank learns of the overflow, so the loss scaler skips the step everywhere.
-TEST(ZeroPP, Fp16OverflowOnOneRank_IsSeenByEveryRankBeforeQuantizing) {
+// qgZ: a rank whose gradients are not finite (an fp16 overflow, or a bf16/fp32 run diverging on one rank's batch)
+// must not throw while quantizing (the others would wait in the all-to-all); every rank learns of it, so the loss
+// scaler skips the step everywhere (fp16) or every rank ends as a divergence (the trainer: exit 5).
+TEST(ZeroPP, NonFiniteGradientOnOneRank_IsSeenByEveryRankBeforeQuantizing_InEveryDtype) {
   auto& ctx = context();
   if (!ctx.topology.nodes_equal_size()) GTEST_SKIP() << "needs equal nodes";
   comm::ProcessMesh& mesh = *ctx.meshes.at(comm::ShardScope::world);
   const model::ModelLayout layout(tiny_config());
-  MemoryAccountant memory;
-  EngineOptions o = bf16_full_shard();
-  o.param_dtype = DType::f16;
-  o.zeropp.quantized_gradients = true;
-  Engine engine(layout, mesh, o, kSeed, memory);
-  model::Gpt<float> gpt(layout, 2, kSeq, memory);
-  model::CpuUnitModel units(gpt);
-  const int first = ctx.world.rank() * 2;
-  engine.begin_step();
-  const float dloss = ctx.world.rank() == 0 ? std::numeric_limits<float>::infinity() : 1.0f;
-  EXPECT_NO_THROW(engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true));
-  EXPECT_TRUE(engine.step_scalars(true).nonfinite);
-  engine.begin_step();
-  engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), 1.0f, true);
-  EXPECT_FALSE(engine.step_scalars(true).nonfinite);
+  for (const DType dtype : {DType::f16, DType::bf16, DType::f32}) {
+    SCOPED_TRACE(to_string(dtype));
+    MemoryAccountant memory;
+    EngineOptions o = bf16_full_shard();
+    o.param_dtype = dtype;
+    o.zeropp.quantized_gradients = true;
+    Engine engine(layout, mesh, o, kSeed, memory);
+    model::Gpt<float> gpt(layout, 2, kSeq, memory);
+    model::CpuUnitModel units(gpt);
+    const int first = ctx.world.rank() * 2;
+    engine.begin_step();
+    const float dloss = ctx.world.rank() == 0 ? std::numeric_limits<float>::infinity() : 1.0f;
+    EXPECT_NO_THROW(engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), dloss, true));
+    EXPECT_TRUE(engine.step_scalars(true).nonfinite);
+    engine.begin_step();
+    engine.forward_backward(units, rows(0, first, 2, false), rows(0, first, 2, true), 1.0f, true);
+    EXPECT_FALSE(engine.step_scalars(true).nonfinite);
+  }
 }
 
 }  // namespace

@@ -19,7 +19,9 @@
 #                                                    argument, -train.steps=3, device.threads beyond the node's
 #                                                    hardware threads: exit 2, one line from rank 0, no step taken
 #   faults.sh diverge ...                            a learning rate that makes the loss non-finite: exit 5 and one
-#                                                    line from rank 0 naming the step and the last finite loss
+#                                                    line from rank 0 naming the step and the last finite loss; the
+#                                                    same with qgZ (bf16), whose quantizer meets the non-finite
+#                                                    gradients
 #   faults.sh full_log ...                           log.dir on a full tmpfs: said once, training goes on, the
 #                                                    summary that cannot be written is exit 2, the earlier
 #                                                    segment's summary.json kept (skipped, exit 77,
@@ -173,6 +175,16 @@ case $check in
     grep -Eq "last finite loss .* at step [0-9]+\).*\(the last, step 2, is kept as it was\)" <<<"$line" || fail "diverge: $line"
     unchanged diverge
     echo "diverged: exit 5: $line"
+    # The same under qgZ (bf16, 2 nodes), whose gradients are quantized: non-finite ones end the run the same way
+    # (before, quantizing them threw on the ranks that held them: an internal error, not a divergence).
+    launch diverge_qgz 60 "" -- --train.steps=6 --train.eval_every=0 --train.lr=1e9 --train.min_lr=0 \
+      --train.weight_decay=0 --train.warmup_steps=0 --parallel.sharding=full_shard --precision.param=bf16 \
+      --precision.reduce=bf16 --zeropp.quantized_gradients=true --checkpoint.dir="$run/qgz_ckpt" --checkpoint.resume=none
+    [[ $code -eq 5 ]] || { cat "$run/diverge_qgz.err"; fail "diverge (qgZ): exit $code, expected 5"; }
+    line=$(own_lines diverge_qgz)
+    [[ $(wc -l <<<"$line") -eq 1 && $line == "hsdp-train: training diverged at step "* ]] ||
+      { cat "$run/diverge_qgz.err"; fail "diverge (qgZ): expected one line from rank 0"; }
+    echo "diverged under qgZ: exit 5: $line"
     ;;
   full_disk)
     mnt=$run/tmpfs

@@ -84,7 +84,7 @@ struct StreamFaults {
 struct StepScalars {
   double loss_sum = 0;      // this rank's micro-batch mean losses, summed over the step's micro-batches
   double norm_squared = 0;  // the global squared gradient norm, the same on every rank
-  bool nonfinite = false;   // asked for (fp16): any rank's gradients hold inf or nan, the same on every rank
+  bool nonfinite = false;   // asked for (fp16, qgZ): any rank's gradients held inf or nan, the same on every rank
 };
 
 struct StepTiming {
@@ -114,8 +114,9 @@ class Engine {
   void forward_backward(model::UnitModel& model, std::span<const std::int32_t> tokens,
                         std::span<const std::int32_t> targets, float dloss, bool last);
   // After the last micro-batch: the loss sum, the global squared gradient norm and, with check_nonfinite (fp16
-  // overflow), the flag, all-reduced where they must be and read by the host in one copy: the step's one wait for
-  // the device before its optimizer step (the clipping coefficient and an fp16 skip are decided on the host).
+  // overflow; with qgZ, whose quantizer zeroes a non-finite gradient, in every dtype), the flag, all-reduced where
+  // they must be and read by the host in one copy: the step's one wait for the device before its optimizer step
+  // (the clipping coefficient, an fp16 skip and a divergence are decided on the host).
   StepScalars step_scalars(bool check_nonfinite);
   // AdamW on the local shards, then whatever the strategy needs to make parameters current (zero1: all-gather).
   // Returns without waiting for the device but for zero1 (its all-gathers' time is the step's): the next step's
