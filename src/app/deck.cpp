@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "hsdp/core/error.hpp"
@@ -392,6 +393,14 @@ const std::string& DeckValue::text() const {
 }
 long long DeckValue::integer() const {
   return deck.get_int(key);
+}
+int DeckValue::int32() const {
+  const long long v = integer();
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    throw_config(key + ": " + std::to_string(v) + " is out of range (allowed: at most " +
+                 std::to_string(std::numeric_limits<int>::max()) + ")");
+  }
+  return static_cast<int>(v);
 }
 double DeckValue::real() const {
   return deck.get_real(key);

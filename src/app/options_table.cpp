@@ -211,10 +211,11 @@ const std::vector<OptionSpec>& option_table() {
               "after the last step and on SIGUSR1/SIGTERM",
               0)
           .into([](V v, O o) { o.checkpoint_every = v.integer(); }),
-      integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1).into([](V v, O o) {
+      integer("checkpoint.keep", "3", "keep the newest N checkpoints (<= 0: keep all)", -1, 1 << 30).into([](V v, O o) {
         o.checkpoint_keep = v.int32();
       }),
-      integer("checkpoint.keep_every", "0", "also keep every checkpoint whose step is a multiple of N, forever", 0)
+      integer("checkpoint.keep_every", "0", "also keep every checkpoint whose step is a multiple of N, forever", 0,
+              1 << 30)
           .into([](V v, O o) { o.checkpoint_keep_every = v.int32(); }),
       boolean("checkpoint.overwrite", "false",
               "a run that does not resume from checkpoint.dir while it holds checkpoints (another run's) is an "

@@ -94,6 +94,11 @@ TEST(ConfigDeck, OutOfRangeAndNonNumericValuesAreRejected) {
   EXPECT_NE(error_of({"--train.lr=fast"}).find("train.lr: 'fast' is not a number"), std::string::npos);
   EXPECT_NE(error_of({"--train.steps=3.5"}).find("train.steps: '3.5' is not an integer"), std::string::npos);
   EXPECT_NE(error_of({"--train.activation_checkpointing=maybe"}).find("is not a boolean"), std::string::npos);
+  // Beyond 32 bits (an int in TrainOptions): refused, not wrapped around (2^32 + 1 kept 1 checkpoint, deleting others).
+  EXPECT_NE(error_of({"--checkpoint.keep=4294967297"}).find("checkpoint.keep: 4294967297 is out of range"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--checkpoint.keep_every=2147483648"}).find("checkpoint.keep_every: 2147483648 is out of range"),
+            std::string::npos);
 }
 
 TEST(ConfigDeck, MissingDeckFileIsNamed) {

@@ -24,7 +24,7 @@ struct DeckValue {
   const std::string& key;
   const std::string& text() const;
   long long integer() const;
-  int int32() const { return static_cast<int>(integer()); }  // the table's bounds keep it in range
+  int int32() const;  // a value beyond int is a config error naming the key (a key whose table has no bound)
   double real() const;
   bool boolean() const;
 };
