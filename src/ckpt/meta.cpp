@@ -77,6 +77,8 @@ std::vector<char> pack(const TrainState& s, bool with_tokenizer = true) {
   if (with_tokenizer && s.tokenizer != "bytes") append(packed, s.tokenizer);
   // The data's window count later again: checksummed when recorded (the broadcast sends it on its own too).
   if (with_tokenizer && s.data_windows > 0) append(packed, &s.data_windows, sizeof s.data_windows);
+  // And the segment's global batch, the same way.
+  if (with_tokenizer && s.tokens_per_step > 0) append(packed, &s.tokens_per_step, sizeof s.tokens_per_step);
   return packed;
 }
 
@@ -115,6 +117,7 @@ void check_ranges(const TrainState& s, const std::string& path) {
   };
   if (s.step < 0) bad("/meta step " + std::to_string(s.step) + " is negative");
   if (s.tokens < 0) bad("/meta tokens " + std::to_string(s.tokens) + " is negative");
+  if (s.tokens_per_step < 0) bad("/meta tokens_per_step " + std::to_string(s.tokens_per_step) + " is negative");
   if (s.world_size < 1) bad("/meta world_size " + std::to_string(s.world_size) + " is below 1");
   if (s.nodes < 1 || s.nodes > s.world_size) {
     bad("/meta nodes " + std::to_string(s.nodes) + " is not in [1, world_size " + std::to_string(s.world_size) + "]");
@@ -137,6 +140,7 @@ void write(hid_t file, const TrainState& s, const model::GptConfig& config) {
   h5::write_attribute(m.get(), "format_version", std::int64_t{kFormatVersion});
   h5::write_attribute(m.get(), "step", s.step);
   h5::write_attribute(m.get(), "tokens", s.tokens);
+  if (s.tokens_per_step > 0) h5::write_attribute(m.get(), "tokens_per_step", s.tokens_per_step);
   h5::write_attribute(m.get(), "deck", s.deck_text);
   h5::write_attribute(m.get(), "strategy", s.strategy);
   h5::write_attribute(m.get(), "world_size", std::int64_t{s.world_size});
@@ -199,6 +203,9 @@ TrainState read_values(hid_t file, const std::string& path) {
     const std::string where = "checkpoint '" + path + "' /meta";
     s.step = h5::read_int_attribute(m.get(), "step", where);
     s.tokens = h5::read_int_attribute(m.get(), "tokens", where);
+    if (h5::has_attribute(m.get(), "tokens_per_step")) {
+      s.tokens_per_step = h5::read_int_attribute(m.get(), "tokens_per_step", where);
+    }
     s.deck_text = h5::read_string_attribute(m.get(), "deck", where);
     s.strategy = h5::read_string_attribute(m.get(), "strategy", where);
     s.world_size = to_int(h5::read_int_attribute(m.get(), "world_size", where), where + " world_size");
@@ -294,10 +301,13 @@ TrainState broadcast(MPI_Comm comm, const TrainState& state) {
   MPI_Bcast(tokenizer.data(), static_cast<int>(tokenizer_bytes), MPI_CHAR, 0, comm);
   std::uint64_t data_windows = state.data_windows;
   MPI_Bcast(&data_windows, 1, MPI_UINT64_T, 0, comm);
+  std::int64_t tokens_per_step = state.tokens_per_step;
+  MPI_Bcast(&tokens_per_step, 1, MPI_INT64_T, 0, comm);
   if (rank == 0) return state;
   TrainState s;
   s.tokenizer = tokenizer;
   s.data_windows = data_windows;
+  s.tokens_per_step = tokens_per_step;
   std::size_t at = 0;
   take(packed, at, &s.step, sizeof s.step);
   take(packed, at, &s.tokens, sizeof s.tokens);

@@ -95,17 +95,32 @@ double global_mean(comm::Communicator& comm, double value) {
   return value;
 }
 
-// Resuming on another number of ranks keeps the run's global batch (the checkpoint's tokens per step): train.grad_accum
-// follows when micro_batch x seq_len x ranks divides it, else a config error listing what would.
+// The global batch of the checkpoint's last segment: recorded since 2026-11-29; before, the run's mean (tokens / step),
+// which is the same unless an accepted change of the global batch came before.
+std::int64_t saved_tokens_per_step(const ckpt::TrainState& s) {
+  return s.tokens_per_step > 0 ? s.tokens_per_step : s.tokens / s.step;
+}
+
+// A resume keeps the run's global batch (the checkpoint's tokens per step): on another number of ranks, or on the same
+// after a segment that changed train.grad_accum (a run resumed on fewer ranks, then requeued on as many),
+// train.grad_accum follows when micro_batch x seq_len x ranks divides it, else a config error listing what would. A
+// deck that sets another train.grad_accum than the checkpoint's deck, or another train.micro_batch on the same ranks,
+// asks for it: check_resume_changes then refuses another global batch unless checkpoint.accept_changes.
 int accumulation_for_resume(const ckpt::TrainState& s, const TrainOptions& o, int ranks, const Logger& log) {
-  if (s.step <= 0 || s.world_size == ranks) return o.grad_accum;
-  const std::int64_t saved = s.tokens / s.step;
+  if (s.step <= 0) return o.grad_accum;
+  for (const DeckChange& c : deck_changes(s.deck_text, o.deck_text)) {
+    if (c.key == "train.grad_accum" || (c.key == "train.micro_batch" && s.world_size == ranks)) return o.grad_accum;
+  }
+  const std::int64_t saved = saved_tokens_per_step(s);
   const std::int64_t per_micro_step = static_cast<std::int64_t>(o.micro_batch) * o.seq_len * ranks;
   if (per_micro_step * o.grad_accum == saved) return o.grad_accum;
   if (saved % per_micro_step == 0) {
     const auto k = static_cast<int>(saved / per_micro_step);
-    log.info("resume: ", s.world_size, " -> ", ranks, " ranks: train.grad_accum ", o.grad_accum, " -> ", k,
-             " keeps the run's global batch of ", saved, " tokens per step");
+    const std::string resume =
+        s.world_size == ranks ? "resume on " + std::to_string(ranks) + " ranks"
+                              : "resume: " + std::to_string(s.world_size) + " -> " + std::to_string(ranks) + " ranks";
+    log.info(resume, ": train.grad_accum ", o.grad_accum, " -> ", k, " keeps the run's global batch of ", saved,
+             " tokens per step");
     return k;
   }
   // checkpoint.accept_changes: the deck's grad_accum, and another global batch (check_resume_changes says it).
@@ -164,7 +179,7 @@ void check_resume_changes(const ckpt::TrainState& s, const TrainOptions& o, std:
     trained.push_back("the training data holds " + std::to_string(data_windows) + " windows of train.seq_len + 1 " +
                       "tokens (the checkpoint's run: " + std::to_string(s.data_windows) + ")");
   }
-  const std::int64_t saved_tokens = s.tokens / s.step;
+  const std::int64_t saved_tokens = saved_tokens_per_step(s);
   if (saved_tokens != tokens_per_step) {
     trained.push_back("global batch " + std::to_string(tokens_per_step) +
                       " tokens per step (the checkpoint's run: " + std::to_string(saved_tokens) + ")");
@@ -844,6 +859,7 @@ class Run {
     if (save) {
       saved = checkpoints_->save({.step = step,
                                   .tokens = tokens_seen_,
+                                  .tokens_per_step = tokens_per_step_,
                                   .sampler = sampler_->state(),
                                   .data_windows = sampler_->window_count(),
                                   .scaler = scaler_.state(),

@@ -83,3 +83,27 @@ out=$(launch 3 "${common[@]}" --topology.ranks_per_node=3 --parallel.sharding=fu
 grep -q "resume: continuing with what is trained changed (checkpoint.accept_changes=true): global batch 384 tokens per step (the checkpoint's run: 512)" <<<"$out" ||
   fail "the accepted change of the global batch is not said: $out"
 echo "resume on 3 ranks with checkpoint.accept_changes=true: trains on, saying the global batch 512 -> 384"
+
+# Resumed again (a requeue): each resume starts from the deck's train.grad_accum and keeps the global batch of the
+# checkpoint's last segment. On 2 ranks from the 2-rank segment: grad_accum 2 again (before, the same rank count took
+# the deck's 1: 256 tokens per step, refused). From the segment of the accepted change (384 a step on 3 ranks): 384
+# again on 3 ranks, and grad_accum 3 on 1 rank (before, both took the run's mean, (3 x 512 + 3 x 384) / 6 = 448, and
+# refused).
+launch 2 "${common[@]}" --topology.ranks_per_node=1 --parallel.sharding=hybrid_shard --checkpoint.dir="$run/ck2" \
+  --train.steps=7 --log.dir="$run/log2" >"$run/resume2_again.log" 2>&1 ||
+  fail "resumed again on 2 ranks: $(cat "$run/resume2_again.log")"
+grep -q "resume on 2 ranks: train.grad_accum 1 -> 2 keeps the run's global batch of 512 tokens per step" \
+  "$run/resume2_again.log" || fail "resumed again on 2 ranks: no line saying grad_accum 2: $(cat "$run/resume2_again.log")"
+launch 3 "${common[@]}" --topology.ranks_per_node=3 --parallel.sharding=full_shard --checkpoint.dir="$run/ck3" \
+  --train.steps=7 --log.dir="$run/log3" >"$run/resume3_again.log" 2>&1 ||
+  fail "resumed again on 3 ranks: $(cat "$run/resume3_again.log")"
+launch 1 "${common[@]}" --checkpoint.dir="$run/ck1" --checkpoint.resume="$run/ck3/step_6.h5" --train.steps=7 \
+  --log.dir="$run/log1" >"$run/resume1.log" 2>&1 || fail "resumed on 1 rank: $(cat "$run/resume1.log")"
+grep -q "resume: 3 -> 1 ranks: train.grad_accum 1 -> 3 keeps the run's global batch of 384 tokens per step" \
+  "$run/resume1.log" || fail "resumed on 1 rank: no line saying grad_accum 3: $(cat "$run/resume1.log")"
+python3 - "$run/log2/metrics.jsonl" "$run/log3/metrics.jsonl" "$run/log1/metrics.jsonl" <<'PY'
+import json, sys
+last = [json.loads(open(p).read().splitlines()[-1]) for p in sys.argv[1:4]]
+assert [(s["step"], s["tokens"]) for s in last] == [(7, 512), (7, 384), (7, 384)], last
+PY
+echo "resumed again: 2 ranks keep 512 tokens per step (grad_accum 2), 3 ranks keep the accepted 384, 1 rank 384 (grad_accum 3)"

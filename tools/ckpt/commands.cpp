@@ -110,8 +110,9 @@ int run_inspect(const std::vector<std::string>& args) {
   const ckpt::TrainState& s = info.state;
   std::cout << "checkpoint " << info.path << " (" << human_bytes(info.file_bytes) << ", format " << info.format_version
             << ", written by hsdp " << info.hsdp_version << ")\n"
-            << "  step " << s.step << ", tokens " << s.tokens << ", sampler epoch " << s.sampler.epoch << " position "
-            << s.sampler.position
+            << "  step " << s.step << ", tokens " << s.tokens
+            << (s.tokens_per_step > 0 ? " (" + std::to_string(s.tokens_per_step) + " a step)" : std::string())
+            << ", sampler epoch " << s.sampler.epoch << " position " << s.sampler.position
             << (s.data_windows > 0 ? " of " + std::to_string(s.data_windows) + " windows" : std::string())
             << ", loss scale " << s.scaler.scale << " (good steps " << s.scaler.good_steps << ", skipped "
             << s.scaler.skipped_steps << ")\n"

@@ -47,6 +47,9 @@ using model::UnitShard;
 struct TrainState {
   std::int64_t step = 0;
   std::int64_t tokens = 0;
+  // The global batch (tokens per step) of the segment that wrote it: a resume keeps it, train.grad_accum following
+  // the rank count. 0: not recorded (files written before it; a resume takes tokens / step, the run's mean, then).
+  std::int64_t tokens_per_step = 0;
   data::SamplerState sampler;
   // The training data's window count at the run's seq_len (data::Sampler::window_count): a resume over files that
   // hold another count reads another order. 0: not recorded (files written before it).

@@ -108,7 +108,7 @@ class DeviceOps {
   virtual void squared_sum(const float* values, std::size_t count, double* sum) = 0;
   // *flag = 1 if any value is inf or nan (else unchanged).
   virtual void flag_nonfinite(const float* values, std::size_t count, double* flag) = 0;
-  // If any value is inf or nan: every value set to 0 and *flag = 1 (fp16 overflow before qgZ quantizes).
+  // If any value is inf or nan: every value set to 0 and *flag = 1 (a non-finite gradient before qgZ quantizes).
   virtual void zero_if_nonfinite(float* values, std::size_t count, double* flag) = 0;
   // sum[i] += scale * x[i] with x of dtype t (f32, bf16, f16), in fp32: convert and accumulate in one pass.
   virtual void accumulate_from(float* sum, const void* x, DType t, std::size_t count, float scale) = 0;
